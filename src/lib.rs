@@ -1,0 +1,53 @@
+//! osbx renders, applies and verifies an OpenSandbox platform on Kubernetes with Flux.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//! cli → profile (load + validate) → render (Tera → files) → repo (plan, atomic write, git)
+//!                                                          → printer
+//! ```
+//!
+//! Domain modules return values and errors; only [`printer`] writes to the terminal.
+
+pub mod cli;
+pub mod commands;
+mod embedded;
+pub mod printer;
+pub mod profile;
+pub mod render;
+pub mod repo;
+
+use clap::CommandFactory;
+
+use crate::cli::{Cli, Command};
+use crate::commands::ExitStatus;
+use crate::printer::Printer;
+use crate::profile::ProfileSource;
+
+/// Run one command.
+///
+/// # Errors
+/// Any error the command reports; the caller prints it and exits 2.
+pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    match cli.command {
+        Command::Render(args) => {
+            let opts = commands::render::RenderOptions {
+                profile: ProfileSource::from_arg(args.profile.as_deref()),
+                out: args.out,
+                templates: args.templates,
+                check: args.check,
+                commit: args.commit.then(|| {
+                    args.message.unwrap_or_else(|| "osbx: render the OpenSandbox platform".to_owned())
+                }),
+                force: args.force,
+            };
+            commands::render::run(&opts, printer)
+        }
+        Command::Profiles => Ok(commands::profiles::run(printer)),
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "osbx", &mut std::io::stdout());
+            Ok(ExitStatus::Success)
+        }
+    }
+}

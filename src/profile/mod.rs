@@ -1,0 +1,246 @@
+//! Profiles: load a YAML document, check it, and hand out a [`LoadedProfile`].
+//!
+//! Loading is strict. Unknown fields, wrong types and missing fields are reported by serde with a
+//! position; the rules in [`validate`] are reported at the position of the field they name. All
+//! errors are collected and returned together, each as `file:line:column: field: message`.
+
+mod locate;
+mod types;
+pub mod validate;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use locate::{Locations, Pos};
+pub use types::*;
+
+use crate::embedded;
+
+/// Where a profile comes from.
+#[derive(Debug, Clone)]
+pub enum ProfileSource {
+    /// A profile compiled into the binary, by name (`homelab`).
+    Embedded(String),
+    /// A file on disk.
+    File(PathBuf),
+}
+
+/// The embedded profile used when no `--profile` is given.
+pub const DEFAULT_PROFILE: &str = "default";
+
+impl ProfileSource {
+    /// Resolve a `--profile` argument: an existing file or anything that looks like a path is a
+    /// file, otherwise the name of an embedded profile.
+    #[must_use]
+    pub fn from_arg(arg: Option<&str>) -> Self {
+        match arg {
+            None => ProfileSource::Embedded(DEFAULT_PROFILE.into()),
+            Some(a) if Path::new(a).exists() || a.contains('/') || a.ends_with(".yaml") || a.ends_with(".yml") => {
+                ProfileSource::File(PathBuf::from(a))
+            }
+            Some(a) => ProfileSource::Embedded(a.to_owned()),
+        }
+    }
+}
+
+/// One problem in a profile, with its location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// File name as shown to the user (`profiles/homelab.yaml`).
+    pub file: String,
+    /// Where.
+    pub pos: Pos,
+    /// Field path, when known.
+    pub field: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file, self.pos.line, self.pos.column)?;
+        if let Some(field) = &self.field {
+            write!(f, "{field}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Why a profile could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The file could not be read.
+    #[error("cannot read profile {path}: {source}")]
+    Read {
+        /// The path given.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No embedded profile has that name.
+    #[error("no embedded profile named {name:?} (embedded: {known}); pass a file path to use your own")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The embedded names.
+        known: String,
+    },
+    /// The document is not a valid profile.
+    #[error("invalid profile:\n{}", .0.iter().map(|d| format!("  {d}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Diagnostic>),
+}
+
+impl ProfileError {
+    /// The individual problems, for callers that print or count them.
+    #[must_use]
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        match self {
+            ProfileError::Invalid(d) => d,
+            _ => &[],
+        }
+    }
+}
+
+/// A profile that passed validation, with where it came from.
+#[derive(Debug)]
+pub struct LoadedProfile {
+    /// The profile.
+    pub profile: Profile,
+    /// The name shown in messages (`profiles/homelab.yaml` or the path given).
+    pub origin: String,
+    /// The source text.
+    pub text: String,
+    /// Field positions in the source text.
+    pub locations: Locations,
+}
+
+/// Names and descriptions of the embedded profiles.
+#[must_use]
+pub fn embedded_profiles() -> Vec<(String, Option<String>)> {
+    embedded::profiles()
+        .iter()
+        .map(|(file, text)| {
+            let name = file.trim_end_matches(".yaml").to_owned();
+            let description = serde_saphyr::from_str::<Profile>(text).ok().and_then(|p| p.metadata.description);
+            (name, description)
+        })
+        .collect()
+}
+
+/// Read and check a profile.
+///
+/// # Errors
+/// [`ProfileError`] with every problem found.
+pub fn load(source: &ProfileSource) -> Result<LoadedProfile, ProfileError> {
+    let (origin, text) = match source {
+        ProfileSource::File(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| ProfileError::Read { path: path.clone(), source: e })?;
+            (path.display().to_string(), text)
+        }
+        ProfileSource::Embedded(name) => {
+            let file = format!("{name}.yaml");
+            let Some((_, text)) = embedded::profiles().iter().find(|(f, _)| *f == file) else {
+                let known = embedded_profiles().into_iter().map(|(n, _)| n).collect::<Vec<_>>().join(", ");
+                return Err(ProfileError::Unknown { name: name.clone(), known });
+            };
+            (format!("profiles/{file}"), (*text).to_owned())
+        }
+    };
+    parse(&origin, text)
+}
+
+/// Parse and check profile text; `origin` names it in messages.
+///
+/// # Errors
+/// [`ProfileError::Invalid`] with every problem found.
+pub fn parse(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> {
+    let locations = Locations::index(&text);
+    let profile: Profile = match serde_saphyr::from_str(&text) {
+        Ok(p) => p,
+        Err(e) => return Err(ProfileError::Invalid(vec![serde_diagnostic(origin, &locations, &e)])),
+    };
+    let findings = validate::validate(&profile);
+    if !findings.is_empty() {
+        let diagnostics = findings
+            .into_iter()
+            .map(|f| Diagnostic {
+                file: origin.to_owned(),
+                pos: locations.find(&f.field),
+                field: Some(f.field),
+                message: f.message,
+            })
+            .collect();
+        return Err(ProfileError::Invalid(diagnostics));
+    }
+    Ok(LoadedProfile { profile, origin: origin.to_owned(), text, locations })
+}
+
+fn serde_diagnostic(origin: &str, locations: &Locations, e: &serde_saphyr::Error) -> Diagnostic {
+    let pos = e
+        .location()
+        .map(|l| Pos { line: usize::try_from(l.line()).unwrap_or(0), column: usize::try_from(l.column()).unwrap_or(0) })
+        .filter(|p| p.line > 0)
+        .unwrap_or(Pos { line: 1, column: 1 });
+    let field = locations.path_at(pos).filter(|p| !p.is_empty()).map(str::to_owned);
+    let message = e.without_snippet().to_string();
+    // The plain message may repeat the position; keep only the text.
+    let message = message.split(" at line ").next().unwrap_or(&message).trim().to_owned();
+    Diagnostic { file: origin.to_owned(), pos, field, message }
+}
+
+/// A pool with `pools.defaults` applied: every field it did not set comes from the defaults.
+#[derive(Debug, Clone)]
+pub struct EffectivePool<'a> {
+    /// The pool as written.
+    pub pool: &'a Pool,
+    /// The merged pod-template fields.
+    pub template: PoolTemplate,
+    /// The runtime class (`Some` only for kata pools).
+    pub runtime_class_name: Option<String>,
+}
+
+impl Profile {
+    /// The pools with defaults applied, in profile order.
+    #[must_use]
+    pub fn effective_pools(&self) -> Vec<EffectivePool<'_>> {
+        let d = &self.pools.defaults;
+        self.pools
+            .items
+            .iter()
+            .map(|p| EffectivePool {
+                pool: p,
+                template: PoolTemplate {
+                    labels: p.labels.clone().or_else(|| d.labels.clone()),
+                    annotations: p.annotations.clone().or_else(|| d.annotations.clone()),
+                    container_name: p.container_name.clone().or_else(|| d.container_name.clone()),
+                    image: p.image.clone().or_else(|| d.image.clone()),
+                    image_pull_policy: p.image_pull_policy.clone().or_else(|| d.image_pull_policy.clone()),
+                    command: p.command.clone().or_else(|| d.command.clone()),
+                    args: p.args.clone().or_else(|| d.args.clone()),
+                    env: p.env.clone().or_else(|| d.env.clone()),
+                    resources: p.resources.clone().or_else(|| d.resources.clone()),
+                    volume_mounts: p.volume_mounts.clone().or_else(|| d.volume_mounts.clone()),
+                    init_containers: p.init_containers.clone().or_else(|| d.init_containers.clone()),
+                    volumes: p.volumes.clone().or_else(|| d.volumes.clone()),
+                    node_selector: p.node_selector.clone().or_else(|| d.node_selector.clone()),
+                    tolerations: p.tolerations.clone().or_else(|| d.tolerations.clone()),
+                    service_account_name: p.service_account_name.clone().or_else(|| d.service_account_name.clone()),
+                },
+                runtime_class_name: match p.runtime {
+                    Runtime::Kata => {
+                        Some(p.runtime_class_name.clone().unwrap_or_else(|| DEFAULT_KATA_RUNTIME_CLASS.to_owned()))
+                    }
+                    Runtime::Runc => None,
+                },
+            })
+            .collect()
+    }
+
+    /// The repository path of a rendered layer (`platform/<name>` unless set), normalised.
+    #[must_use]
+    pub fn layer_path(layer: &Layer) -> String {
+        let raw = layer.path.clone().unwrap_or_else(|| format!("platform/{}", layer.name));
+        validate::normalize_repo_path(&raw).unwrap_or(raw)
+    }
+}

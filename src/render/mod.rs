@@ -1,0 +1,231 @@
+//! Render a profile into the files of a Flux repository.
+//!
+//! Templates are Tera files laid out like the output: `cluster/layer.yaml` becomes
+//! `clusters/<cluster>/apps/<layer>.yaml` for every rendered layer, and every file in
+//! `<component>/` becomes `<layer path>/<file>` for the layer that renders that component.
+//! Files whose name starts with `_` are partials (included by others, never written); a template
+//! that renders to blank text writes no file. The cluster's `kustomization.yaml` is not owned by
+//! osbx: it is created from `cluster/kustomization.yaml` or merged into (see `repo`).
+
+mod filters;
+mod view;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use tera::{Context, Tera};
+
+use crate::embedded;
+use crate::profile::{LoadedProfile, Profile};
+
+/// The first line of every file osbx owns; a file without it is never overwritten unless forced.
+pub const MARKER: &str = "Managed by osbx";
+
+/// Why rendering failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A template directory given with `--templates` could not be read.
+    #[error("cannot read templates from {path}: {source}")]
+    Read {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A template does not parse or failed to render.
+    #[error("template {name}: {message}")]
+    Template {
+        /// Template name.
+        name: String,
+        /// Tera's error chain, joined.
+        message: String,
+    },
+    /// A template produced YAML that does not parse.
+    #[error("template {name} produced invalid YAML: {message}")]
+    InvalidYaml {
+        /// Template name.
+        name: String,
+        /// The parser's message.
+        message: String,
+    },
+}
+
+/// One file osbx writes and owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedFile {
+    /// Path relative to the repository root, `/`-separated.
+    pub path: String,
+    /// Full content, ownership marker included.
+    pub content: String,
+}
+
+/// Everything a render produces.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// Owned files, in a stable order.
+    pub files: Vec<RenderedFile>,
+    /// `clusters/<cluster>/kustomization.yaml`.
+    pub cluster_kustomization: String,
+    /// The entries osbx needs in it (`apps/<layer>.yaml`).
+    pub cluster_entries: Vec<String>,
+}
+
+/// The loaded templates.
+pub struct Renderer {
+    tera: Tera,
+    names: Vec<String>,
+}
+
+impl Renderer {
+    /// The templates compiled into the binary, with files from `overrides` (same layout) taking
+    /// precedence over embedded ones of the same name.
+    ///
+    /// # Errors
+    /// [`RenderError`] when the directory cannot be read or a template does not parse.
+    pub fn new(overrides: Option<&Path>) -> Result<Self, RenderError> {
+        let mut sources: BTreeMap<String, String> =
+            embedded::templates().iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
+        if let Some(dir) = overrides {
+            read_dir_into(dir, dir, &mut sources)?;
+        }
+        let mut tera = Tera::default();
+        tera.autoescape_on(vec![]);
+        filters::register(&mut tera);
+        tera.add_raw_templates(sources.iter().map(|(n, t)| (n.as_str(), t.as_str())))
+            .map_err(|e| RenderError::Template { name: "(templates)".into(), message: chain(&e) })?;
+        Ok(Self { tera, names: sources.into_keys().collect() })
+    }
+
+    /// Render every layer of the profile.
+    ///
+    /// # Errors
+    /// [`RenderError`] when a template fails or produces invalid YAML.
+    pub fn render(&self, loaded: &LoadedProfile) -> Result<Rendered, RenderError> {
+        let p = &loaded.profile;
+        let base = view::base(p);
+        let cluster_dir = format!("clusters/{}", p.cluster.name);
+        let mut files = Vec::new();
+        let mut entries = Vec::new();
+        for layer in p.layers.iter().filter(|l| !l.external) {
+            let Some(component) = layer.component else { continue };
+            let mut ctx = base.clone();
+            ctx.insert("layer", &view::layer(layer));
+            let app = format!("apps/{}.yaml", layer.name);
+            self.push(&mut files, "cluster/layer.yaml", &ctx, format!("{cluster_dir}/{app}"), p)?;
+            entries.push(app);
+            let dir = Profile::layer_path(layer);
+            let prefix = format!("{}/", component.template_dir());
+            for name in self.names.iter().filter(|n| n.starts_with(&prefix)) {
+                let file = &name[prefix.len()..];
+                if file.contains('/') || file.starts_with('_') {
+                    continue;
+                }
+                self.push(&mut files, name, &ctx, format!("{dir}/{file}"), p)?;
+            }
+        }
+        Ok(Rendered { files, cluster_kustomization: format!("{cluster_dir}/kustomization.yaml"), cluster_entries: entries })
+    }
+
+    /// A new cluster `kustomization.yaml` listing `resources`.
+    ///
+    /// # Errors
+    /// [`RenderError`] when the template fails.
+    pub fn cluster_kustomization(&self, resources: &[String]) -> Result<String, RenderError> {
+        let mut ctx = Context::new();
+        ctx.insert("resources", resources);
+        self.render_one("cluster/kustomization.yaml", &ctx)
+    }
+
+    fn push(
+        &self,
+        files: &mut Vec<RenderedFile>,
+        template: &str,
+        ctx: &Context,
+        path: String,
+        p: &Profile,
+    ) -> Result<(), RenderError> {
+        let body = self.render_one(template, ctx)?;
+        if body.trim().is_empty() {
+            return Ok(());
+        }
+        if Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            check_yaml(template, &body)?;
+        }
+        files.push(RenderedFile { content: with_marker(&path, &body, &p.metadata.name), path });
+        Ok(())
+    }
+
+    fn render_one(&self, name: &str, ctx: &Context) -> Result<String, RenderError> {
+        let mut out = self
+            .tera
+            .render(name, ctx)
+            .map_err(|e| RenderError::Template { name: name.to_owned(), message: chain(&e) })?;
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out = out.trim_start_matches('\n').to_owned();
+        out.push('\n');
+        Ok(out)
+    }
+}
+
+fn read_dir_into(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(), RenderError> {
+    let err = |e| RenderError::Read { path: dir.display().to_string(), source: e };
+    let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(err)?.collect::<Result<_, _>>().map_err(err)?;
+    entries.sort_by_key(std::fs::DirEntry::path);
+    for entry in entries {
+        let path = entry.path();
+        if path.is_dir() {
+            read_dir_into(root, &path, out)?;
+        } else {
+            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| RenderError::Read { path: path.display().to_string(), source: e })?;
+            out.insert(rel, text);
+        }
+    }
+    Ok(())
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+fn check_yaml(template: &str, body: &str) -> Result<(), RenderError> {
+    serde_saphyr::from_str_multiple::<serde_json::Value, Vec<_>>(body)
+        .map(|_| ())
+        .map_err(|e| RenderError::InvalidYaml { name: template.to_owned(), message: e.to_string() })
+}
+
+/// Prefix `content` with the ownership marker in the comment syntax of the file type.
+#[must_use]
+pub fn with_marker(path: &str, content: &str, profile: &str) -> String {
+    let note = format!("{MARKER} (profile {profile}): edit the profile and re-render, not this file.");
+    if path.ends_with(".md") {
+        format!("<!-- {note} -->\n\n{content}")
+    } else {
+        format!("# {note}\n{content}")
+    }
+}
+
+/// Whether file text carries the ownership marker on its first line.
+#[must_use]
+pub fn is_owned(content: &str) -> bool {
+    content.lines().next().is_some_and(|l| l.contains(MARKER))
+}
+
+/// Remove the marker line (and the blank line after an HTML comment), for comparisons.
+#[must_use]
+pub fn strip_marker(content: &str) -> &str {
+    if !is_owned(content) {
+        return content;
+    }
+    let rest = content.split_once('\n').map_or("", |(_, r)| r);
+    if content.starts_with("<!--") { rest.strip_prefix('\n').unwrap_or(rest) } else { rest }
+}

@@ -1,0 +1,91 @@
+//! Commit rendered files with git2: exactly the files osbx changed, never anything else.
+
+use std::path::{Path, PathBuf};
+
+use git2::{IndexAddOption, Repository, Signature, Status, StatusOptions};
+
+/// Why a commit could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// `--out` is not inside a git work tree.
+    #[error("{path} is not inside a git repository (run `git init` there, or drop --commit)")]
+    NotARepo {
+        /// The directory.
+        path: String,
+    },
+    /// The index holds staged changes osbx did not make.
+    #[error(
+        "refusing to commit: the index has staged changes osbx did not make:\n{}\ncommit or unstage them first",
+        .0.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
+    )]
+    UnrelatedStaged(Vec<String>),
+    /// libgit2 failed.
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+}
+
+fn open(root: &Path) -> Result<(Repository, PathBuf), GitError> {
+    let repo = Repository::discover(root).map_err(|_| GitError::NotARepo { path: root.display().to_string() })?;
+    let workdir = repo.workdir().ok_or_else(|| GitError::NotARepo { path: root.display().to_string() })?;
+    let workdir = workdir.canonicalize().unwrap_or_else(|_| workdir.to_path_buf());
+    Ok((repo, workdir))
+}
+
+/// `root`-relative paths → work-tree-relative paths.
+fn to_workdir(root: &Path, workdir: &Path, paths: &[String]) -> Vec<String> {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let prefix = root.strip_prefix(workdir).unwrap_or(Path::new(""));
+    paths.iter().map(|p| prefix.join(p).to_string_lossy().replace('\\', "/")).collect()
+}
+
+/// Staged paths (work-tree relative) that are not among `ours` (`root`-relative).
+///
+/// # Errors
+/// [`GitError`] when `root` is not in a repository or libgit2 fails.
+pub fn staged_conflicts(root: &Path, ours: &[String]) -> Result<Vec<String>, GitError> {
+    let (repo, workdir) = open(root)?;
+    let ours = to_workdir(root, &workdir, ours);
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(false).include_ignored(false);
+    let staged = Status::INDEX_NEW
+        | Status::INDEX_MODIFIED
+        | Status::INDEX_DELETED
+        | Status::INDEX_RENAMED
+        | Status::INDEX_TYPECHANGE;
+    let statuses = repo.statuses(Some(&mut opts))?;
+    let mut unrelated: Vec<String> = statuses
+        .iter()
+        .filter(|s| s.status().intersects(staged))
+        .filter_map(|s| s.path().ok().map(str::to_owned))
+        .filter(|p| !ours.contains(p))
+        .collect();
+    unrelated.sort();
+    Ok(unrelated)
+}
+
+/// Stage `paths` (`root`-relative) and commit them; returns the commit id, or `None` when
+/// nothing differs from HEAD.
+///
+/// # Errors
+/// [`GitError`] when libgit2 fails.
+pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<git2::Oid>, GitError> {
+    let (repo, workdir) = open(root)?;
+    let paths = to_workdir(root, &workdir, paths);
+    let mut index = repo.index()?;
+    index.add_all(paths.iter(), IndexAddOption::DEFAULT, None)?;
+    index.write()?;
+    let tree_id = index.write_tree()?;
+    let parent = match repo.head() {
+        Ok(head) => Some(head.peel_to_commit()?),
+        Err(e) if e.code() == git2::ErrorCode::UnbornBranch || e.code() == git2::ErrorCode::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    if parent.as_ref().is_some_and(|c| c.tree_id() == tree_id) {
+        return Ok(None);
+    }
+    let tree = repo.find_tree(tree_id)?;
+    let sig = repo.signature().or_else(|_| Signature::now("osbx", "osbx@localhost"))?;
+    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+    let id = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)?;
+    Ok(Some(id))
+}
