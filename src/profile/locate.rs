@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use serde_saphyr::granit_parser::{Event, Parser};
 
 /// A 1-based line and column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Pos {
     /// Line, from 1.
     pub line: usize,
@@ -22,6 +22,8 @@ pub struct Pos {
 #[derive(Debug, Default)]
 pub struct Locations {
     by_path: HashMap<String, Pos>,
+    /// Every node start (keys and values) → its path, for errors that only carry a position.
+    by_pos: HashMap<Pos, String>,
 }
 
 enum Frame {
@@ -35,6 +37,7 @@ impl Locations {
     #[must_use]
     pub fn index(source: &str) -> Self {
         let mut by_path = HashMap::new();
+        let mut by_pos = HashMap::new();
         let mut stack: Vec<Frame> = Vec::new();
         for item in Parser::new_from_str(source) {
             let Ok((event, span)) = item else { break };
@@ -44,14 +47,17 @@ impl Locations {
                     if let Some(Frame::Map { key: key @ None, path }) = stack.last_mut() {
                         let child = join_key(path, &text);
                         by_path.entry(child.clone()).or_insert(pos);
+                        by_pos.insert(pos, child.clone());
                         *key = Some((child, pos));
                     } else {
                         let child = Self::child_path(&mut stack, pos, &mut by_path);
-                        by_path.entry(child).or_insert(pos);
+                        by_path.entry(child.clone()).or_insert(pos);
+                        by_pos.entry(pos).or_insert(child);
                     }
                 }
                 Event::MappingStart(..) => {
                     let path = Self::child_path(&mut stack, pos, &mut by_path);
+                    by_pos.entry(pos).or_insert_with(|| path.clone());
                     stack.push(Frame::Map { path, key: None });
                 }
                 Event::SequenceStart(..) => {
@@ -71,7 +77,7 @@ impl Locations {
                 _ => {}
             }
         }
-        Self { by_path }
+        Self { by_path, by_pos }
     }
 
     /// The path of the next value node under the top frame; consumes a pending mapping key.
@@ -111,11 +117,7 @@ impl Locations {
     /// deserializer error, which only carries a position).
     #[must_use]
     pub fn path_at(&self, pos: Pos) -> Option<&str> {
-        self.by_path
-            .iter()
-            .filter(|(_, p)| **p == pos)
-            .map(|(path, _)| path.as_str())
-            .max_by_key(|path| path.len())
+        self.by_pos.get(&pos).map(String::as_str)
     }
 }
 

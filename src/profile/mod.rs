@@ -158,7 +158,7 @@ pub fn parse(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> 
     let locations = Locations::index(&text);
     let profile: Profile = match serde_saphyr::from_str(&text) {
         Ok(p) => p,
-        Err(e) => return Err(ProfileError::Invalid(vec![serde_diagnostic(origin, &locations, &e)])),
+        Err(e) => return Err(ProfileError::Invalid(vec![serde_diagnostic(origin, &text, &locations, &e)])),
     };
     let findings = validate::validate(&profile);
     if !findings.is_empty() {
@@ -176,17 +176,42 @@ pub fn parse(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> 
     Ok(LoadedProfile { profile, origin: origin.to_owned(), text, locations })
 }
 
-fn serde_diagnostic(origin: &str, locations: &Locations, e: &serde_saphyr::Error) -> Diagnostic {
+fn serde_diagnostic(origin: &str, text: &str, locations: &Locations, e: &serde_saphyr::Error) -> Diagnostic {
     let pos = e
         .location()
         .map(|l| Pos { line: usize::try_from(l.line()).unwrap_or(0), column: usize::try_from(l.column()).unwrap_or(0) })
         .filter(|p| p.line > 0)
         .unwrap_or(Pos { line: 1, column: 1 });
-    let field = locations.path_at(pos).filter(|p| !p.is_empty()).map(str::to_owned);
+    let mut field = locations.path_at(pos).filter(|p| !p.is_empty()).map(str::to_owned);
     let message = e.without_snippet().to_string();
     // The plain message may repeat the position; keep only the text.
-    let message = message.split(" at line ").next().unwrap_or(&message).trim().to_owned();
+    let mut message = message.split(" at line ").next().unwrap_or(&message).trim().to_owned();
+    // serde reports a missing field at the last key of the mapping: name the missing one instead.
+    if let Some(missing) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
+        let parent = field.as_deref().and_then(|f| f.rfind('.').map(|cut| &f[..cut])).unwrap_or("");
+        field = Some(if parent.is_empty() { missing.to_owned() } else { format!("{parent}.{missing}") });
+    }
+    // Terse scalar errors ("invalid i64"): say what was expected and what was found.
+    if let Some(kind) = message.strip_prefix("invalid ") {
+        let expected = match kind {
+            "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" => Some("an integer"),
+            "f32" | "f64" => Some("a number"),
+            "bool" => Some("true or false"),
+            _ => None,
+        };
+        if let Some(expected) = expected {
+            let found = scalar_at(text, pos);
+            message = format!("expected {expected}, found {found:?}");
+        }
+    }
     Diagnostic { file: origin.to_owned(), pos, field, message }
+}
+
+/// The plain scalar text starting at `pos` (up to a flow or comment delimiter).
+fn scalar_at(text: &str, pos: Pos) -> String {
+    let line = text.lines().nth(pos.line.saturating_sub(1)).unwrap_or("");
+    let rest: String = line.chars().skip(pos.column.saturating_sub(1)).collect();
+    rest.split([',', '}', ']', '#']).next().unwrap_or("").trim().to_owned()
 }
 
 /// A pool with `pools.defaults` applied: every field it did not set comes from the defaults.

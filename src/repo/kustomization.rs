@@ -52,7 +52,7 @@ fn find_resources(text: &str) -> Result<Option<Resources>, MergeError> {
             }
             Event::Scalar(v, ..) if is_resources_value => {
                 let (_, key_line, key_col) = key.take().unwrap_or_default();
-                if !v.is_empty() {
+                if !matches!(v.as_ref(), "" | "~" | "null") {
                     return Err(MergeError::Unsupported("`resources` is not a list".into()));
                 }
                 return Ok(Some(Resources { items: Vec::new(), last: None, key_line, key_col }));
@@ -183,6 +183,6 @@ mod tests {
         assert_eq!(merge("kind: Kustomization\n", &entries()[..1]).unwrap(), "kind: Kustomization\nresources:\n  - apps/opensandbox.yaml\n");
         assert_eq!(merge("resources:\nkind: K\n", &entries()[..1]).unwrap(), "resources:\n  - apps/opensandbox.yaml\nkind: K\n");
         assert!(matches!(merge("resources: [a]\n", &entries()), Err(MergeError::Unsupported(_))));
-        assert!(matches!(merge("resources: [\n", &entries()), Err(MergeError::Parse(_))));
+        assert!(matches!(merge("kind: \"unterminated\n", &entries()), Err(MergeError::Parse(_))));
     }
 }

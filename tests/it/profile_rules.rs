@@ -1,0 +1,188 @@
+//! Every profile validation rule: the message, the field and the `file:line:column` it points at.
+
+use osbx::profile::{self, ProfileError};
+
+/// A small valid profile; the tests below change one thing at a time.
+const BASE: &str = "\
+apiVersion: osbx.dev/v1alpha1
+kind: Profile
+metadata:
+  name: test
+cluster:
+  name: test
+layers:
+  - name: kata
+    external: true
+  - name: opensandbox
+    component: opensandbox
+    interval: 10m
+    dependsOn: [kata]
+  - name: pools
+    component: pools
+    dependsOn: [opensandbox]
+opensandbox:
+  source:
+    url: https://github.com/opensandbox-group/OpenSandbox.git
+    ref: {tag: helm/opensandbox/0.2.2}
+  server:
+    apiKey: {secretRef: {name: api-key}}
+    config:
+      runtime: {execdImage: example.com/execd:v1}
+pools:
+  items:
+    - name: pod
+      runtime: runc
+      image: example.com/sandbox:v1
+      capacity: {bufferMin: 0, bufferMax: 1, poolMin: 0, poolMax: 4}
+    - name: vm
+      runtime: kata
+      image: example.com/sandbox:v1
+      capacity: {bufferMin: 1, bufferMax: 2, poolMin: 0, poolMax: 2}
+";
+
+fn with(from: &str, to: &str) -> String {
+    assert!(BASE.contains(from), "{from:?} not in BASE");
+    BASE.replacen(from, to, 1)
+}
+
+/// Load `text` and return its single diagnostic as `line:col: field: message`.
+#[track_caller]
+fn error_of(text: &str) -> String {
+    let err = profile::parse("p.yaml", text.to_owned()).expect_err("profile should be rejected");
+    let ProfileError::Invalid(diags) = &err else { panic!("unexpected error: {err}") };
+    assert_eq!(diags.len(), 1, "expected one diagnostic, got {diags:#?}");
+    let text = diags[0].to_string();
+    text.strip_prefix("p.yaml:").unwrap_or(&text).to_owned()
+}
+
+#[test]
+fn base_profile_is_valid() {
+    let loaded = profile::parse("p.yaml", BASE.to_owned()).unwrap();
+    let pools = loaded.profile.effective_pools();
+    assert_eq!(pools[1].runtime_class_name.as_deref(), Some("kata-clh-runtime-rs"), "kata default runtime class");
+    assert_eq!(pools[0].runtime_class_name, None);
+}
+
+#[test]
+fn unknown_field() {
+    let e = error_of(&with("      runtime: runc\n", "      runtime: runc\n      replicas: 3\n"));
+    assert!(e.starts_with("29:7: pools.items[0].replicas: unknown field `replicas`"), "{e}");
+}
+
+#[test]
+fn wrong_type() {
+    let e = error_of(&with("bufferMax: 1,", "bufferMax: lots,"));
+    assert_eq!(e, "30:43: pools.items[0].capacity.bufferMax: expected an integer, found \"lots\"");
+}
+
+#[test]
+fn missing_required_field() {
+    let e = error_of(&with("      runtime: runc\n", ""));
+    assert!(e.starts_with("29:7: pools.items[0].runtime: missing field `runtime`"), "{e}");
+}
+
+#[test]
+fn duplicate_pool_names() {
+    assert_eq!(error_of(&with("- name: vm", "- name: pod")), "31:7: pools.items[1].name: duplicate pool name \"pod\"");
+}
+
+#[test]
+fn names_must_be_dns_labels() {
+    assert_eq!(
+        error_of(&with("- name: vm", "- name: CI_VM")),
+        "31:7: pools.items[1].name: \"CI_VM\" is not a valid name: use only lower-case letters, digits and '-' (DNS-1123 label)"
+    );
+    assert_eq!(
+        error_of(&with("  name: test\nlayers", "  name: -test\nlayers")),
+        "6:3: cluster.name: \"-test\" is not a valid name: must start and end with a letter or digit (DNS-1123 label)"
+    );
+}
+
+#[test]
+fn bad_duration() {
+    assert_eq!(
+        error_of(&with("interval: 10m", "interval: 10 minutes")),
+        "12:5: layers[1].interval: \"10 minutes\" is not a valid duration: use a number followed by ms, s, m, h (e.g. 10m, 1h30m)"
+    );
+}
+
+#[test]
+fn negative_capacity_is_named() {
+    let text = with("bufferMin: 0, bufferMax: 1, poolMin: 0", "bufferMin: 0, bufferMax: 1, poolMin: -2");
+    let err = profile::parse("p.yaml", text).unwrap_err();
+    let lines: Vec<String> = err.diagnostics().iter().map(ToString::to_string).collect();
+    assert_eq!(lines, ["p.yaml:30:46: pools.items[0].capacity.poolMin: must not be negative (got -2)"]);
+}
+
+#[test]
+fn buffer_min_above_buffer_max() {
+    assert_eq!(
+        error_of(&with("bufferMin: 1, bufferMax: 2", "bufferMin: 3, bufferMax: 2")),
+        "34:18: pools.items[1].capacity.bufferMin: bufferMin (3) is greater than bufferMax (2)"
+    );
+}
+
+#[test]
+fn pool_min_above_pool_max() {
+    let text = with("poolMin: 0, poolMax: 2", "poolMin: 2, poolMax: 1");
+    let err = profile::parse("p.yaml", text).unwrap_err();
+    let lines: Vec<String> = err.diagnostics().iter().map(ToString::to_string).collect();
+    assert!(lines.contains(&"p.yaml:34:46: pools.items[1].capacity.poolMin: poolMin (2) is greater than poolMax (1)".to_owned()), "{lines:#?}");
+    assert!(lines.contains(&"p.yaml:34:32: pools.items[1].capacity.bufferMax: bufferMax (2) is greater than poolMax (1)".to_owned()), "{lines:#?}");
+}
+
+#[test]
+fn buffer_max_above_pool_max() {
+    assert_eq!(
+        error_of(&with("bufferMax: 1, poolMin: 0, poolMax: 4", "bufferMax: 5, poolMin: 0, poolMax: 4")),
+        "30:32: pools.items[0].capacity.bufferMax: bufferMax (5) is greater than poolMax (4)"
+    );
+}
+
+#[test]
+fn kata_pool_without_runtime_class() {
+    assert_eq!(
+        error_of(&with("      runtime: kata\n", "      runtime: kata\n      runtimeClassName: \"\"\n")),
+        "33:7: pools.items[1].runtimeClassName: a kata pool needs a runtime class (omit the field for kata-clh-runtime-rs)"
+    );
+}
+
+#[test]
+fn depends_on_unknown_layer() {
+    assert_eq!(
+        error_of(&with("dependsOn: [kata]", "dependsOn: [spire-agents]")),
+        "13:17: layers[1].dependsOn[0]: unknown layer \"spire-agents\": declare it under layers (use `external: true` for a layer osbx does not render)"
+    );
+}
+
+#[test]
+fn layer_path_outside_the_repository() {
+    assert_eq!(
+        error_of(&with("    component: pools\n", "    component: pools\n    path: ../elsewhere\n")),
+        "16:5: layers[2].path: \"../elsewhere\" leaves the repository (contains '..')"
+    );
+    assert_eq!(
+        error_of(&with("    component: pools\n", "    component: pools\n    path: /etc/flux\n")),
+        "16:5: layers[2].path: \"/etc/flux\" must be a relative path inside the repository"
+    );
+}
+
+#[test]
+fn depends_on_cycle() {
+    let e = error_of(&with("  - name: kata\n    external: true\n", "  - name: kata\n    component: pools\n    dependsOn: [pools]\n").replace("    component: pools\n    dependsOn: [opensandbox]", "    external: true\n    dependsOn: [kata]"));
+    assert!(e.contains("dependsOn cycle"), "{e}");
+}
+
+#[test]
+fn wrong_api_version() {
+    assert_eq!(
+        error_of(&with("osbx.dev/v1alpha1", "osbx.dev/v9")),
+        "1:1: apiVersion: unsupported apiVersion \"osbx.dev/v9\": expected \"osbx.dev/v1alpha1\""
+    );
+}
+
+#[test]
+fn yaml_syntax_error_has_a_location() {
+    let e = error_of(&with("  name: test\nlayers", "  name: [test\nlayers"));
+    assert!(e.starts_with(|c: char| c.is_ascii_digit()), "{e}");
+}

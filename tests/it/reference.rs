@@ -1,0 +1,95 @@
+//! The homelab profile reproduces the hand-written reference commit
+//! (`../shared/seed/003_46ecb5eba34fea99.txt`, read at test time) object for object.
+//!
+//! The commit text is a diff without file names; its hunks are in git's path order. Every new
+//! file (`@@ -0,0 …`) is matched, in that order, with the files osbx renders sorted the same way,
+//! so paths and file names are checked along with the content. YAML is compared as parsed objects
+//! (comments and formatting may differ); the README is compared word for word.
+
+use serde_json::Value;
+
+use crate::support::{osbx, shared, tree, write};
+
+struct Hunk {
+    header: String,
+    lines: Vec<String>,
+}
+
+fn reference_hunks() -> Vec<Hunk> {
+    let path = shared().join("seed/003_46ecb5eba34fea99.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let mut hunks: Vec<Hunk> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("@@ ") {
+            hunks.push(Hunk { header: line.to_owned(), lines: Vec::new() });
+        } else if let Some(h) = hunks.last_mut() {
+            h.lines.push(line.to_owned());
+        }
+    }
+    hunks
+}
+
+fn added(h: &Hunk) -> Vec<String> {
+    h.lines.iter().filter_map(|l| l.strip_prefix('+')).map(str::to_owned).collect()
+}
+
+fn yaml_docs(text: &str) -> Vec<Value> {
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+fn words(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn homelab_reproduces_the_reference_commit() {
+    let hunks = reference_hunks();
+    let new_files: Vec<Vec<String>> = hunks.iter().filter(|h| h.header.starts_with("@@ -0,0 ")).map(added).collect();
+    assert_eq!(new_files.len(), 10, "the reference commit adds 10 files");
+
+    let dir = tempfile::tempdir().unwrap();
+    osbx().args(["-q", "render", "--profile", "homelab", "--out"]).arg(dir.path()).assert().success();
+    let rendered = tree(dir.path());
+    let ours: Vec<(&String, &String)> =
+        rendered.iter().filter(|(p, _)| *p != "clusters/homelab/kustomization.yaml").collect();
+    let paths: Vec<&str> = ours.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "clusters/homelab/apps/opensandbox-pools.yaml",
+            "clusters/homelab/apps/opensandbox.yaml",
+            "platform/sandbox-opensandbox-pools/kustomization.yaml",
+            "platform/sandbox-opensandbox-pools/pools.yaml",
+            "platform/sandbox-opensandbox/README.md",
+            "platform/sandbox-opensandbox/helmrelease.yaml",
+            "platform/sandbox-opensandbox/kustomization.yaml",
+            "platform/sandbox-opensandbox/namespaces.yaml",
+            "platform/sandbox-opensandbox/repository.yaml",
+            "platform/sandbox-opensandbox/values.yaml",
+        ]
+    );
+    for ((path, content), reference) in ours.iter().zip(&new_files) {
+        let reference = reference.join("\n") + "\n";
+        if path.ends_with(".md") {
+            let ours = osbx::render::strip_marker(content);
+            assert_eq!(words(ours), words(&reference), "{path}");
+        } else {
+            assert_eq!(yaml_docs(content), yaml_docs(&reference), "{path} differs from the reference");
+        }
+    }
+}
+
+#[test]
+fn homelab_registers_both_layers_in_the_existing_cluster_kustomization() {
+    let hunk = reference_hunks().into_iter().find(|h| h.header.starts_with("@@ -7,3 +7,5 @@")).unwrap();
+    let expected_added = added(&hunk);
+    assert_eq!(expected_added, ["  - apps/opensandbox.yaml", "  - apps/opensandbox-pools.yaml"]);
+
+    let before = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n# Flux layers of this cluster\nresources:\n  - flux-system\n  - apps/spire-bootstrap.yaml\n  - apps/spire-agents.yaml\n  - apps/kata.yaml\n";
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "clusters/homelab/kustomization.yaml", before);
+    osbx().args(["-q", "render", "--profile", "homelab", "--out"]).arg(dir.path()).assert().success();
+    let after = std::fs::read_to_string(dir.path().join("clusters/homelab/kustomization.yaml")).unwrap();
+    assert_eq!(after, format!("{before}{}\n", expected_added.join("\n")));
+}

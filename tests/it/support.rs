@@ -1,0 +1,57 @@
+//! Helpers shared by the integration tests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+/// The project root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared/`, read at test time and never copied into the repository.
+pub fn shared() -> PathBuf {
+    root().join("../shared")
+}
+
+/// The `osbx` binary under test, without colour and with a clean environment.
+pub fn osbx() -> Command {
+    let mut cmd = Command::cargo_bin("osbx").expect("osbx binary");
+    cmd.env_remove("OSBX_PROFILE").env_remove("OSBX_TEMPLATES").env_remove("OSBX_FAILPOINT").env("OSBX_COLOR", "never");
+    cmd
+}
+
+/// Every file under `dir` (relative path → content), skipping `.git`.
+pub fn tree(dir: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.file_name().is_some_and(|n| n == ".git") {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+                out.insert(rel, std::fs::read_to_string(&path).unwrap_or_else(|_| "<binary>".into()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Write `content` to `dir/rel`, creating parents.
+pub fn write(dir: &Path, rel: &str, content: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+/// Stdout and stderr of a finished command, as text.
+pub fn outputs(out: &std::process::Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
