@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{IndexAddOption, Repository, Signature, Status, StatusOptions};
+use git2::{Repository, Signature, Status, StatusOptions};
 
 /// Why a commit could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -69,10 +69,16 @@ pub fn staged_conflicts(root: &Path, ours: &[String]) -> Result<Vec<String>, Git
 /// # Errors
 /// [`GitError`] when libgit2 fails.
 pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<git2::Oid>, GitError> {
+    if paths.is_empty() {
+        return Ok(None);
+    }
     let (repo, workdir) = open(root)?;
     let paths = to_workdir(root, &workdir, paths);
     let mut index = repo.index()?;
-    index.add_all(paths.iter(), IndexAddOption::DEFAULT, None)?;
+    // Exact paths, never pathspecs: a pathspec list would glob-match (and an empty one matches all).
+    for path in &paths {
+        index.add_path(Path::new(path))?;
+    }
     index.write()?;
     let tree_id = index.write_tree()?;
     let parent = match repo.head() {

@@ -1,0 +1,255 @@
+//! `osbx render` end to end: every flag and exit code, on real files and real git repositories.
+
+use std::path::Path;
+
+use predicates::prelude::*;
+
+use crate::support::{osbx, outputs, tree, write};
+
+fn render(dir: &Path, profile: &str) -> assert_cmd::assert::Assert {
+    osbx().args(["render", "--profile", profile, "--out"]).arg(dir).assert()
+}
+
+#[test]
+fn no_profile_renders_the_embedded_default_into_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    osbx().current_dir(dir.path()).arg("render").assert().success().stderr(predicate::str::contains("rendered profile default"));
+    let files = tree(dir.path());
+    assert!(files.contains_key("clusters/sandbox/apps/opensandbox.yaml"), "{:?}", files.keys());
+    assert!(files["platform/opensandbox/values.yaml"].contains("secretKeyRef"), "API key comes from a Secret");
+    assert!(!files["platform/opensandbox/values.yaml"].contains("api_key"), "no API key in the ConfigMap");
+}
+
+#[test]
+fn check_reports_up_to_date_then_differences_with_a_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    render(dir.path(), "homelab").success();
+    osbx().args(["render", "--profile", "homelab", "--check", "--out"]).arg(dir.path()).assert().code(0).stdout("");
+
+    let pools = dir.path().join("platform/sandbox-opensandbox-pools/pools.yaml");
+    let edited = std::fs::read_to_string(&pools).unwrap().replace("poolMax: 4", "poolMax: 9");
+    std::fs::write(&pools, &edited).unwrap();
+    std::fs::remove_file(dir.path().join("platform/sandbox-opensandbox/README.md")).unwrap();
+    let before = tree(dir.path());
+    let out = osbx().args(["render", "--profile", "homelab", "--check", "--out"]).arg(dir.path()).output().unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.contains("--- a/platform/sandbox-opensandbox-pools/pools.yaml"), "{stdout}");
+    assert!(stdout.contains("-    poolMax: 9\n+    poolMax: 4"), "{stdout}");
+    assert!(stdout.contains("--- /dev/null\n+++ b/platform/sandbox-opensandbox/README.md"), "{stdout}");
+    assert!(!stdout.contains('\u{1b}'), "no colour when not a terminal");
+    assert!(stderr.contains("2 file(s) differ"), "{stderr}");
+    assert_eq!(tree(dir.path()), before, "--check writes nothing");
+}
+
+#[test]
+fn check_colours_the_diff_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = osbx().args(["--color", "always", "render", "--profile", "homelab", "--check", "--out"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\u{1b}[32m+"), "added lines are green");
+}
+
+#[test]
+fn merge_keeps_foreign_entries_and_files_and_refuses_to_overwrite_foreign_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let kustomization = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - flux-system   # bootstrap\n  - apps/monitoring.yaml\n";
+    write(dir.path(), "clusters/homelab/kustomization.yaml", kustomization);
+    write(dir.path(), "clusters/homelab/apps/monitoring.yaml", "# mine\nkind: Kustomization\n");
+    write(dir.path(), "platform/monitoring/values.yaml", "# mine too\n");
+    write(dir.path(), "platform/sandbox-opensandbox/values.yaml", "# hand-written, not osbx's\n");
+    let before = tree(dir.path());
+
+    let out = osbx().args(["render", "--profile", "homelab", "--out"]).arg(dir.path()).output().unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("refusing to overwrite files osbx does not own"), "{stderr}");
+    assert!(stderr.contains("platform/sandbox-opensandbox/values.yaml"), "{stderr}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(tree(dir.path()), before, "nothing written on refusal");
+
+    osbx().args(["render", "--profile", "homelab", "--force", "--out"]).arg(dir.path()).assert().success();
+    let after = tree(dir.path());
+    assert_eq!(after["clusters/homelab/apps/monitoring.yaml"], "# mine\nkind: Kustomization\n");
+    assert_eq!(after["platform/monitoring/values.yaml"], "# mine too\n");
+    assert!(osbx::render::is_owned(&after["platform/sandbox-opensandbox/values.yaml"]), "adopted with --force");
+    assert_eq!(
+        after["clusters/homelab/kustomization.yaml"],
+        format!("{kustomization}  - apps/opensandbox.yaml\n  - apps/opensandbox-pools.yaml\n"),
+        "existing entries, order and comments kept; ours appended"
+    );
+    // A second render changes nothing, and owned files are overwritten without --force.
+    render(dir.path(), "homelab").success().stderr(predicate::str::contains("0 file(s) written"));
+}
+
+#[test]
+fn a_new_cluster_kustomization_lists_flux_system_when_bootstrap_made_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "clusters/sandbox/flux-system/gotk-sync.yaml", "kind: GitRepository\n");
+    render(dir.path(), "default").success();
+    let k = std::fs::read_to_string(dir.path().join("clusters/sandbox/kustomization.yaml")).unwrap();
+    assert!(k.ends_with("resources:\n  - flux-system\n  - apps/opensandbox.yaml\n  - apps/opensandbox-pools.yaml\n"), "{k}");
+}
+
+#[test]
+fn invalid_profile_exits_2_with_location_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(crate::support::root().join("profiles/homelab.yaml"))
+        .unwrap()
+        .replace("bufferMin: 0, bufferMax: 1, poolMin: 0, poolMax: 2", "bufferMin: 2, bufferMax: 1, poolMin: 0, poolMax: 2");
+    let profile = dir.path().join("bad.yaml");
+    std::fs::write(&profile, text).unwrap();
+    let out_dir = dir.path().join("repo");
+    let out = osbx().args(["render", "--profile"]).arg(&profile).arg("--out").arg(&out_dir).output().unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr.contains("bad.yaml:157:18: pools.items[1].capacity.bufferMin: bufferMin (2) is greater than bufferMax (1)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!out_dir.exists(), "nothing written");
+}
+
+#[test]
+fn unknown_embedded_profile_names_the_known_ones() {
+    osbx()
+        .args(["render", "--profile", "nope"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no embedded profile named \"nope\" (embedded: default, homelab, runc-only)"));
+}
+
+#[test]
+fn a_failure_part_way_leaves_the_previous_tree_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    render(dir.path(), "homelab").success();
+    let before = tree(dir.path());
+    // A changed profile rewrites several files; fail the third rename.
+    let text = std::fs::read_to_string(crate::support::root().join("profiles/homelab.yaml"))
+        .unwrap()
+        .replace("interval: 10m", "interval: 15m")
+        .replace("poolMax: 4", "poolMax: 6");
+    let profile = dir.path().join("changed.yaml");
+    std::fs::write(&profile, &text).unwrap();
+    let out = osbx()
+        .env("OSBX_FAILPOINT", "rename:3")
+        .args(["render", "--profile"])
+        .arg(&profile)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("injected failure"), "{stderr}");
+    let mut after = tree(dir.path());
+    after.remove("changed.yaml");
+    assert_eq!(after, before, "old tree intact, no temp or backup files left");
+
+    // The rerun converges.
+    osbx().args(["-q", "render", "--profile"]).arg(&profile).arg("--out").arg(dir.path()).assert().success();
+    osbx().args(["render", "--check", "--profile"]).arg(&profile).arg("--out").arg(dir.path()).assert().code(0);
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn init_repo(dir: &Path) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["config", "user.name", "Test"]);
+    git(dir, &["config", "user.email", "test@example.com"]);
+    write(dir, "README.md", "flux repo\n");
+    write(dir, "notes.txt", "untracked and unstaged\n");
+    git(dir, &["add", "README.md"]);
+    git(dir, &["commit", "-q", "-m", "init"]);
+}
+
+#[test]
+fn commit_commits_exactly_the_files_osbx_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    init_repo(dir.path());
+    let out = osbx().args(["render", "--profile", "homelab", "--commit", "-m", "Add OpenSandbox", "--out"]).arg(dir.path()).output().unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let id = stdout.trim();
+    assert_eq!(git(dir.path(), &["rev-parse", "HEAD"]).trim(), id, "prints the commit id");
+    assert_eq!(git(dir.path(), &["log", "-1", "--format=%s"]).trim(), "Add OpenSandbox");
+    let files = git(dir.path(), &["show", "--name-only", "--format=", "HEAD"]);
+    let mut files: Vec<&str> = files.lines().collect();
+    files.sort_unstable();
+    assert_eq!(files.len(), 11, "{files:?}");
+    assert!(!files.contains(&"notes.txt"));
+    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "?? notes.txt\n");
+
+    // Nothing changed: no new commit.
+    osbx().args(["render", "--profile", "homelab", "--commit", "--out"]).arg(dir.path()).assert().success().stderr(predicate::str::contains("nothing to commit"));
+    assert_eq!(git(dir.path(), &["rev-parse", "HEAD"]).trim(), id);
+}
+
+#[test]
+fn commit_refuses_when_unrelated_changes_are_staged() {
+    let dir = tempfile::tempdir().unwrap();
+    init_repo(dir.path());
+    git(dir.path(), &["add", "notes.txt"]);
+    let out = osbx().args(["render", "--profile", "homelab", "--commit", "--out"]).arg(dir.path()).output().unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("staged changes osbx did not make") && stderr.contains("notes.txt"), "{stderr}");
+    assert!(!dir.path().join("clusters").exists(), "refused before writing anything");
+}
+
+#[test]
+fn commit_outside_a_repository_is_an_error_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = osbx().args(["render", "--profile", "homelab", "--commit", "--out"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(outputs(&out).1.contains("not inside a git repository"));
+    assert!(!dir.path().join("clusters").exists());
+}
+
+#[test]
+fn templates_dir_overrides_embedded_templates() {
+    let dir = tempfile::tempdir().unwrap();
+    let templates = dir.path().join("tpl");
+    write(&templates, "pools/kustomization.yaml", "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - pools.yaml\ncommonLabels:\n  team: sandbox\n");
+    let out_dir = dir.path().join("repo");
+    osbx().args(["-q", "render", "--profile", "homelab", "--templates"]).arg(&templates).arg("--out").arg(&out_dir).assert().success();
+    let k = std::fs::read_to_string(out_dir.join("platform/sandbox-opensandbox-pools/kustomization.yaml")).unwrap();
+    assert!(k.contains("team: sandbox"), "{k}");
+    let v = std::fs::read_to_string(out_dir.join("platform/sandbox-opensandbox/values.yaml")).unwrap();
+    assert!(v.contains("configToml"), "other templates stay embedded");
+}
+
+#[test]
+fn a_broken_template_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let templates = dir.path().join("tpl");
+    write(&templates, "pools/pools.yaml", "kind: Pool\nname: {{ nope.missing }}\n");
+    osbx()
+        .args(["render", "--profile", "homelab", "--templates"])
+        .arg(&templates)
+        .arg("--out")
+        .arg(dir.path().join("repo"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("template pools/pools.yaml"));
+    assert!(!dir.path().join("repo").exists());
+}
+
+#[test]
+fn profiles_lists_the_embedded_profiles_and_marks_the_default() {
+    let out = osbx().arg("profiles").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(stdout.lines().any(|l| l.starts_with("default") && l.contains('*')), "{stdout}");
+    assert!(stdout.contains("homelab") && stdout.contains("runc-only"), "{stdout}");
+}
+
+#[test]
+fn completions_are_generated() {
+    osbx().args(["completions", "bash"]).assert().success().stdout(predicate::str::contains("osbx"));
+}
