@@ -36,9 +36,9 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
                 out: args.out,
                 templates: args.templates,
                 check: args.check,
-                commit: args.commit.then(|| {
-                    args.message.unwrap_or_else(|| "osbx: render the OpenSandbox platform".to_owned())
-                }),
+                commit: args
+                    .commit
+                    .then(|| args.message.unwrap_or_else(|| "osbx: render the OpenSandbox platform".to_owned())),
                 force: args.force,
             };
             commands::render::run(&opts, printer)

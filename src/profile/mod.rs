@@ -135,7 +135,8 @@ pub fn embedded_profiles() -> Vec<(String, Option<String>)> {
 pub fn load(source: &ProfileSource) -> Result<LoadedProfile, ProfileError> {
     let (origin, text) = match source {
         ProfileSource::File(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| ProfileError::Read { path: path.clone(), source: e })?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| ProfileError::Read { path: path.clone(), source: e })?;
             (path.display().to_string(), text)
         }
         ProfileSource::Embedded(name) => {

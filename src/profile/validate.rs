@@ -225,10 +225,9 @@ fn opensandbox(p: &Profile, f: &mut Findings) {
 fn api_key(k: &ApiKey, f: &mut Findings) {
     match (&k.inline, &k.secret_ref) {
         (Some(_), Some(_)) => f.push("opensandbox.server.apiKey", "set either `inline` or `secretRef`, not both"),
-        (None, None) => f.push(
-            "opensandbox.server.apiKey",
-            "set `secretRef` (a Secret in the control-plane namespace) or `inline`",
-        ),
+        (None, None) => {
+            f.push("opensandbox.server.apiKey", "set `secretRef` (a Secret in the control-plane namespace) or `inline`")
+        }
         (None, Some(s)) => {
             if let Err(why) = check_dns_subdomain(&s.name) {
                 f.push("opensandbox.server.apiKey.secretRef.name", why);
@@ -262,7 +261,9 @@ fn pools(p: &Profile, f: &mut Findings) {
             _ => {}
         }
         let c = pool.capacity;
-        for (name, v) in [("bufferMin", c.buffer_min), ("bufferMax", c.buffer_max), ("poolMin", c.pool_min), ("poolMax", c.pool_max)] {
+        for (name, v) in
+            [("bufferMin", c.buffer_min), ("bufferMax", c.buffer_max), ("poolMin", c.pool_min), ("poolMax", c.pool_max)]
+        {
             if v < 0 {
                 f.push(format!("{at}.capacity.{name}"), format!("must not be negative (got {v})"));
             }
@@ -271,13 +272,22 @@ fn pools(p: &Profile, f: &mut Findings) {
             }
         }
         if c.buffer_min > c.buffer_max {
-            f.push(format!("{at}.capacity.bufferMin"), format!("bufferMin ({}) is greater than bufferMax ({})", c.buffer_min, c.buffer_max));
+            f.push(
+                format!("{at}.capacity.bufferMin"),
+                format!("bufferMin ({}) is greater than bufferMax ({})", c.buffer_min, c.buffer_max),
+            );
         }
         if c.pool_min > c.pool_max {
-            f.push(format!("{at}.capacity.poolMin"), format!("poolMin ({}) is greater than poolMax ({})", c.pool_min, c.pool_max));
+            f.push(
+                format!("{at}.capacity.poolMin"),
+                format!("poolMin ({}) is greater than poolMax ({})", c.pool_min, c.pool_max),
+            );
         }
         if c.buffer_max > c.pool_max {
-            f.push(format!("{at}.capacity.bufferMax"), format!("bufferMax ({}) is greater than poolMax ({})", c.buffer_max, c.pool_max));
+            f.push(
+                format!("{at}.capacity.bufferMax"),
+                format!("bufferMax ({}) is greater than poolMax ({})", c.buffer_max, c.pool_max),
+            );
         }
         if pool.image.as_ref().or(p.pools.defaults.image.as_ref()).is_none_or(|s| s.trim().is_empty()) {
             f.push(format!("{at}.image"), "missing image (set it on the pool or in pools.defaults)");

@@ -50,7 +50,8 @@ fn scalar(value: &Value, _: &HashMap<String, Value>) -> Result<Value> {
 /// `{{ list | flow }}`: a flow sequence, `[a, b]`.
 fn flow(value: &Value, _: &HashMap<String, Value>) -> Result<Value> {
     let Value::Array(items) = value else { return Err(Error::msg("`flow` needs a list")) };
-    let text = serde_saphyr::to_string_with_options(&serde_saphyr::FlowSeq(items), inline_options()).map_err(|e| Error::msg(e.to_string()))?;
+    let text = serde_saphyr::to_string_with_options(&serde_saphyr::FlowSeq(items), inline_options())
+        .map_err(|e| Error::msg(e.to_string()))?;
     Ok(Value::String(text.trim_end_matches('\n').to_owned()))
 }
 

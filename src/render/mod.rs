@@ -71,6 +71,38 @@ pub struct Rendered {
     pub cluster_entries: Vec<String>,
 }
 
+/// A Kubernetes object from a rendered file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedObject {
+    /// The file it comes from.
+    pub path: String,
+    /// The object.
+    pub object: serde_json::Value,
+}
+
+impl Rendered {
+    /// The Kubernetes objects the files deploy, in file order (kustomize `Kustomization` files
+    /// and non-YAML files are not objects).
+    ///
+    /// # Errors
+    /// [`RenderError::InvalidYaml`] when a file does not parse (templates are checked at render
+    /// time, so this only happens for hand-built values).
+    pub fn objects(&self) -> Result<Vec<RenderedObject>, RenderError> {
+        let mut out = Vec::new();
+        for f in self.files.iter().filter(|f| f.path.ends_with(".yaml") || f.path.ends_with(".yml")) {
+            let docs: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(&f.content)
+                .map_err(|e| RenderError::InvalidYaml { name: f.path.clone(), message: e.to_string() })?;
+            for object in docs.into_iter().filter(serde_json::Value::is_object) {
+                if object["apiVersion"].as_str().is_some_and(|v| v.starts_with("kustomize.config.k8s.io/")) {
+                    continue;
+                }
+                out.push(RenderedObject { path: f.path.clone(), object });
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The loaded templates.
 pub struct Renderer {
     tera: Tera,
@@ -124,7 +156,11 @@ impl Renderer {
                 self.push(&mut files, name, &ctx, format!("{dir}/{file}"), p)?;
             }
         }
-        Ok(Rendered { files, cluster_kustomization: format!("{cluster_dir}/kustomization.yaml"), cluster_entries: entries })
+        Ok(Rendered {
+            files,
+            cluster_kustomization: format!("{cluster_dir}/kustomization.yaml"),
+            cluster_entries: entries,
+        })
     }
 
     /// A new cluster `kustomization.yaml` listing `resources`.
@@ -207,11 +243,7 @@ fn check_yaml(template: &str, body: &str) -> Result<(), RenderError> {
 #[must_use]
 pub fn with_marker(path: &str, content: &str, profile: &str) -> String {
     let note = format!("{MARKER} (profile {profile}): edit the profile and re-render, not this file.");
-    if path.ends_with(".md") {
-        format!("<!-- {note} -->\n\n{content}")
-    } else {
-        format!("# {note}\n{content}")
-    }
+    if path.ends_with(".md") { format!("<!-- {note} -->\n\n{content}") } else { format!("# {note}\n{content}") }
 }
 
 /// Whether file text carries the ownership marker on its first line.

@@ -36,9 +36,8 @@ fn find_resources(text: &str) -> Result<Option<Resources>, MergeError> {
         let (event, span) = item.map_err(|e| MergeError::Parse(e.to_string()))?;
         let top_level = stack.len() == 1;
         // Is this event the start of the value of the top-level `resources` key?
-        let is_resources_value = top_level
-            && stack.last() == Some(&Some(false))
-            && key.as_ref().is_some_and(|(k, ..)| k == "resources");
+        let is_resources_value =
+            top_level && stack.last() == Some(&Some(false)) && key.as_ref().is_some_and(|(k, ..)| k == "resources");
         match event {
             Event::SequenceStart(style, ..) if is_resources_value => {
                 let (_, key_line, key_col) = key.take().unwrap_or_default();
@@ -180,8 +179,14 @@ mod tests {
 
     #[test]
     fn missing_or_empty_resources() {
-        assert_eq!(merge("kind: Kustomization\n", &entries()[..1]).unwrap(), "kind: Kustomization\nresources:\n  - apps/opensandbox.yaml\n");
-        assert_eq!(merge("resources:\nkind: K\n", &entries()[..1]).unwrap(), "resources:\n  - apps/opensandbox.yaml\nkind: K\n");
+        assert_eq!(
+            merge("kind: Kustomization\n", &entries()[..1]).unwrap(),
+            "kind: Kustomization\nresources:\n  - apps/opensandbox.yaml\n"
+        );
+        assert_eq!(
+            merge("resources:\nkind: K\n", &entries()[..1]).unwrap(),
+            "resources:\n  - apps/opensandbox.yaml\nkind: K\n"
+        );
         assert!(matches!(merge("resources: [a]\n", &entries()), Err(MergeError::Unsupported(_))));
         assert!(matches!(merge("kind: \"unterminated\n", &entries()), Err(MergeError::Parse(_))));
     }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub use git::{GitError, commit, staged_conflicts};
 pub use kustomization::MergeError;
 
-use crate::render::{Rendered, RenderError, Renderer, is_owned};
+use crate::render::{RenderError, Rendered, Renderer, is_owned};
 
 /// Why the repository cannot be updated.
 #[derive(Debug, thiserror::Error)]
@@ -145,9 +145,10 @@ fn read_existing(root: &Path, rel: &str) -> Result<Option<String>, RepoError> {
             Err(RepoError::Blocked { path: rel.to_owned(), reason: "a parent of this path is a file".into() })
         }
         Err(e) => Err(io(&path)(e)),
-        Ok(m) if m.is_dir() => {
-            Err(RepoError::Blocked { path: rel.to_owned(), reason: "is a directory, osbx needs to write a file here".into() })
-        }
+        Ok(m) if m.is_dir() => Err(RepoError::Blocked {
+            path: rel.to_owned(),
+            reason: "is a directory, osbx needs to write a file here".into(),
+        }),
         Ok(_) => fs::read_to_string(&path).map(Some).map_err(io(&path)),
     }
 }

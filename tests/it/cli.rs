@@ -13,7 +13,12 @@ fn render(dir: &Path, profile: &str) -> assert_cmd::assert::Assert {
 #[test]
 fn no_profile_renders_the_embedded_default_into_the_current_directory() {
     let dir = tempfile::tempdir().unwrap();
-    osbx().current_dir(dir.path()).arg("render").assert().success().stderr(predicate::str::contains("rendered profile default"));
+    osbx()
+        .current_dir(dir.path())
+        .arg("render")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("rendered profile default"));
     let files = tree(dir.path());
     assert!(files.contains_key("clusters/sandbox/apps/opensandbox.yaml"), "{:?}", files.keys());
     assert!(files["platform/opensandbox/values.yaml"].contains("secretKeyRef"), "API key comes from a Secret");
@@ -45,7 +50,11 @@ fn check_reports_up_to_date_then_differences_with_a_diff() {
 #[test]
 fn check_colours_the_diff_when_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let out = osbx().args(["--color", "always", "render", "--profile", "homelab", "--check", "--out"]).arg(dir.path()).output().unwrap();
+    let out = osbx()
+        .args(["--color", "always", "render", "--profile", "homelab", "--check", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("\u{1b}[32m+"), "added lines are green");
 }
@@ -88,15 +97,19 @@ fn a_new_cluster_kustomization_lists_flux_system_when_bootstrap_made_it() {
     write(dir.path(), "clusters/sandbox/flux-system/gotk-sync.yaml", "kind: GitRepository\n");
     render(dir.path(), "default").success();
     let k = std::fs::read_to_string(dir.path().join("clusters/sandbox/kustomization.yaml")).unwrap();
-    assert!(k.ends_with("resources:\n  - flux-system\n  - apps/opensandbox.yaml\n  - apps/opensandbox-pools.yaml\n"), "{k}");
+    assert!(
+        k.ends_with("resources:\n  - flux-system\n  - apps/opensandbox.yaml\n  - apps/opensandbox-pools.yaml\n"),
+        "{k}"
+    );
 }
 
 #[test]
 fn invalid_profile_exits_2_with_location_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(crate::support::root().join("profiles/homelab.yaml"))
-        .unwrap()
-        .replace("bufferMin: 0, bufferMax: 1, poolMin: 0, poolMax: 2", "bufferMin: 2, bufferMax: 1, poolMin: 0, poolMax: 2");
+    let text = std::fs::read_to_string(crate::support::root().join("profiles/homelab.yaml")).unwrap().replace(
+        "bufferMin: 0, bufferMax: 1, poolMin: 0, poolMax: 2",
+        "bufferMin: 2, bufferMax: 1, poolMin: 0, poolMax: 2",
+    );
     let profile = dir.path().join("bad.yaml");
     std::fs::write(&profile, text).unwrap();
     let out_dir = dir.path().join("repo");
@@ -104,7 +117,9 @@ fn invalid_profile_exits_2_with_location_and_writes_nothing() {
     let (_, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr.contains("bad.yaml:157:18: pools.items[1].capacity.bufferMin: bufferMin (2) is greater than bufferMax (1)"),
+        stderr.contains(
+            "bad.yaml:157:18: pools.items[1].capacity.bufferMin: bufferMin (2) is greater than bufferMax (1)"
+        ),
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -172,7 +187,11 @@ fn init_repo(dir: &Path) {
 fn commit_commits_exactly_the_files_osbx_changed() {
     let dir = tempfile::tempdir().unwrap();
     init_repo(dir.path());
-    let out = osbx().args(["render", "--profile", "homelab", "--commit", "-m", "Add OpenSandbox", "--out"]).arg(dir.path()).output().unwrap();
+    let out = osbx()
+        .args(["render", "--profile", "homelab", "--commit", "-m", "Add OpenSandbox", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let id = stdout.trim();
@@ -186,7 +205,12 @@ fn commit_commits_exactly_the_files_osbx_changed() {
     assert_eq!(git(dir.path(), &["status", "--porcelain"]), "?? notes.txt\n");
 
     // Nothing changed: no new commit.
-    osbx().args(["render", "--profile", "homelab", "--commit", "--out"]).arg(dir.path()).assert().success().stderr(predicate::str::contains("nothing to commit"));
+    osbx()
+        .args(["render", "--profile", "homelab", "--commit", "--out"])
+        .arg(dir.path())
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("nothing to commit"));
     assert_eq!(git(dir.path(), &["rev-parse", "HEAD"]).trim(), id);
 }
 
@@ -215,9 +239,19 @@ fn commit_outside_a_repository_is_an_error_before_writing() {
 fn templates_dir_overrides_embedded_templates() {
     let dir = tempfile::tempdir().unwrap();
     let templates = dir.path().join("tpl");
-    write(&templates, "pools/kustomization.yaml", "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - pools.yaml\ncommonLabels:\n  team: sandbox\n");
+    write(
+        &templates,
+        "pools/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - pools.yaml\ncommonLabels:\n  team: sandbox\n",
+    );
     let out_dir = dir.path().join("repo");
-    osbx().args(["-q", "render", "--profile", "homelab", "--templates"]).arg(&templates).arg("--out").arg(&out_dir).assert().success();
+    osbx()
+        .args(["-q", "render", "--profile", "homelab", "--templates"])
+        .arg(&templates)
+        .arg("--out")
+        .arg(&out_dir)
+        .assert()
+        .success();
     let k = std::fs::read_to_string(out_dir.join("platform/sandbox-opensandbox-pools/kustomization.yaml")).unwrap();
     assert!(k.contains("team: sandbox"), "{k}");
     let v = std::fs::read_to_string(out_dir.join("platform/sandbox-opensandbox/values.yaml")).unwrap();

@@ -36,7 +36,10 @@ fn every_shipped_profile_has_an_up_to_date_example() {
             "examples/{name} lists other files than the render; run OSBX_UPDATE_EXAMPLES=1 cargo test --test it examples"
         );
         for (rel, content) in &rendered {
-            assert_eq!(&example[rel], content, "examples/{name}/{rel} is out of date; run OSBX_UPDATE_EXAMPLES=1 cargo test --test it examples");
+            assert_eq!(
+                &example[rel], content,
+                "examples/{name}/{rel} is out of date; run OSBX_UPDATE_EXAMPLES=1 cargo test --test it examples"
+            );
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The integration test binary: one target so that shared setup happens once.
 
 mod cli;
+mod cluster;
 mod examples;
+mod plane;
 mod profile_rules;
 mod reference;
 mod support;

@@ -127,8 +127,18 @@ fn pool_min_above_pool_max() {
     let text = with("poolMin: 0, poolMax: 2", "poolMin: 2, poolMax: 1");
     let err = profile::parse("p.yaml", text).unwrap_err();
     let lines: Vec<String> = err.diagnostics().iter().map(ToString::to_string).collect();
-    assert!(lines.contains(&"p.yaml:34:46: pools.items[1].capacity.poolMin: poolMin (2) is greater than poolMax (1)".to_owned()), "{lines:#?}");
-    assert!(lines.contains(&"p.yaml:34:32: pools.items[1].capacity.bufferMax: bufferMax (2) is greater than poolMax (1)".to_owned()), "{lines:#?}");
+    assert!(
+        lines.contains(
+            &"p.yaml:34:46: pools.items[1].capacity.poolMin: poolMin (2) is greater than poolMax (1)".to_owned()
+        ),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.contains(
+            &"p.yaml:34:32: pools.items[1].capacity.bufferMax: bufferMax (2) is greater than poolMax (1)".to_owned()
+        ),
+        "{lines:#?}"
+    );
 }
 
 #[test]
@@ -169,7 +179,10 @@ fn layer_path_outside_the_repository() {
 
 #[test]
 fn depends_on_cycle() {
-    let e = error_of(&with("  - name: kata\n    external: true\n", "  - name: kata\n    component: pools\n    dependsOn: [pools]\n").replace("    component: pools\n    dependsOn: [opensandbox]", "    external: true\n    dependsOn: [kata]"));
+    let e = error_of(
+        &with("  - name: kata\n    external: true\n", "  - name: kata\n    component: pools\n    dependsOn: [pools]\n")
+            .replace("    component: pools\n    dependsOn: [opensandbox]", "    external: true\n    dependsOn: [kata]"),
+    );
     assert!(e.contains("dependsOn cycle"), "{e}");
 }
 

@@ -1,0 +1,142 @@
+//! A real control plane for the tests: etcd + kube-apiserver on 127.0.0.1.
+//!
+//! When `OSBX_TEST_KUBECONFIG` is set (the README's test command, `tests/run`, starts one plane
+//! for the whole run and stops it afterwards), every test attaches to it. Otherwise the first
+//! test that needs a cluster starts one with `tests/cluster/up --watch-pid <this process>`: the
+//! detached watchdog stops it as soon as the test binary exits, however it exits (statics are
+//! never dropped, so no destructor could do it).
+
+pub mod standin;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::Value;
+
+use crate::support::{root, shared};
+
+/// The running plane.
+pub struct Plane {
+    /// Its kubeconfig (admin, `system:masters`).
+    pub kubeconfig: PathBuf,
+}
+
+static PLANE: OnceLock<Plane> = OnceLock::new();
+
+/// The shared plane, started on first use.
+pub fn plane() -> &'static Plane {
+    PLANE.get_or_init(|| {
+        if let Some(k) = std::env::var_os("OSBX_TEST_KUBECONFIG").filter(|k| !k.is_empty()) {
+            return Plane { kubeconfig: PathBuf::from(k) };
+        }
+        let dir = std::env::temp_dir().join(format!("osbx-test-plane-{}", std::process::id()));
+        let out = std::process::Command::new(root().join("tests/cluster/up"))
+            .arg("--watch-pid")
+            .arg(std::process::id().to_string())
+            .arg(&dir)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run tests/cluster/up");
+        assert!(out.status.success(), "tests/cluster/up failed (see stderr above)");
+        Plane { kubeconfig: dir.join("kubeconfig") }
+    })
+}
+
+/// A client for the plane (one per test: a client belongs to the runtime that created it).
+pub async fn client() -> Client {
+    let kc = Kubeconfig::read_from(&plane().kubeconfig).expect("read kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+/// A fresh namespace, unique in this run.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let name = format!("it-{prefix}-{}-{n}", std::process::id());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
+    name
+}
+
+/// Server-side apply the CRDs of `../shared/crds/<dir>` and wait until every one is Established.
+pub async fn install_crds(client: &Client, dir: &str) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    let path = shared().join("crds").join(dir);
+    let mut files: Vec<_> =
+        std::fs::read_dir(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).flatten().collect();
+    files.sort_by_key(std::fs::DirEntry::path);
+    for file in files.into_iter().filter(|f| f.path().extension().is_some_and(|e| e == "yaml")) {
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        let crd: Value = serde_saphyr::from_str(&text).unwrap();
+        let name = crd["metadata"]["name"].as_str().unwrap().to_owned();
+        api.patch(&name, &PatchParams::apply("osbx-test").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
+        names.push(name);
+    }
+    for name in names {
+        wait_for(&format!("CRD {name} Established"), Duration::from_secs(30), || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await.ok()?;
+                let established =
+                    crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+/// Install every real CRD the tests use (Flux, OpenSandbox, SPIRE), once per test binary.
+pub async fn install_all_crds() {
+    static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        let client = self::client().await;
+        for dir in ["flux", "opensandbox", "spire"] {
+            install_crds(&client, dir).await;
+        }
+    })
+    .await;
+}
+
+/// Poll `probe` every 100 ms until it returns `Some`, or panic after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A dynamic API for an object's kind, found by discovery.
+pub async fn api_for(client: &Client, object: &Value) -> (Api<DynamicObject>, String) {
+    let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (String::new(), object["apiVersion"].as_str().unwrap().to_owned()),
+    };
+    let gvk = kube::core::GroupVersionKind::gvk(&group, &version, object["kind"].as_str().unwrap());
+    let (ar, caps) =
+        kube::discovery::pinned_kind(client, &gvk).await.unwrap_or_else(|e| panic!("discover {gvk:?}: {e}"));
+    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+    let api = match (caps.scope, object["metadata"]["namespace"].as_str()) {
+        (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
+        _ => Api::all_with(client.clone(), &ar),
+    };
+    (api, name)
+}

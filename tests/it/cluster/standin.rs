@@ -1,0 +1,139 @@
+//! The test stand-in for node-side behaviour and controllers, acting only through the real API.
+//!
+//! There is no kubelet, scheduler or controller in the test plane. What they would write (Node
+//! status, a Pod's phase and termination message, a Flux object's Ready condition) the stand-in
+//! writes with status patches, exactly where a real component would.
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const NOW: &str = "2026-01-01T00:00:00Z";
+
+/// What a node reports.
+pub struct NodeState<'a> {
+    /// Ready condition.
+    pub ready: bool,
+    /// `status.nodeInfo.kernelVersion` (the host kernel).
+    pub kernel: &'a str,
+    /// `status.runtimeHandlers[].name`.
+    pub runtime_handlers: &'a [&'a str],
+    /// Labels.
+    pub labels: Value,
+}
+
+/// Create (or replace) a Node and give it the status a kubelet would post.
+pub async fn node(client: &Client, name: &str, state: &NodeState<'_>) -> Node {
+    let api: Api<Node> = Api::all(client.clone());
+    let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": state.labels}})).unwrap();
+    api.create(&PostParams::default(), &node).await.expect("create node");
+    let handlers: Vec<Value> = state
+        .runtime_handlers
+        .iter()
+        .map(|h| json!({"name": h, "features": {"recursiveReadOnlyMounts": true}}))
+        .collect();
+    let status = json!({"status": {
+        "conditions": [{
+            "type": "Ready",
+            "status": if state.ready { "True" } else { "False" },
+            "reason": if state.ready { "KubeletReady" } else { "KubeletNotReady" },
+            "message": if state.ready { "kubelet is posting ready status" } else { "container runtime is down" },
+            "lastHeartbeatTime": NOW, "lastTransitionTime": NOW,
+        }],
+        "nodeInfo": {
+            "kernelVersion": state.kernel, "containerRuntimeVersion": "containerd://2.0.5",
+            "kubeletVersion": "v1.36.3", "kubeProxyVersion": "", "machineID": "m", "systemUUID": "s", "bootID": "b",
+            "osImage": "test", "operatingSystem": "linux", "architecture": "amd64",
+        },
+        "runtimeHandlers": handlers,
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("node status")
+}
+
+/// Move a pod to Running on `node`, as its kubelet would.
+pub async fn pod_running(client: &Client, ns: &str, name: &str, node: &str) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = api.get(name).await.expect("get pod");
+    let statuses: Vec<Value> = container_names(&pod)
+        .iter()
+        .map(|c| {
+            json!({"name": c, "ready": true, "restartCount": 0, "image": "probe", "imageID": "probe",
+                        "containerID": format!("containerd://{name}-{c}"), "started": true,
+                        "state": {"running": {"startedAt": NOW}}})
+        })
+        .collect();
+    if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
+        bind(client, ns, name, node).await;
+    }
+    let status = json!({"status": {"phase": "Running", "hostIP": "10.0.0.10", "podIP": "10.244.0.10",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": NOW}],
+        "containerStatuses": statuses}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status")
+}
+
+/// Terminate a pod's containers with `exit_code` and a termination `message`, as its kubelet
+/// would after the container exits.
+pub async fn pod_terminated(client: &Client, ns: &str, name: &str, exit_code: i32, message: &str) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = api.get(name).await.expect("get pod");
+    let reason = if exit_code == 0 { "Completed" } else { "Error" };
+    let statuses: Vec<Value> = container_names(&pod)
+        .iter()
+        .map(|c| {
+            json!({"name": c, "ready": false, "restartCount": 0, "image": "probe", "imageID": "probe",
+                        "containerID": format!("containerd://{name}-{c}"), "started": false,
+                        "state": {"terminated": {"exitCode": exit_code, "reason": reason, "message": message,
+                                                  "startedAt": NOW, "finishedAt": NOW}}})
+        })
+        .collect();
+    let phase = if exit_code == 0 { "Succeeded" } else { "Failed" };
+    let status = json!({"status": {"phase": phase, "containerStatuses": statuses}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status")
+}
+
+/// Bind a pod to a node through the `binding` subresource, as the scheduler would.
+pub async fn bind(client: &Client, ns: &str, name: &str, node: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                         "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+    let data = serde_json::to_vec(&binding).unwrap();
+    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/binding"))
+        .header("content-type", "application/json")
+        .body(data)
+        .unwrap();
+    let _: Value = client.request(req).await.expect("bind pod");
+    let _ = api;
+}
+
+fn container_names(pod: &Pod) -> Vec<String> {
+    pod.spec.as_ref().map(|s| s.containers.iter().map(|c| c.name.clone()).collect()).unwrap_or_default()
+}
+
+/// A Ready condition as a Flux controller writes it.
+pub struct Ready<'a> {
+    /// Condition status.
+    pub ready: bool,
+    /// Reason (`ReconciliationSucceeded`, `InstallFailed`, …).
+    pub reason: &'a str,
+    /// Message.
+    pub message: &'a str,
+    /// The generation the controller claims to have seen; `None` = current (pass an older one to
+    /// model a stale Ready).
+    pub observed: Option<i64>,
+}
+
+/// Set a Flux object's Ready condition and `observedGeneration` as its controller would.
+pub async fn flux_ready(client: &Client, ar: &ApiResource, ns: &str, name: &str, cond: &Ready<'_>) -> DynamicObject {
+    let (ready, reason, message) = (cond.ready, cond.reason, cond.message);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, ar);
+    let obj = api.get(name).await.expect("get flux object");
+    let generation = cond.observed.or(obj.metadata.generation).unwrap_or(1);
+    let status = json!({"status": {
+        "observedGeneration": generation,
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": reason,
+                        "message": message, "lastTransitionTime": NOW, "observedGeneration": generation}],
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("flux status")
+}
