@@ -35,7 +35,7 @@ impl ProfileSource {
     pub fn from_arg(arg: Option<&str>) -> Self {
         match arg {
             None => ProfileSource::Embedded(DEFAULT_PROFILE.into()),
-            Some(a) if Path::new(a).exists() || a.contains('/') || a.ends_with(".yaml") || a.ends_with(".yml") => {
+            Some(a) if Path::new(a).is_file() || a.contains('/') || a.ends_with(".yaml") || a.ends_with(".yml") => {
                 ProfileSource::File(PathBuf::from(a))
             }
             Some(a) => ProfileSource::Embedded(a.to_owned()),

@@ -1,0 +1,296 @@
+//! Readiness of one object, by kstatus rules plus Flux's "done" guard (pure; no I/O).
+//!
+//! Order of the rules (after `fluxcd/cli-utils` kstatus): a deletion timestamp means
+//! Terminating; an `observedGeneration` behind `metadata.generation` means InProgress (a stale
+//! Ready is not Ready); `Reconciling=True` means InProgress and `Stalled=True` Failed; then rules
+//! per kind; then a generic `Ready` condition; an object with no readiness information is Current.
+//! Flux objects must also have been reconciled at least once (`observedGeneration ≥ 1`), and a
+//! `Ready=False` with a terminal reason (`InstallFailed`, …) is Failed, so waits fail fast.
+
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Readiness of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Status {
+    /// Ready for use.
+    Current,
+    /// Still converging.
+    InProgress,
+    /// Failed and will not recover without a change.
+    Failed,
+    /// Being deleted.
+    Terminating,
+    /// Does not exist.
+    NotFound,
+    /// Could not be read.
+    Unknown,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Current => "Current",
+            Status::InProgress => "InProgress",
+            Status::Failed => "Failed",
+            Status::Terminating => "Terminating",
+            Status::NotFound => "NotFound",
+            Status::Unknown => "Unknown",
+        })
+    }
+}
+
+/// A status and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusResult {
+    /// The status.
+    pub status: Status,
+    /// Why (the object's own message where it has one).
+    pub message: String,
+}
+
+fn result(status: Status, message: impl Into<String>) -> StatusResult {
+    StatusResult { status, message: message.into() }
+}
+
+/// `Ready=False` reasons after which Flux will not succeed without a change.
+const TERMINAL_REASONS: &[&str] = &[
+    "InstallFailed",
+    "UpgradeFailed",
+    "TestFailed",
+    "RollbackSucceeded",
+    "UninstallSucceeded",
+    "BuildFailed",
+    "ReconciliationFailed",
+];
+
+fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind)
+}
+
+fn cond_is(obj: &Value, kind: &str, status: &str) -> bool {
+    condition(obj, kind).is_some_and(|c| c["status"] == status)
+}
+
+fn cond_message(obj: &Value, kind: &str) -> String {
+    condition(obj, kind).and_then(|c| c["message"].as_str()).unwrap_or("").to_owned()
+}
+
+fn int(v: &Value) -> Option<i64> {
+    v.as_i64()
+}
+
+/// Compute the status of an object (its JSON as returned by the API server).
+#[must_use]
+pub fn compute(obj: &Value) -> StatusResult {
+    if !obj["metadata"]["deletionTimestamp"].is_null() {
+        return result(Status::Terminating, "being deleted");
+    }
+    let generation = int(&obj["metadata"]["generation"]);
+    let observed = int(&obj["status"]["observedGeneration"]);
+    if let (Some(g), Some(o)) = (generation, observed)
+        && o != g
+    {
+        return result(Status::InProgress, format!("generation {g} not yet observed (observed {o})"));
+    }
+    let api_version = obj["apiVersion"].as_str().unwrap_or("");
+    let kind = obj["kind"].as_str().unwrap_or("");
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    if group.ends_with(".toolkit.fluxcd.io") {
+        if let Some(r) = flux_guard(obj, generation, observed) {
+            return r;
+        }
+    }
+    if cond_is(obj, "Reconciling", "True") {
+        return result(Status::InProgress, non_empty(cond_message(obj, "Reconciling"), "reconciling"));
+    }
+    if cond_is(obj, "Stalled", "True") {
+        return result(Status::Failed, non_empty(cond_message(obj, "Stalled"), "stalled"));
+    }
+    if let Some(r) = by_kind(group, kind, obj) {
+        return r;
+    }
+    if let Some(ready) = condition(obj, "Ready") {
+        let message = ready["message"].as_str().unwrap_or("").to_owned();
+        return match ready["status"].as_str() {
+            Some("True") => result(Status::Current, non_empty(message, "Ready")),
+            Some("False") if ready["reason"].as_str().is_some_and(|r| TERMINAL_REASONS.contains(&r)) => result(
+                Status::Failed,
+                format!("{}: {message}", ready["reason"].as_str().unwrap_or_default()),
+            ),
+            _ => result(Status::InProgress, non_empty(message, "not Ready yet")),
+        };
+    }
+    result(Status::Current, "no readiness information")
+}
+
+fn non_empty(s: String, default: &str) -> String {
+    if s.is_empty() { default.to_owned() } else { s }
+}
+
+/// Flux's "done" rule: reconciled at least once, and the Ready condition is about this
+/// generation (HelmRelease leaves the condition's field at 0; its status field is checked above).
+fn flux_guard(obj: &Value, generation: Option<i64>, observed: Option<i64>) -> Option<StatusResult> {
+    if observed.is_none_or(|o| o < 1) {
+        return Some(result(Status::InProgress, "not yet reconciled by Flux"));
+    }
+    let ready_gen = condition(obj, "Ready").and_then(|c| int(&c["observedGeneration"])).filter(|g| *g > 0);
+    if let (Some(g), Some(rg)) = (generation, ready_gen)
+        && rg != g
+    {
+        return Some(result(Status::InProgress, format!("Ready condition is for generation {rg}, object is at {g}")));
+    }
+    None
+}
+
+fn by_kind(group: &str, kind: &str, obj: &Value) -> Option<StatusResult> {
+    let s = &obj["status"];
+    match (group, kind) {
+        ("", "ConfigMap" | "Secret" | "ServiceAccount") | ("batch", "CronJob") => {
+            Some(result(Status::Current, "always ready"))
+        }
+        ("", "Namespace") => Some(match s["phase"].as_str() {
+            Some("Active") | None => result(Status::Current, "Active"),
+            Some(p) => result(Status::InProgress, p),
+        }),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => Some(if cond_is(obj, "NamesAccepted", "False") {
+            result(Status::Failed, cond_message(obj, "NamesAccepted"))
+        } else if cond_is(obj, "Established", "True") {
+            result(Status::Current, "Established")
+        } else {
+            result(Status::InProgress, "not Established yet")
+        }),
+        ("apps", "Deployment") => Some(deployment(obj)),
+        ("", "Pod") => Some(pod(obj)),
+        ("batch", "Job") => Some(if cond_is(obj, "Failed", "True") {
+            result(Status::Failed, cond_message(obj, "Failed"))
+        } else if cond_is(obj, "Complete", "True") {
+            result(Status::Current, "Complete")
+        } else {
+            result(Status::InProgress, "running")
+        }),
+        ("", "PersistentVolumeClaim") => Some(match s["phase"].as_str() {
+            Some("Bound") => result(Status::Current, "Bound"),
+            p => result(Status::InProgress, p.unwrap_or("Pending")),
+        }),
+        ("sandbox.opensandbox.io", "Pool") => Some(pool(obj)),
+        _ => None,
+    }
+}
+
+fn deployment(obj: &Value) -> StatusResult {
+    let s = &obj["status"];
+    if condition(obj, "Progressing").is_some_and(|c| c["reason"] == "ProgressDeadlineExceeded") {
+        return result(Status::Failed, cond_message(obj, "Progressing"));
+    }
+    let want = int(&obj["spec"]["replicas"]).unwrap_or(1);
+    let field = |k: &str| int(&s[k]).unwrap_or(0);
+    for (name, have) in [("updated", field("updatedReplicas")), ("ready", field("readyReplicas")), ("available", field("availableReplicas"))] {
+        if have < want {
+            return result(Status::InProgress, format!("{name} replicas: {have}/{want}"));
+        }
+    }
+    if field("replicas") > want {
+        return result(Status::InProgress, format!("old replicas are pending termination: {}/{want}", field("replicas")));
+    }
+    result(Status::Current, format!("{want} replicas available"))
+}
+
+fn pod(obj: &Value) -> StatusResult {
+    match obj["status"]["phase"].as_str() {
+        Some("Succeeded") => result(Status::Current, "Succeeded"),
+        Some("Failed") => result(Status::Failed, obj["status"]["message"].as_str().unwrap_or("pod failed").to_owned()),
+        Some("Running") if cond_is(obj, "Ready", "True") => result(Status::Current, "Running and Ready"),
+        p => result(Status::InProgress, p.unwrap_or("Pending")),
+    }
+}
+
+/// A Pool is ready when the controller has seen this generation and it holds the capacity asked
+/// for: `total ≥ poolMin` and `available ≥ min(bufferMin, 1)`.
+fn pool(obj: &Value) -> StatusResult {
+    let s = &obj["status"];
+    if s.is_null() || s.as_object().is_some_and(serde_json::Map::is_empty) {
+        return result(Status::InProgress, "no status yet (is the OpenSandbox controller running?)");
+    }
+    let cap = &obj["spec"]["capacitySpec"];
+    let (total, available) = (int(&s["total"]).unwrap_or(0), int(&s["available"]).unwrap_or(0));
+    let pool_min = int(&cap["poolMin"]).unwrap_or(0);
+    let want_available = int(&cap["bufferMin"]).unwrap_or(0).min(1);
+    if total < pool_min {
+        return result(Status::InProgress, format!("total {total} < poolMin {pool_min}"));
+    }
+    if available < want_available {
+        return result(Status::InProgress, format!("available {available} < {want_available}"));
+    }
+    result(Status::Current, format!("total {total}, available {available}"))
+}
+
+/// The status of a set: any Failed → Failed; else any Unknown/NotFound/Terminating/InProgress
+/// → InProgress; all Current → Current.
+#[must_use]
+pub fn aggregate(statuses: &[Status]) -> Status {
+    if statuses.contains(&Status::Failed) {
+        Status::Failed
+    } else if statuses.iter().all(|s| *s == Status::Current) {
+        Status::Current
+    } else {
+        Status::InProgress
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_of(yaml: &str) -> StatusResult {
+        compute(&serde_saphyr::from_str::<Value>(yaml).unwrap())
+    }
+
+    /// (case, object, expected status, message fragment)
+    const CASES: &[(&str, &str, Status, &str)] = &[
+        ("configmap", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}", Status::Current, "always"),
+        ("deleting", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, deletionTimestamp: '2026-01-01T00:00:00Z'}", Status::Terminating, "deleted"),
+        ("stale generation", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, generation: 3}\nstatus: {observedGeneration: 2}", Status::InProgress, "generation 3 not yet observed"),
+        ("deployment progressing", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, generation: 1}\nspec: {replicas: 2}\nstatus: {observedGeneration: 1, replicas: 2, updatedReplicas: 2, readyReplicas: 1, availableReplicas: 1}", Status::InProgress, "ready replicas: 1/2"),
+        ("deployment available", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a, generation: 1}\nspec: {replicas: 2}\nstatus: {observedGeneration: 1, replicas: 2, updatedReplicas: 2, readyReplicas: 2, availableReplicas: 2}", Status::Current, "2 replicas"),
+        ("deployment deadline", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a}\nstatus: {conditions: [{type: Progressing, status: 'False', reason: ProgressDeadlineExceeded, message: too slow}]}", Status::Failed, "too slow"),
+        ("crd established", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: a}\nstatus: {conditions: [{type: Established, status: 'True'}]}", Status::Current, "Established"),
+        ("crd pending", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: a}\nstatus: {}", Status::InProgress, "not Established"),
+        ("job failed", "apiVersion: batch/v1\nkind: Job\nmetadata: {name: a}\nstatus: {conditions: [{type: Failed, status: 'True', message: BackoffLimitExceeded}]}", Status::Failed, "Backoff"),
+        ("job complete", "apiVersion: batch/v1\nkind: Job\nmetadata: {name: a}\nstatus: {conditions: [{type: Complete, status: 'True'}]}", Status::Current, "Complete"),
+        ("stalled", "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a}\nstatus: {conditions: [{type: Stalled, status: 'True', message: bad spec}]}", Status::Failed, "bad spec"),
+        ("reconciling", "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a}\nstatus: {conditions: [{type: Reconciling, status: 'True', message: working}]}", Status::InProgress, "working"),
+        ("unknown kind", "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: a}", Status::Current, "no readiness"),
+        ("flux never reconciled", "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: a, generation: 1}", Status::InProgress, "not yet reconciled"),
+        ("flux ready", "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: a, generation: 2}\nstatus: {observedGeneration: 2, conditions: [{type: Ready, status: 'True', observedGeneration: 2, message: Applied revision}]}", Status::Current, "Applied"),
+        ("flux stale ready", "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: a, generation: 2}\nstatus: {observedGeneration: 1, conditions: [{type: Ready, status: 'True', observedGeneration: 1}]}", Status::InProgress, "generation 2 not yet observed"),
+        ("flux stale condition", "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: a, generation: 2}\nstatus: {observedGeneration: 2, conditions: [{type: Ready, status: 'True', observedGeneration: 1}]}", Status::InProgress, "Ready condition is for generation 1"),
+        ("helmrelease ready, condition generation 0", "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: a, generation: 1}\nstatus: {observedGeneration: 1, conditions: [{type: Ready, status: 'True', reason: InstallSucceeded, message: Helm install succeeded}]}", Status::Current, "install succeeded"),
+        ("helmrelease install failed", "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: a, generation: 1}\nstatus: {observedGeneration: 1, conditions: [{type: Ready, status: 'False', reason: InstallFailed, message: 'timed out waiting for the condition'}]}", Status::Failed, "InstallFailed: timed out"),
+        ("helmrelease dependency", "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: a, generation: 1}\nstatus: {observedGeneration: 1, conditions: [{type: Ready, status: 'False', reason: DependencyNotReady, message: waiting}]}", Status::InProgress, "waiting"),
+        ("pool without status", "apiVersion: sandbox.opensandbox.io/v1alpha1\nkind: Pool\nmetadata: {name: a, generation: 1}\nspec: {capacitySpec: {bufferMin: 1, bufferMax: 2, poolMin: 1, poolMax: 4}}", Status::InProgress, "no status"),
+        ("pool no capacity", "apiVersion: sandbox.opensandbox.io/v1alpha1\nkind: Pool\nmetadata: {name: a, generation: 1}\nspec: {capacitySpec: {bufferMin: 1, bufferMax: 2, poolMin: 1, poolMax: 4}}\nstatus: {observedGeneration: 1, total: 1, allocated: 0, available: 0, revision: abc}", Status::InProgress, "available 0 < 1"),
+        ("pool ready", "apiVersion: sandbox.opensandbox.io/v1alpha1\nkind: Pool\nmetadata: {name: a, generation: 1}\nspec: {capacitySpec: {bufferMin: 1, bufferMax: 2, poolMin: 1, poolMax: 4}}\nstatus: {observedGeneration: 1, total: 2, allocated: 0, available: 2, revision: abc}", Status::Current, "total 2"),
+        ("pool at zero", "apiVersion: sandbox.opensandbox.io/v1alpha1\nkind: Pool\nmetadata: {name: a, generation: 1}\nspec: {capacitySpec: {bufferMin: 0, bufferMax: 1, poolMin: 0, poolMax: 4}}\nstatus: {observedGeneration: 1, total: 0, allocated: 0, available: 0, revision: abc}", Status::Current, "total 0"),
+        ("pod failed", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nstatus: {phase: Failed, message: evicted}", Status::Failed, "evicted"),
+    ];
+
+    #[test]
+    fn table() {
+        for (case, yaml, status, fragment) in CASES {
+            let r = status_of(yaml);
+            assert_eq!(r.status, *status, "{case}: {r:?}");
+            assert!(r.message.contains(fragment), "{case}: {:?} does not contain {fragment:?}", r.message);
+        }
+    }
+
+    #[test]
+    fn aggregates() {
+        assert_eq!(aggregate(&[Status::Current, Status::Current]), Status::Current);
+        assert_eq!(aggregate(&[Status::Current, Status::InProgress]), Status::InProgress);
+        assert_eq!(aggregate(&[Status::InProgress, Status::Failed]), Status::Failed);
+        assert_eq!(aggregate(&[]), Status::Current);
+    }
+}
