@@ -29,6 +29,15 @@ pub enum Command {
     /// Exit status: 0 written (or, with --check, up to date), 1 --check found differences,
     /// 2 error (nothing is written on error).
     Render(RenderArgs),
+    /// Compare the rendered objects with a live cluster (server-side dry-run).
+    ///
+    /// Exit status: 0 no difference, 1 differences (objects to create, change or prune), 2 error.
+    Diff(DiffArgs),
+    /// Server-side apply the rendered objects to a cluster, layer by layer, and wait for them.
+    ///
+    /// Exit status: 0 applied and ready, 1 applied but not ready in time or a terminal failure,
+    /// 2 error (preflight failure, refused apply, unreachable cluster).
+    Apply(ApplyArgs),
     /// List the profiles embedded in this binary.
     Profiles,
     /// Print a shell completion script.
@@ -36,6 +45,102 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// Which profile and templates.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Profile file, or the name of an embedded profile (see `osbx profiles`); default: the
+    /// embedded `default` profile.
+    #[arg(short, long, env = "OSBX_PROFILE")]
+    pub profile: Option<String>,
+    /// Directory of templates that replace embedded ones with the same relative path.
+    #[arg(long, env = "OSBX_TEMPLATES")]
+    pub templates: Option<PathBuf>,
+}
+
+/// How to reach the cluster.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Kubeconfig file (default: `KUBECONFIG`, then ~/.kube/config, then in-cluster config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Client-side limit of requests per second.
+    #[arg(long, default_value_t = 100)]
+    pub qps: u32,
+    /// Requests in flight at most.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Timeout of each request, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: std::time::Duration,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Output {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// One JSON document on stdout.
+    Json,
+}
+
+/// Parse a duration such as `90s`, `5m` or `1h30m`.
+///
+/// # Errors
+/// A message when the text is not a duration.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    crate::profile::validate::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 90s, 5m, 1h30m)"))
+}
+
+/// `osbx diff` arguments.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Profile and templates.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Cluster access.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+/// `osbx apply` arguments.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Profile and templates.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Cluster access.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Plan everything and print the change set; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Delete objects osbx created before and no longer renders.
+    #[arg(long)]
+    pub prune: bool,
+    /// Do not wait for readiness.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for readiness in total, e.g. 10m.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Take ownership of fields another field manager owns.
+    #[arg(long)]
+    pub force_conflicts: bool,
+    /// The Flux repository holding the render, checked for uncommitted or unpushed changes.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 /// `osbx render` arguments.

@@ -3,17 +3,24 @@
 //! Data flows one way:
 //!
 //! ```text
-//! cli → profile (load + validate) → render (Tera → files) → repo (plan, atomic write, git)
-//!                                                          → printer
+//! cli → profile (load + validate) → render (Tera → files) ─┬→ repo (plan, atomic write, git)
+//!                                                          └→ deploy (layers) → cluster
+//!                                                             (apply, diff, wait, inventory)
+//! every command → printer
 //! ```
 //!
 //! Domain modules return values and errors; only [`printer`] writes to the terminal.
 
+pub mod changeset;
 pub mod cli;
+pub mod cluster;
 pub mod commands;
+pub mod deploy;
 mod embedded;
+pub mod object;
 pub mod printer;
 pub mod profile;
+pub mod progress;
 pub mod render;
 pub mod repo;
 
@@ -43,6 +50,8 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
             };
             commands::render::run(&opts, printer)
         }
+        Command::Diff(args) => commands::diff::run(&args, printer),
+        Command::Apply(args) => commands::apply::run(&args, printer),
         Command::Profiles => Ok(commands::profiles::run(printer)),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();

@@ -179,7 +179,7 @@ mod tests {
 
     #[test]
     fn order_puts_definitions_first_and_webhooks_last() {
-        let mut refs = vec![
+        let mut refs = [
             r("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", None, "w"),
             r("sandbox.opensandbox.io/v1alpha1", "Pool", Some("ns"), "b"),
             r("helm.toolkit.fluxcd.io/v2", "HelmRelease", Some("ns"), "h"),

@@ -102,6 +102,30 @@ impl Printer {
         let old_name = if old.is_some() { format!("a/{path}") } else { "/dev/null".to_owned() };
         let diff = similar::TextDiff::from_lines(old.unwrap_or(""), new);
         let text = diff.unified_diff().context_radius(3).header(&old_name, &format!("b/{path}")).to_string();
+        self.diff_text(&text);
+    }
+
+    /// One object's diff under a bold `Kind/ns/name action` header, on stdout.
+    pub fn object_diff(&self, subject: &str, action: &str, diff: &str) {
+        println!("{}", self.out_style(Style::new().bold()).apply_to(format!("► {subject} {action}")));
+        self.diff_text(diff);
+    }
+
+    /// A JSON document on stdout.
+    pub fn json(&self, value: &impl serde::Serialize) {
+        match serde_json::to_string_pretty(value) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("error: cannot encode JSON: {e}"),
+        }
+    }
+
+    /// Progress reporting for long-running work (spinners on a terminal, plain lines otherwise).
+    #[must_use]
+    pub fn progress(&self) -> ProgressView {
+        ProgressView::new(self.quiet, self.color_err)
+    }
+
+    fn diff_text(&self, text: &str) {
         let (add, del, hunk, head) = (
             self.out_style(Style::new().green()),
             self.out_style(Style::new().red()),
@@ -121,6 +145,110 @@ impl Printer {
                 Style::new().apply_to(line)
             };
             println!("{styled}");
+        }
+    }
+}
+
+/// [`Progress`](crate::progress::Progress) on stderr: one spinner per layer with its phase and
+/// elapsed time on a terminal; plain `►`/`◎`/`✔` lines otherwise.
+pub struct ProgressView {
+    quiet: bool,
+    color: bool,
+    bars: Option<indicatif::MultiProgress>,
+    layers: std::sync::Mutex<Vec<(String, indicatif::ProgressBar)>>,
+}
+
+impl ProgressView {
+    fn new(quiet: bool, color: bool) -> Self {
+        let tty = Term::stderr().features().is_attended();
+        let bars = (tty && !quiet).then(indicatif::MultiProgress::new);
+        Self { quiet, color, bars, layers: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    fn style(&self, s: Style) -> Style {
+        s.force_styling(self.color)
+    }
+
+    fn bar(&self, layer: &str) -> Option<indicatif::ProgressBar> {
+        let mp = self.bars.as_ref()?;
+        let mut layers = self.layers.lock().ok()?;
+        if let Some((_, bar)) = layers.iter().find(|(n, _)| n == layer) {
+            return Some(bar.clone());
+        }
+        let bar = mp.add(indicatif::ProgressBar::new_spinner());
+        let style = indicatif::ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold} {wide_msg} [{elapsed}]")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
+        bar.set_style(style);
+        bar.set_prefix(layer.to_owned());
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        layers.push((layer.to_owned(), bar.clone()));
+        Some(bar)
+    }
+
+    fn line(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bars {
+            Some(mp) => {
+                let _ = mp.println(text);
+            }
+            None => eprintln!("{text}"),
+        }
+    }
+
+    /// Stop every spinner (leaving its last line on screen).
+    pub fn finish(&self) {
+        if let Ok(layers) = self.layers.lock() {
+            for (_, bar) in layers.iter() {
+                if !bar.is_finished() {
+                    bar.finish();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ProgressView {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl crate::progress::Progress for ProgressView {
+    fn layer(&self, layer: &str, phase: &str) {
+        if let Some(bar) = self.bar(layer) {
+            if phase == "ready" {
+                bar.finish_with_message(format!("{} ready", self.style(Style::new().green()).apply_to("✔")));
+            } else {
+                bar.set_message(phase.to_owned());
+            }
+        } else {
+            let glyph = if phase == "ready" { "✔" } else { "►" };
+            self.line(&format!("{} layer {layer}: {phase}", self.style(Style::new().cyan()).apply_to(glyph)));
+        }
+    }
+
+    fn status(&self, object: &crate::object::ObjectRef, status: &crate::cluster::status::StatusResult) {
+        let text = format!("{object} {}: {}", status.status, status.message);
+        let active = self
+            .layers
+            .lock()
+            .ok()
+            .and_then(|l| l.iter().rev().find(|(_, b)| !b.is_finished()).map(|(_, b)| b.clone()));
+        match active {
+            Some(bar) => bar.set_message(format!("waiting: {text}")),
+            None => self.line(&format!("{} {text}", self.style(Style::new().yellow()).apply_to("◎"))),
+        }
+    }
+
+    fn warn(&self, message: &str) {
+        let text = format!("{} {message}", self.style(Style::new().yellow()).apply_to("⚠"));
+        match &self.bars {
+            Some(mp) => {
+                let _ = mp.println(text);
+            }
+            None => eprintln!("{text}"),
         }
     }
 }

@@ -1,5 +1,8 @@
 //! One module per command: turn arguments into options, call the domain, print the result.
 
+pub mod apply;
+pub mod cluster;
+pub mod diff;
 pub mod profiles;
 pub mod render;
 

@@ -379,6 +379,33 @@ pub fn normalize_repo_path(raw: &str) -> Result<String, String> {
     Ok(parts.join("/"))
 }
 
+/// Parse a Go/Flux duration (`90s`, `5m`, `1h30m`, `1.5h`, `500ms`).
+#[must_use]
+pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+    if !is_duration(s, FLUX_UNITS) {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let (unit, scale) = if rest.starts_with("ms") {
+            ("ms", 0.001)
+        } else if rest.starts_with('h') {
+            ("h", 3600.0)
+        } else if rest.starts_with('m') {
+            ("m", 60.0)
+        } else {
+            ("s", 1.0)
+        };
+        total += n * scale;
+        rest = &rest[unit.len()..];
+    }
+    Some(std::time::Duration::from_secs_f64(total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -56,6 +56,8 @@ pub enum RenderError {
 pub struct RenderedFile {
     /// Path relative to the repository root, `/`-separated.
     pub path: String,
+    /// The layer the file belongs to (its Flux Kustomization or its contents).
+    pub layer: String,
     /// Full content, ownership marker included.
     pub content: String,
 }
@@ -76,6 +78,8 @@ pub struct Rendered {
 pub struct RenderedObject {
     /// The file it comes from.
     pub path: String,
+    /// The layer it belongs to.
+    pub layer: String,
     /// The object.
     pub object: serde_json::Value,
 }
@@ -96,7 +100,7 @@ impl Rendered {
                 if object["apiVersion"].as_str().is_some_and(|v| v.starts_with("kustomize.config.k8s.io/")) {
                     continue;
                 }
-                out.push(RenderedObject { path: f.path.clone(), object });
+                out.push(RenderedObject { path: f.path.clone(), layer: f.layer.clone(), object });
             }
         }
         Ok(out)
@@ -144,7 +148,7 @@ impl Renderer {
             let mut ctx = base.clone();
             ctx.insert("layer", &view::layer(layer));
             let app = format!("apps/{}.yaml", layer.name);
-            self.push(&mut files, "cluster/layer.yaml", &ctx, format!("{cluster_dir}/{app}"), p)?;
+            self.push(&mut files, "cluster/layer.yaml", &ctx, (format!("{cluster_dir}/{app}"), &layer.name), p)?;
             entries.push(app);
             let dir = Profile::layer_path(layer);
             let prefix = format!("{}/", component.template_dir());
@@ -153,7 +157,7 @@ impl Renderer {
                 if file.contains('/') || file.starts_with('_') {
                     continue;
                 }
-                self.push(&mut files, name, &ctx, format!("{dir}/{file}"), p)?;
+                self.push(&mut files, name, &ctx, (format!("{dir}/{file}"), &layer.name), p)?;
             }
         }
         Ok(Rendered {
@@ -178,7 +182,7 @@ impl Renderer {
         files: &mut Vec<RenderedFile>,
         template: &str,
         ctx: &Context,
-        path: String,
+        (path, layer): (String, &str),
         p: &Profile,
     ) -> Result<(), RenderError> {
         let body = self.render_one(template, ctx)?;
@@ -188,7 +192,11 @@ impl Renderer {
         if Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml") {
             check_yaml(template, &body)?;
         }
-        files.push(RenderedFile { content: with_marker(&path, &body, &p.metadata.name), path });
+        files.push(RenderedFile {
+            content: with_marker(&path, &body, &p.metadata.name),
+            path,
+            layer: layer.to_owned(),
+        });
         Ok(())
     }
 

@@ -95,3 +95,39 @@ pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<git
     let id = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)?;
     Ok(Some(id))
 }
+
+/// What a Flux repository holds that Flux cannot see yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepoState {
+    /// Work-tree paths with uncommitted changes (tracked files, and untracked ones).
+    pub uncommitted: Vec<String>,
+    /// Commits on the current branch that its upstream does not have, and the upstream's name.
+    pub unpushed: Option<(usize, String)>,
+}
+
+/// The state of the git repository containing `path`, or `None` when it is not in one.
+#[must_use]
+pub fn repo_state(path: &Path) -> Option<RepoState> {
+    let repo = Repository::discover(path).ok()?;
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false);
+    let mut uncommitted: Vec<String> = repo
+        .statuses(Some(&mut opts))
+        .ok()?
+        .iter()
+        .filter(|s| !s.status().is_empty() && s.status() != Status::IGNORED)
+        .filter_map(|s| s.path().ok().map(str::to_owned))
+        .collect();
+    uncommitted.sort();
+    let unpushed = (|| {
+        let head = repo.head().ok()?;
+        let branch = git2::Branch::wrap(head);
+        let upstream = branch.upstream().ok()?;
+        let local = branch.get().target()?;
+        let remote = upstream.get().target()?;
+        let (ahead, _) = repo.graph_ahead_behind(local, remote).ok()?;
+        let name = upstream.name().ok().flatten().unwrap_or("upstream").to_owned();
+        (ahead > 0).then_some((ahead, name))
+    })();
+    Some(RepoState { uncommitted, unpushed })
+}

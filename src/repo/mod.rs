@@ -13,7 +13,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub use git::{GitError, commit, staged_conflicts};
+pub use git::{GitError, RepoState, commit, repo_state, staged_conflicts};
 pub use kustomization::MergeError;
 
 use crate::render::{RenderError, Rendered, Renderer, is_owned};

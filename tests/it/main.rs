@@ -1,5 +1,6 @@
 //! The integration test binary: one target so that shared setup happens once.
 
+mod apply;
 mod cli;
 mod cluster;
 mod examples;

@@ -49,9 +49,45 @@ pub fn plane() -> &'static Plane {
     })
 }
 
-/// A client for the plane (one per test: a client belongs to the runtime that created it).
+/// A control plane of one test's own, for tests that need an empty cluster (no CRDs). Stopped
+/// when dropped, and by its watchdog if the test binary dies first.
+pub struct OwnPlane {
+    dir: tempfile::TempDir,
+    /// Its kubeconfig.
+    pub kubeconfig: PathBuf,
+}
+
+impl OwnPlane {
+    /// Start one (blocking, about 3 s).
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(root().join("tests/cluster/up"))
+            .arg("--watch-pid")
+            .arg(std::process::id().to_string())
+            .arg(dir.path())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run tests/cluster/up");
+        assert!(out.status.success(), "tests/cluster/up failed (see stderr above)");
+        let kubeconfig = dir.path().join("kubeconfig");
+        Self { dir, kubeconfig }
+    }
+}
+
+impl Drop for OwnPlane {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()).output();
+    }
+}
+
+/// A client for the shared plane (one per test: a client belongs to the runtime that created it).
 pub async fn client() -> Client {
-    let kc = Kubeconfig::read_from(&plane().kubeconfig).expect("read kubeconfig");
+    client_for(&plane().kubeconfig).await
+}
+
+/// A client for the plane of `kubeconfig`.
+pub async fn client_for(kubeconfig: &std::path::Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
     Client::try_from(config).expect("client")
 }

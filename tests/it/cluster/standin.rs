@@ -137,3 +137,111 @@ pub async fn flux_ready(client: &Client, ar: &ApiResource, ns: &str, name: &str,
     }});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("flux status")
 }
+
+/// How the stand-in controllers behave.
+#[derive(Clone, Default)]
+pub struct Controllers {
+    /// Namespaces whose Flux objects the stand-in reconciles.
+    pub flux_namespaces: Vec<String>,
+    /// Namespaces whose Pools the stand-in fills.
+    pub pool_namespaces: Vec<String>,
+    /// HelmReleases get Ready=False / InstallFailed with this message instead of Ready.
+    pub helm_install_fails: Option<String>,
+    /// Flux objects keep reporting the previous generation (a stale Ready).
+    pub stale: bool,
+    /// Never touch Pools (a Pool with no capacity).
+    pub pools_stay_empty: bool,
+    /// Install the OpenSandbox CRDs once a HelmRelease is Ready (what the chart does).
+    pub chart_installs_crds: bool,
+}
+
+const FLUX_KINDS: &[(&str, &str, &str)] = &[
+    ("source.toolkit.fluxcd.io", "v1", "GitRepository"),
+    ("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+    ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+];
+
+impl Controllers {
+    /// Run the controllers until the returned handle is dropped or aborted.
+    pub fn spawn(self, client: Client) -> AbortOnDrop {
+        AbortOnDrop(tokio::spawn(async move {
+            loop {
+                self.reconcile(&client).await;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }))
+    }
+
+    async fn reconcile(&self, client: &Client) {
+        let mut helm_ready = false;
+        for (group, version, kind) in FLUX_KINDS {
+            let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+            let Ok((ar, _)) = kube::discovery::pinned_kind(client, &gvk).await else { continue };
+            for ns in &self.flux_namespaces {
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+                let Ok(list) = api.list(&Default::default()).await else { continue };
+                for obj in list {
+                    let v = serde_json::to_value(&obj).unwrap();
+                    let generation = v["metadata"]["generation"].as_i64().unwrap_or(1);
+                    let name = obj.metadata.name.clone().unwrap_or_default();
+                    let failing = *kind == "HelmRelease" && self.helm_install_fails.is_some();
+                    let (ready, reason, message) = if failing {
+                        (false, "InstallFailed", self.helm_install_fails.clone().unwrap_or_default())
+                    } else {
+                        (
+                            true,
+                            if *kind == "HelmRelease" { "InstallSucceeded" } else { "Succeeded" },
+                            "reconciled by the stand-in".to_owned(),
+                        )
+                    };
+                    let observed = if self.stale { generation - 1 } else { generation };
+                    let current = v["status"]["observedGeneration"].as_i64() == Some(observed)
+                        && v["status"]["conditions"][0]["reason"] == reason;
+                    if !current {
+                        let cond = Ready { ready, reason, message: &message, observed: Some(observed) };
+                        flux_ready(client, &ar, ns, &name, &cond).await;
+                    }
+                    helm_ready |= *kind == "HelmRelease" && ready;
+                }
+            }
+        }
+        if helm_ready && self.chart_installs_crds {
+            super::install_crds(client, "opensandbox").await;
+        }
+        if !self.pools_stay_empty {
+            self.fill_pools(client).await;
+        }
+    }
+
+    async fn fill_pools(&self, client: &Client) {
+        let gvk = kube::core::GroupVersionKind::gvk("sandbox.opensandbox.io", "v1alpha1", "Pool");
+        let Ok((ar, _)) = kube::discovery::pinned_kind(client, &gvk).await else { return };
+        for ns in &self.pool_namespaces {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+            let Ok(list) = api.list(&Default::default()).await else { continue };
+            for obj in list {
+                let v = serde_json::to_value(&obj).unwrap();
+                let cap = &v["spec"]["capacitySpec"];
+                let buffer = cap["bufferMin"].as_i64().unwrap_or(0).max(1).min(cap["bufferMax"].as_i64().unwrap_or(1));
+                let total = cap["poolMin"].as_i64().unwrap_or(0).max(buffer);
+                let generation = v["metadata"]["generation"].as_i64().unwrap_or(1);
+                if v["status"]["observedGeneration"].as_i64() == Some(generation) {
+                    continue;
+                }
+                let status = json!({"status": {"observedGeneration": generation, "total": total, "allocated": 0,
+                                               "available": buffer, "revision": "standin"}});
+                let name = obj.metadata.name.clone().unwrap_or_default();
+                let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
+            }
+        }
+    }
+}
+
+/// Aborts the task when dropped.
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,176 @@
+//! Talking to a cluster: connection, discovery, apply, diff, readiness, inventory, preflight.
+//!
+//! [`Cluster::connect`] reads the kubeconfig like kubectl (`--kubeconfig`, `KUBECONFIG`,
+//! `~/.kube/config`, `--context`; in-cluster config when there is no kubeconfig) and builds one
+//! client for the whole run with a QPS limit, a bound on requests in flight and request counters.
+
+pub mod apply;
+pub mod diff;
+pub mod inventory;
+mod meter;
+pub mod preflight;
+mod resolve;
+pub mod status;
+pub mod wait;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+pub use meter::{RequestCounts, RequestStats};
+pub use resolve::Resolver;
+
+/// How to reach the cluster.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Kubeconfig file (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// Context name (default: the current context).
+    pub context: Option<String>,
+    /// Requests per second (client-side limit).
+    pub qps: u32,
+    /// Requests in flight at most.
+    pub concurrency: usize,
+    /// Per-request timeout.
+    pub request_timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self { kubeconfig: None, context: None, qps: 100, concurrency: 16, request_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Why the cluster cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The kubeconfig could not be read or has no usable context.
+    #[error("cannot load kubeconfig{}: {source}", .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    Kubeconfig {
+        /// The file, when one was given.
+        path: Option<PathBuf>,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The API server did not answer.
+    #[error("cannot reach the cluster at {server}: {reason}")]
+    Unreachable {
+        /// The server URL.
+        server: String,
+        /// Why, in words (certificate, connection refused, …).
+        reason: String,
+    },
+    /// An API call failed.
+    #[error("{subject}: {source}")]
+    Api {
+        /// What the call was about (`Kind/ns/name`, `discovery`, …).
+        subject: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// One connection for a run.
+#[derive(Clone)]
+pub struct Cluster {
+    /// The client (rate-limited, counted).
+    pub client: Client,
+    /// The server URL.
+    pub server: String,
+    /// Request counters of this client.
+    pub stats: Arc<RequestStats>,
+    /// The resource resolver (discovery once per run, refreshed on demand).
+    pub resolver: Resolver,
+    /// Bound on concurrent operations (mirrors the client's limit, for fan-out).
+    pub concurrency: usize,
+}
+
+impl Cluster {
+    /// Connect (no request is made yet).
+    ///
+    /// # Errors
+    /// [`ClusterError::Kubeconfig`] when no usable configuration is found.
+    pub async fn connect(opts: &ConnectOptions) -> Result<Self, ClusterError> {
+        let kc_opts = KubeConfigOptions { context: opts.context.clone(), ..KubeConfigOptions::default() };
+        let config = match &opts.kubeconfig {
+            Some(path) => {
+                let kc = Kubeconfig::read_from(path)
+                    .map_err(|e| ClusterError::Kubeconfig { path: Some(path.clone()), source: Box::new(e) })?;
+                Config::from_custom_kubeconfig(kc, &kc_opts)
+                    .await
+                    .map_err(|e| ClusterError::Kubeconfig { path: Some(path.clone()), source: Box::new(e) })?
+            }
+            None if opts.context.is_some() => Config::from_kubeconfig(&kc_opts)
+                .await
+                .map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?,
+            None => Config::infer().await.map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?,
+        };
+        Self::from_config(config, opts)
+    }
+
+    fn from_config(mut config: Config, opts: &ConnectOptions) -> Result<Self, ClusterError> {
+        config.read_timeout = Some(opts.request_timeout);
+        config.connect_timeout = Some(Duration::from_secs(10));
+        let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
+        let stats = Arc::new(RequestStats::default());
+        let builder = ClientBuilder::try_from(config)
+            .map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?;
+        let qps = u64::from(opts.qps.max(1));
+        let client = builder
+            .with_layer(&meter::CountLayer(stats.clone()))
+            .with_layer(&tower::limit::ConcurrencyLimitLayer::new(opts.concurrency.max(1)))
+            .with_layer(&tower::limit::RateLimitLayer::new(qps, Duration::from_secs(1)))
+            .build();
+        let resolver = Resolver::new(client.clone());
+        Ok(Self { client, server, stats, resolver, concurrency: opts.concurrency.max(1) })
+    }
+
+    /// Request counts so far.
+    #[must_use]
+    pub fn requests(&self) -> RequestCounts {
+        self.stats.snapshot()
+    }
+
+    /// The server version (`v1.36.3`); the first request of a run, so it also proves the
+    /// cluster is reachable and the credentials are accepted.
+    ///
+    /// # Errors
+    /// [`ClusterError::Unreachable`] with a readable reason.
+    pub async fn version(&self) -> Result<String, ClusterError> {
+        match self.client.apiserver_version().await {
+            Ok(v) => Ok(v.git_version),
+            Err(e) => Err(ClusterError::Unreachable { server: self.server.clone(), reason: describe(&e) }),
+        }
+    }
+}
+
+/// A one-line reason for a client error, without the debug noise of nested hyper errors.
+#[must_use]
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 401 => {
+            "the server rejected the credentials (401 Unauthorized): is the kubeconfig expired or for another cluster?"
+                .into()
+        }
+        kube::Error::Api(s) if s.code == 403 => format!("forbidden (403): {}", s.message),
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => {
+            let mut parts = vec![other.to_string()];
+            let mut cur = std::error::Error::source(other);
+            while let Some(s) = cur {
+                let text = s.to_string();
+                if !parts.iter().any(|p| p.contains(&text)) {
+                    parts.push(text);
+                }
+                cur = s.source();
+            }
+            parts.join(": ")
+        }
+    }
+}

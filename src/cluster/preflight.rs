@@ -1,0 +1,143 @@
+//! Checks before any write: the cluster answers, Flux serves the API versions osbx renders, and
+//! the caller may do everything the apply needs (SelfSubjectAccessReview per resource, namespace
+//! and verb). Each failure is a clear message; the command exits 2 without writing.
+
+use std::collections::BTreeSet;
+
+use futures::stream::{self, StreamExt};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use kube::api::{Api, PostParams};
+
+use super::{Cluster, ClusterError};
+use crate::object::ObjectRef;
+
+/// Why the apply cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    /// The cluster does not answer or refuses the credentials.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// Flux (at the API versions osbx renders) is not installed.
+    #[error(
+        "Flux is not installed on this cluster, or is too old: it does not serve {}.\nInstall Flux ≥ 2.7 first: `flux install` (or `flux bootstrap …`), then rerun",
+        .0.join(", ")
+    )]
+    FluxMissing(Vec<String>),
+    /// The namespace of the Flux objects does not exist.
+    #[error(
+        "namespace {0} (cluster.fluxNamespace) does not exist: is Flux installed there? Install it with `flux install`, or set cluster.fluxNamespace"
+    )]
+    FluxNamespace(String),
+    /// The caller lacks permissions.
+    #[error("the current user may not do everything this apply needs:\n{}\nask a cluster admin for these permissions, or use another --context", .0.iter().map(|d| format!("  {d}")).collect::<Vec<_>>().join("\n"))]
+    Forbidden(Vec<String>),
+}
+
+/// What preflight found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Server version.
+    pub version: String,
+}
+
+/// The Flux kinds osbx renders, at the versions it renders them.
+pub const FLUX_KINDS: &[(&str, &str, &str)] = &[
+    ("source.toolkit.fluxcd.io", "v1", "GitRepository"),
+    ("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+    ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+];
+
+/// Run every check for applying `objects` (plus the inventory ConfigMap in `inventory_ns`).
+///
+/// # Errors
+/// [`PreflightError`] for the first failing check.
+pub async fn run(
+    cluster: &Cluster,
+    objects: &[ObjectRef],
+    inventory_ns: &str,
+    prune: bool,
+) -> Result<Report, PreflightError> {
+    let version = cluster.version().await?;
+    let mut missing = Vec::new();
+    for (group, version, kind) in FLUX_KINDS {
+        let used = objects.iter().any(|o| o.group == *group && o.kind == *kind);
+        if used && !cluster.resolver.serves(group, version, kind).await? {
+            missing.push(format!("{group}/{version} {kind}"));
+        }
+    }
+    if !missing.is_empty() {
+        return Err(PreflightError::FluxMissing(missing));
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
+    let flux_ns = namespaces
+        .get_opt(inventory_ns)
+        .await
+        .map_err(|source| ClusterError::Api { subject: format!("Namespace/{inventory_ns}"), source })?;
+    if flux_ns.is_none() {
+        return Err(PreflightError::FluxNamespace(inventory_ns.to_owned()));
+    }
+    access(cluster, objects, inventory_ns, prune).await?;
+    Ok(Report { version })
+}
+
+async fn access(
+    cluster: &Cluster,
+    objects: &[ObjectRef],
+    inventory_ns: &str,
+    prune: bool,
+) -> Result<(), PreflightError> {
+    let mut checks: BTreeSet<(String, String, Option<String>, &'static str)> = BTreeSet::new();
+    let verbs: &[&'static str] =
+        if prune { &["get", "create", "patch", "delete"] } else { &["get", "create", "patch"] };
+    for o in objects {
+        // Kinds not served yet (CRDs another layer installs) cannot be resolved; checked later by the apply.
+        let Some((ar, scope)) = cluster.resolver.resolve(o).await? else { continue };
+        let ns = matches!(scope, kube::discovery::Scope::Namespaced).then(|| o.namespace.clone()).flatten();
+        for verb in verbs {
+            checks.insert((ar.group.clone(), ar.plural.clone(), ns.clone(), verb));
+        }
+    }
+    for verb in ["get", "create", "patch"] {
+        checks.insert((String::new(), "configmaps".into(), Some(inventory_ns.to_owned()), verb));
+    }
+    let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client.clone());
+    let results: Vec<Result<Option<String>, ClusterError>> =
+        stream::iter(checks.into_iter().map(|(group, resource, ns, verb)| {
+            let api = api.clone();
+            async move {
+                let review = SelfSubjectAccessReview {
+                    spec: SelfSubjectAccessReviewSpec {
+                        resource_attributes: Some(ResourceAttributes {
+                            group: Some(group.clone()),
+                            resource: Some(resource.clone()),
+                            namespace: ns.clone(),
+                            verb: Some(verb.to_owned()),
+                            ..ResourceAttributes::default()
+                        }),
+                        ..SelfSubjectAccessReviewSpec::default()
+                    },
+                    ..SelfSubjectAccessReview::default()
+                };
+                let answer = api
+                    .create(&PostParams::default(), &review)
+                    .await
+                    .map_err(|source| ClusterError::Api { subject: "SelfSubjectAccessReview".into(), source })?;
+                let allowed = answer.status.is_some_and(|s| s.allowed);
+                let what = if group.is_empty() { resource } else { format!("{resource}.{group}") };
+                Ok((!allowed).then(|| match ns {
+                    Some(ns) => format!("cannot {verb} {what} in namespace {ns}"),
+                    None => format!("cannot {verb} {what} (cluster-wide)"),
+                }))
+            }
+        }))
+        .buffered(cluster.concurrency)
+        .collect()
+        .await;
+    let mut denied = Vec::new();
+    for r in results {
+        if let Some(d) = r? {
+            denied.push(d);
+        }
+    }
+    if denied.is_empty() { Ok(()) } else { Err(PreflightError::Forbidden(denied)) }
+}

@@ -1,0 +1,90 @@
+//! `osbx apply`: preflight, staged server-side apply layer by layer, prune, wait.
+
+use crate::changeset::Action;
+use crate::cli::{ApplyArgs, Output};
+use crate::cluster::preflight;
+use crate::commands::ExitStatus;
+use crate::commands::cluster::{block_on, connect, prepare};
+use crate::deploy::{self, ApplyOptions};
+use crate::object::ObjectRef;
+use crate::printer::Printer;
+use crate::progress::Progress;
+use crate::repo;
+
+/// Run `osbx apply`.
+///
+/// # Errors
+/// Preflight failures, refused applies and cluster errors (exit 2).
+pub fn run(args: &ApplyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let prepared = prepare(&args.profile)?;
+    let profile = &prepared.loaded.profile;
+    if let Some(state) = repo::repo_state(&args.repo) {
+        if !state.uncommitted.is_empty() {
+            printer.warn(&format!(
+                "the Flux repository at {} has {} uncommitted change(s): Flux reconciles what is pushed, not this work tree",
+                args.repo.display(),
+                state.uncommitted.len()
+            ));
+        }
+        if let Some((n, upstream)) = state.unpushed {
+            printer.warn(&format!("{n} commit(s) not pushed to {upstream}: Flux will not see them"));
+        }
+    }
+    block_on(async {
+        let cluster = connect(&args.cluster).await?;
+        let refs: Vec<ObjectRef> =
+            prepared.layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
+        let report = preflight::run(&cluster, &refs, &profile.cluster.flux_namespace, args.prune).await?;
+        printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
+        let opts = ApplyOptions {
+            dry_run: args.dry_run,
+            prune: args.prune,
+            wait: !args.no_wait,
+            timeout: args.timeout,
+            interval: std::time::Duration::from_secs(2),
+            force_conflicts: args.force_conflicts,
+        };
+        let progress = printer.progress();
+        let result = deploy::apply(&cluster, profile, &prepared.layers, &opts, &progress).await;
+        progress.finish();
+        let report = result?;
+        for c in report.changes.0.iter().filter(|c| c.reason.is_some()) {
+            progress.warn(&format!("{} {}: {}", c.subject, c.action, c.reason.as_deref().unwrap_or_default()));
+        }
+        match args.output {
+            Output::Json => printer.json(&report),
+            Output::Text => {
+                for c in &report.changes.0 {
+                    printer.data(&format!(
+                        "{} {}{}",
+                        c.subject,
+                        c.action,
+                        if args.dry_run { " (dry run)" } else { "" }
+                    ));
+                }
+            }
+        }
+        let counts = format!(
+            "{} created, {} configured, {} unchanged, {} deleted, {} skipped",
+            report.changes.count(Action::Created),
+            report.changes.count(Action::Configured),
+            report.changes.count(Action::Unchanged),
+            report.changes.count(Action::Deleted),
+            report.changes.count(Action::Skipped)
+        );
+        match report.ready {
+            Some(false) => {
+                printer.failure(&format!("{counts}; not ready: {}", report.not_ready.as_deref().unwrap_or("")));
+                Ok(ExitStatus::Failure)
+            }
+            Some(true) => {
+                printer.success(&format!("{counts}; all layers ready"));
+                Ok(ExitStatus::Success)
+            }
+            None => {
+                printer.success(&counts);
+                Ok(ExitStatus::Success)
+            }
+        }
+    })
+}

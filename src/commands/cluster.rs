@@ -1,0 +1,50 @@
+//! What `diff` and `apply` share: load and render the profile, connect, and run async work.
+
+use crate::cli::{ClusterArgs, ProfileArgs};
+use crate::cluster::{Cluster, ConnectOptions};
+use crate::deploy::{self, Layer};
+use crate::profile::{self, LoadedProfile, ProfileSource};
+use crate::render::Renderer;
+
+/// The profile, rendered into layers.
+pub struct Prepared {
+    /// The profile.
+    pub loaded: LoadedProfile,
+    /// Its layers in apply order.
+    pub layers: Vec<Layer>,
+}
+
+/// Load, validate and render a profile (no cluster needed).
+///
+/// # Errors
+/// Profile, template or render errors.
+pub fn prepare(args: &ProfileArgs) -> anyhow::Result<Prepared> {
+    let loaded = profile::load(&ProfileSource::from_arg(args.profile.as_deref()))?;
+    let renderer = Renderer::new(args.templates.as_deref())?;
+    let rendered = renderer.render(&loaded)?;
+    let layers = deploy::layers(&loaded.profile, &rendered)?;
+    Ok(Prepared { loaded, layers })
+}
+
+/// Connect to the cluster the arguments name.
+///
+/// # Errors
+/// When no usable kubeconfig is found.
+pub async fn connect(args: &ClusterArgs) -> anyhow::Result<Cluster> {
+    let opts = ConnectOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        qps: args.qps,
+        concurrency: args.concurrency,
+        request_timeout: args.request_timeout,
+    };
+    Ok(Cluster::connect(&opts).await?)
+}
+
+/// Run async work on a runtime made for this command.
+///
+/// # Errors
+/// When the runtime cannot start, or what the work returns.
+pub fn block_on<T>(work: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(work)
+}

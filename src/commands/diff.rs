@@ -1,0 +1,51 @@
+//! `osbx diff`: what `osbx apply` would change on the cluster.
+
+use serde_json::json;
+
+use crate::changeset::Action;
+use crate::cli::{DiffArgs, Output};
+use crate::commands::ExitStatus;
+use crate::commands::cluster::{block_on, connect, prepare};
+use crate::deploy;
+use crate::printer::Printer;
+
+/// Run `osbx diff`.
+///
+/// # Errors
+/// Profile, render, connection or dry-run errors (exit 2).
+pub fn run(args: &DiffArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let prepared = prepare(&args.profile)?;
+    block_on(async {
+        let cluster = connect(&args.cluster).await?;
+        cluster.version().await?;
+        let changes = deploy::diff(&cluster, &prepared.loaded.profile, &prepared.layers).await?;
+        let summary = format!(
+            "{} to create, {} to change, {} unchanged, {} to prune",
+            changes.count(Action::Created),
+            changes.count(Action::Configured),
+            changes.count(Action::Unchanged),
+            changes.count(Action::Deleted)
+        );
+        match args.output {
+            Output::Json => printer.json(&json!({
+                "changes": changes,
+                "summary": {
+                    "create": changes.count(Action::Created),
+                    "change": changes.count(Action::Configured),
+                    "unchanged": changes.count(Action::Unchanged),
+                    "prune": changes.count(Action::Deleted),
+                },
+                "requests": cluster.requests(),
+            })),
+            Output::Text => {
+                for c in &changes.0 {
+                    if let Some(diff) = &c.diff {
+                        printer.object_diff(&c.subject, &c.action.to_string(), diff);
+                    }
+                }
+                printer.data(&summary);
+            }
+        }
+        Ok(if changes.has_changes() { ExitStatus::Failure } else { ExitStatus::Success })
+    })
+}

@@ -1,0 +1,318 @@
+//! Apply and diff a rendered profile against a cluster, layer by layer.
+//!
+//! Layers go in `dependsOn` order. Before a layer is applied, the Flux Kustomizations of the
+//! external layers it depends on must be Ready (Flux would wait for them too). Inside a layer the
+//! apply is staged: CRDs, Namespaces and ClusterRoles first, then `*Class` kinds, each waited for
+//! (Established/Active), then everything else. After a layer, its objects (including its Flux
+//! Kustomization) are waited for, so the next layer finds what it needs, e.g. the Pool CRD the
+//! chart of the previous layer installs. An inventory of what osbx created is kept in the cluster
+//! for `--prune`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::changeset::{Action, Change, ChangeSet};
+use crate::cluster::apply::{self, ApplyError, PlanOptions, Planned};
+use crate::cluster::inventory::{self, Inventory};
+use crate::cluster::wait::{self, WaitError, WaitOptions};
+use crate::cluster::{Cluster, ClusterError, RequestCounts};
+use crate::object::{ObjectRef, Stage};
+use crate::profile::Profile;
+use crate::progress::Progress;
+use crate::render::Rendered;
+
+/// One layer to apply.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// Name (also its Flux Kustomization's name).
+    pub name: String,
+    /// External layers it depends on (their Kustomizations must be Ready first).
+    pub external_deps: Vec<String>,
+    /// Its objects, its Flux Kustomization included, in apply order.
+    pub objects: Vec<(ObjectRef, Value)>,
+}
+
+/// Why a deploy could not be planned or applied.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// An object could not be applied.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// The cluster failed.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// A rendered file is not valid.
+    #[error(transparent)]
+    Render(#[from] crate::render::RenderError),
+    /// A rendered value is not an object.
+    #[error(transparent)]
+    NotAnObject(#[from] crate::object::NotAnObject),
+    /// Definitions (CRDs, Namespaces) did not become ready.
+    #[error("{0}")]
+    Definitions(WaitError),
+}
+
+/// The layers of a render in `dependsOn` order (Kahn's algorithm; ties in profile order).
+///
+/// # Errors
+/// [`DeployError`] when a rendered file does not parse.
+pub fn layers(profile: &Profile, rendered: &Rendered) -> Result<Vec<Layer>, DeployError> {
+    let rendered_names: Vec<&str> = profile.layers.iter().filter(|l| !l.external).map(|l| l.name.as_str()).collect();
+    let mut by_layer: BTreeMap<String, Vec<(ObjectRef, Value)>> = BTreeMap::new();
+    for o in rendered.objects()? {
+        by_layer.entry(o.layer.clone()).or_default().push((ObjectRef::of(&o.object)?, o.object));
+    }
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    let mut out = Vec::new();
+    while out.len() < rendered_names.len() {
+        let next =
+            profile.layers.iter().filter(|l| !l.external && !done.contains(l.name.as_str())).find(|l| {
+                l.depends_on.iter().all(|d| done.contains(d.as_str()) || !rendered_names.contains(&d.as_str()))
+            });
+        // Validation rejects cycles; stop rather than loop if one slipped through.
+        let Some(layer) = next else { break };
+        done.insert(&layer.name);
+        let mut objects = by_layer.remove(&layer.name).unwrap_or_default();
+        objects.sort_by(|a, b| a.0.cmp(&b.0));
+        out.push(Layer {
+            name: layer.name.clone(),
+            external_deps: layer.depends_on.iter().filter(|d| !rendered_names.contains(&d.as_str())).cloned().collect(),
+            objects,
+        });
+    }
+    Ok(out)
+}
+
+/// Apply options.
+#[derive(Debug, Clone, Copy)]
+pub struct ApplyOptions {
+    /// Plan and print; write nothing.
+    pub dry_run: bool,
+    /// Delete objects osbx created before and no longer renders.
+    pub prune: bool,
+    /// Wait for readiness after each layer.
+    pub wait: bool,
+    /// Overall readiness deadline.
+    pub timeout: Duration,
+    /// Poll interval while waiting.
+    pub interval: Duration,
+    /// Take ownership of fields other managers own.
+    pub force_conflicts: bool,
+}
+
+/// What an apply did.
+#[derive(Debug, Serialize)]
+pub struct ApplyReport {
+    /// Every object and its action.
+    pub changes: ChangeSet,
+    /// Readiness: `None` when not waited for, else whether everything became ready.
+    pub ready: Option<bool>,
+    /// Why not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_ready: Option<String>,
+    /// Requests made.
+    pub requests: RequestCounts,
+    /// Whether the readiness failure was terminal (fail fast) rather than a timeout.
+    #[serde(skip)]
+    pub failed: bool,
+}
+
+/// The inventory of a profile on a cluster.
+#[must_use]
+pub fn inventory_ref(profile: &Profile) -> (String, String) {
+    (profile.cluster.flux_namespace.clone(), Inventory::name_for(&profile.metadata.name, &profile.cluster.name))
+}
+
+/// Apply the layers.
+///
+/// # Errors
+/// [`DeployError`] when an object cannot be applied; the partial change set so far is lost to
+/// the caller only in the error case, which names the object in flight.
+pub async fn apply(
+    cluster: &Cluster,
+    profile: &Profile,
+    layers: &[Layer],
+    opts: &ApplyOptions,
+    progress: &dyn Progress,
+) -> Result<ApplyReport, DeployError> {
+    let deadline = Instant::now() + opts.timeout;
+    let (inv_ns, inv_name) = inventory_ref(profile);
+    let previous = Inventory::load(cluster, &inv_ns, &inv_name).await?;
+    let mut inventory = previous.clone();
+    let mut changes = ChangeSet::default();
+    let mut not_ready: Option<WaitError> = None;
+    let wait_opts = WaitOptions { interval: opts.interval, deadline, fail_fast: true };
+
+    for layer in layers {
+        if opts.wait && !opts.dry_run && !layer.external_deps.is_empty() {
+            progress.layer(&layer.name, "waiting for dependencies");
+            let deps: Vec<ObjectRef> = layer.external_deps.iter().map(|d| flux_kustomization(profile, d)).collect();
+            if let Err(e) = wait::wait_for_set(cluster, &deps, &wait_opts, progress).await {
+                not_ready = Some(e);
+                break;
+            }
+        }
+        progress.layer(&layer.name, if opts.dry_run { "planning" } else { "applying" });
+        let applied = apply_layer(cluster, layer, opts, progress, &mut changes).await?;
+        for p in &applied {
+            if p.action != Action::Skipped {
+                inventory.record(&p.object, p.action == Action::Created);
+            }
+        }
+        if opts.wait && !opts.dry_run {
+            progress.layer(&layer.name, "waiting");
+            let refs: Vec<ObjectRef> =
+                applied.iter().filter(|p| p.action != Action::Skipped).map(|p| p.object.clone()).collect();
+            if let Err(e) = wait::wait_for_set(cluster, &refs, &wait_opts, progress).await {
+                not_ready = Some(e);
+                break;
+            }
+            progress.layer(&layer.name, "ready");
+        }
+    }
+
+    let complete = not_ready.is_none() || matches!(not_ready, Some(WaitError::Failed(_) | WaitError::Timeout(_)));
+    if opts.prune && complete && changes_all_layers(layers, &changes) {
+        let current: Vec<ObjectRef> = layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
+        for stale in previous.stale(&current) {
+            if let Some(change) = prune_one(cluster, &stale, opts.dry_run).await? {
+                progress.change(&change);
+                if change.action == Action::Deleted {
+                    inventory.forget(&stale);
+                }
+                changes.push(change);
+            }
+        }
+    }
+    if !opts.dry_run {
+        inventory.save(cluster, &previous).await?;
+    }
+    let failed = matches!(not_ready, Some(WaitError::Failed(_)));
+    if let Some(WaitError::Cluster(e)) = not_ready {
+        return Err(e.into());
+    }
+    let ready = (opts.wait && !opts.dry_run).then_some(not_ready.is_none());
+    Ok(ApplyReport {
+        changes,
+        ready,
+        not_ready: not_ready.map(|e| e.to_string()),
+        requests: cluster.requests(),
+        failed,
+    })
+}
+
+fn changes_all_layers(layers: &[Layer], changes: &ChangeSet) -> bool {
+    let applied: BTreeSet<&ObjectRef> = changes.refs().collect();
+    layers.iter().all(|l| l.objects.iter().all(|(r, _)| applied.contains(r)))
+}
+
+fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
+    ObjectRef {
+        group: "kustomize.toolkit.fluxcd.io".into(),
+        version: "v1".into(),
+        kind: "Kustomization".into(),
+        namespace: Some(profile.cluster.flux_namespace.clone()),
+        name: name.to_owned(),
+    }
+}
+
+async fn apply_layer(
+    cluster: &Cluster,
+    layer: &Layer,
+    opts: &ApplyOptions,
+    progress: &dyn Progress,
+    changes: &mut ChangeSet,
+) -> Result<Vec<Planned>, DeployError> {
+    let plan_opts = PlanOptions { dry_run_new: opts.dry_run, force_conflicts: opts.force_conflicts };
+    let mut all = Vec::new();
+    for stage in [Stage::Definitions, Stage::Classes, Stage::Resources] {
+        let objects: Vec<Value> =
+            layer.objects.iter().filter(|(r, _)| r.stage() == stage).map(|(_, v)| v.clone()).collect();
+        if objects.is_empty() {
+            continue;
+        }
+        let planned = apply::plan_all(cluster, &objects, plan_opts).await?;
+        if !opts.dry_run {
+            apply::write_all(cluster, &planned, opts.force_conflicts).await?;
+        }
+        for p in &planned {
+            let change = p.change(false);
+            progress.change(&change);
+            changes.push(change);
+        }
+        let written: Vec<ObjectRef> = planned
+            .iter()
+            .filter(|p| matches!(p.action, Action::Created | Action::Configured))
+            .map(|p| p.object.clone())
+            .collect();
+        if stage != Stage::Resources && !opts.dry_run && !written.is_empty() {
+            let wait_opts = WaitOptions {
+                interval: Duration::from_millis(250),
+                deadline: Instant::now() + Duration::from_secs(60),
+                fail_fast: true,
+            };
+            wait::wait_for_set(cluster, &written, &wait_opts, progress).await.map_err(DeployError::Definitions)?;
+            if written.iter().any(|r| r.kind == "CustomResourceDefinition") {
+                cluster.resolver.refresh().await?;
+            }
+        }
+        all.extend(planned);
+    }
+    Ok(all)
+}
+
+async fn prune_one(cluster: &Cluster, r: &ObjectRef, dry_run: bool) -> Result<Option<Change>, DeployError> {
+    let Some(api) = cluster.resolver.api(r).await? else { return Ok(None) };
+    let live = api.get_opt(&r.name).await.map_err(|source| ClusterError::Api { subject: r.to_string(), source })?;
+    let Some(live) = live else { return Ok(None) };
+    let live = serde_json::to_value(&live).unwrap_or(Value::Null);
+    if !inventory::managed_by_osbx(&live) {
+        let mut c = Change::new(r.clone(), Action::Skipped);
+        c.reason = Some("not pruned: osbx no longer manages any of its fields".into());
+        return Ok(Some(c));
+    }
+    if !dry_run {
+        let params = kube::api::DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            ..Default::default()
+        };
+        api.delete(&r.name, &params).await.map_err(|source| ClusterError::Api { subject: r.to_string(), source })?;
+    }
+    Ok(Some(Change::new(r.clone(), Action::Deleted)))
+}
+
+/// Diff every rendered object against the cluster (server-side dry-run), plus the objects osbx
+/// created before and no longer renders (as `deleted`).
+///
+/// # Errors
+/// [`DeployError`] when a dry-run is refused or the cluster fails.
+pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<ChangeSet, DeployError> {
+    let objects: Vec<Value> = layers.iter().flat_map(|l| l.objects.iter().map(|(_, v)| v.clone())).collect();
+    let planned = apply::plan_all(cluster, &objects, PlanOptions { dry_run_new: true, force_conflicts: true }).await?;
+    let mut changes = ChangeSet::default();
+    for p in &planned {
+        let mut change = p.change(true);
+        if p.action == Action::Skipped {
+            // Its CRD comes from another layer: show it as it would be created.
+            change.action = Action::Created;
+            change.diff = Some(crate::cluster::diff::unified(&change.subject, None, &p.desired));
+        }
+        changes.push(change);
+    }
+    let (inv_ns, inv_name) = inventory_ref(profile);
+    let inventory = Inventory::load(cluster, &inv_ns, &inv_name).await?;
+    let current: Vec<ObjectRef> = planned.iter().map(|p| p.object.clone()).collect();
+    for stale in inventory.stale(&current) {
+        if let Some(mut change) = prune_one(cluster, &stale, true).await?
+            && change.action == Action::Deleted
+        {
+            change.diff =
+                Some(format!("{} will be deleted (osbx created it and no longer renders it)\n", change.subject));
+            changes.push(change);
+        }
+    }
+    Ok(changes)
+}

@@ -1,0 +1,336 @@
+//! `osbx apply` and `osbx diff` against a real kube-apiserver with the real CRDs; the stand-in
+//! plays the Flux controllers and the OpenSandbox controller through the API.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::cluster::{self, OwnPlane, standin::Controllers};
+use crate::support::{osbx, outputs};
+
+/// A profile whose namespaces all start with `p` (tests share one plane).
+fn profile(p: &str, pools: &[(&str, &str, [i64; 4])]) -> String {
+    let mut items = String::new();
+    for (name, runtime, [bmin, bmax, pmin, pmax]) in pools {
+        items.push_str(&format!(
+            "    - {{name: {name}, runtime: {runtime}, capacity: {{bufferMin: {bmin}, bufferMax: {bmax}, poolMin: {pmin}, poolMax: {pmax}}}}}\n"
+        ));
+    }
+    format!(
+        "apiVersion: osbx.dev/v1alpha1
+kind: Profile
+metadata: {{name: {p}}}
+cluster: {{name: {p}, fluxNamespace: {p}-flux}}
+layers:
+  - {{name: opensandbox, component: opensandbox}}
+  - {{name: opensandbox-pools, component: pools, dependsOn: [opensandbox]}}
+opensandbox:
+  namespaces: {{controlPlane: {p}-system, sandbox: {p}-sbx}}
+  source: {{url: https://github.com/opensandbox-group/OpenSandbox.git, ref: {{tag: helm/opensandbox/0.2.2}}}}
+  release:
+    install: {{strategy: RetryOnFailure, retryInterval: 5m}}
+  server:
+    apiKey: {{secretRef: {{name: api-key}}}}
+    config: {{runtime: {{execdImage: example.com/execd:v1.0.22}}}}
+pools:
+  defaults: {{image: example.com/sandbox:v1, command: [sleep, infinity]}}
+  items:
+{items}"
+    )
+}
+
+fn controllers(p: &str) -> Controllers {
+    Controllers {
+        flux_namespaces: vec![format!("{p}-flux"), format!("{p}-system")],
+        pool_namespaces: vec![format!("{p}-sbx")],
+        ..Controllers::default()
+    }
+}
+
+/// Run the osbx binary off the async runtime (the stand-in keeps running meanwhile).
+async fn run(kubeconfig: &Path, dir: &Path, args: &[&str]) -> Output {
+    let profile = dir.join("profile.yaml");
+    let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    full.extend([
+        "--profile".into(),
+        profile.display().to_string(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+    ]);
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || osbx().current_dir(dir).args(full).output().unwrap()).await.unwrap()
+}
+
+fn json_of(out: &Output) -> Value {
+    let (stdout, stderr) = outputs(out);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: stdout={stdout} stderr={stderr}"))
+}
+
+fn actions(report: &Value) -> Vec<(String, String)> {
+    report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["object"].as_str().unwrap().to_owned(), c["action"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone()).patch(name, &PatchParams::apply("test"), &Patch::Apply(&ns)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_apply_reapply_change_and_prune_on_an_empty_cluster() {
+    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    // "Flux installed": its CRDs and namespace. No OpenSandbox CRDs: the chart brings them.
+    cluster::install_crds(&client, "flux").await;
+    create_namespace(&client, "lc-flux").await;
+    let _controllers = Controllers { chart_installs_crds: true, ..controllers("lc") }.spawn(client.clone());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("profile.yaml"),
+        profile("lc", &[("pod", "runc", [1, 2, 1, 4]), ("vm", "kata", [0, 1, 0, 2])]),
+    )
+    .unwrap();
+
+    // First apply: everything created, layer by layer, staged, and ready.
+    let out = run(&plane.kubeconfig, dir.path(), &["apply", "-o", "json", "--timeout", "60s"]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report = json_of(&out);
+    assert_eq!(report["ready"], true);
+    let got = actions(&report);
+    // Per layer: Namespaces (stage 1), then the rest by kind rank, group, kind, namespace, name.
+    let expected = [
+        "Namespace/lc-sbx",
+        "Namespace/lc-system",
+        "ConfigMap/lc-system/opensandbox-values",
+        "HelmRelease/lc-system/opensandbox",
+        "Kustomization/lc-flux/opensandbox",
+        "GitRepository/lc-system/opensandbox",
+        "Kustomization/lc-flux/opensandbox-pools",
+        "Pool/lc-sbx/pod",
+        "Pool/lc-sbx/vm",
+    ];
+    let subjects: Vec<&str> = got.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(subjects, expected, "apply order: definitions first, layers in dependsOn order");
+    assert!(got.iter().all(|(_, a)| a == "created"), "{got:?}");
+    assert!(report["requests"]["writes"].as_u64().unwrap() >= 9);
+
+    // Re-apply: all unchanged, zero writes.
+    let out = run(&plane.kubeconfig, dir.path(), &["apply", "-o", "json", "--timeout", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    let report = json_of(&out);
+    assert!(actions(&report).iter().all(|(_, a)| a == "unchanged"), "{:?}", actions(&report));
+    assert_eq!(report["requests"]["writes"], 0, "a no-op apply writes nothing: {}", report["requests"]);
+
+    // diff agrees: nothing to do.
+    let out = run(&plane.kubeconfig, dir.path(), &["diff"]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("0 to create, 0 to change, 9 unchanged, 0 to prune"), "{stdout}");
+
+    // Change a pool and drop the other: diff shows both, apply --prune configures one and deletes
+    // only the dropped one.
+    std::fs::write(dir.path().join("profile.yaml"), profile("lc", &[("pod", "runc", [1, 3, 1, 6])])).unwrap();
+    let out = run(&plane.kubeconfig, dir.path(), &["diff"]).await;
+    let (stdout, _) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("► Pool/lc-sbx/pod configured") && stdout.contains("+    bufferMax: 3"), "{stdout}");
+    assert!(stdout.contains("► Pool/lc-sbx/vm deleted"), "{stdout}");
+    assert!(stdout.contains("0 to create, 1 to change, 7 unchanged, 1 to prune"), "{stdout}");
+
+    let out = run(&plane.kubeconfig, dir.path(), &["apply", "--prune", "-o", "json", "--timeout", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    let got = actions(&json_of(&out));
+    let changed: Vec<&(String, String)> = got.iter().filter(|(_, a)| a != "unchanged").collect();
+    assert_eq!(
+        changed,
+        [
+            &("Pool/lc-sbx/pod".to_owned(), "configured".to_owned()),
+            &("Pool/lc-sbx/vm".to_owned(), "deleted".to_owned())
+        ]
+    );
+    let pools = pool_api(&client, "lc-sbx").await;
+    assert!(pools.get_opt("vm").await.unwrap().is_none(), "dropped pool deleted");
+    assert_eq!(pools.get("pod").await.unwrap().data["spec"]["capacitySpec"]["bufferMax"], 3);
+}
+
+async fn pool_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = kube::core::GroupVersionKind::gvk("sandbox.opensandbox.io", "v1alpha1", "Pool");
+    let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_flux_is_a_preflight_error_and_nothing_is_written() {
+    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("profile.yaml"), profile("nf", &[("pod", "runc", [0, 1, 0, 2])])).unwrap();
+    let out = run(&plane.kubeconfig, dir.path(), &["apply"]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("Flux is not installed on this cluster"), "{stderr}");
+    assert!(stderr.contains("helm.toolkit.fluxcd.io/v2 HelmRelease") && stderr.contains("flux install"), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("stack backtrace"), "{stderr}");
+    let names: Vec<String> = Api::<Namespace>::all(client)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with("nf-")), "nothing written: {names:?}");
+}
+
+/// Shared-plane setup: all CRDs, the Flux namespace, and the profile on disk.
+async fn setup(p: &str, pools: &[(&str, &str, [i64; 4])]) -> (kube::Client, tempfile::TempDir, std::path::PathBuf) {
+    let client = cluster::client().await;
+    cluster::install_all_crds().await;
+    create_namespace(&client, &format!("{p}-flux")).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("profile.yaml"), profile(p, pools)).unwrap();
+    (client, dir, cluster::plane().kubeconfig.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_helm_install_fails_fast_naming_the_release() {
+    let (client, dir, kubeconfig) = setup("ff", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let _c = Controllers { helm_install_fails: Some("chart requires kubeVersion >=1.99".into()), ..controllers("ff") }
+        .spawn(client.clone());
+    let start = Instant::now();
+    let out = run(&kubeconfig, dir.path(), &["apply", "--timeout", "120s"]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(start.elapsed() < Duration::from_secs(60), "fails fast, not at the 120 s timeout");
+    assert!(stderr.contains("failed early"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "HelmRelease/ff-system/opensandbox status: 'Failed': InstallFailed: chart requires kubeVersion >=1.99"
+        ),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_ready_is_not_ready_and_the_timeout_names_what_is_stalled() {
+    let (client, dir, kubeconfig) = setup("st", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let _c = Controllers { stale: true, ..controllers("st") }.spawn(client.clone());
+    let out = run(&kubeconfig, dir.path(), &["apply", "--timeout", "6s"]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("timeout waiting for"), "{stderr}");
+    for subject in [
+        "GitRepository/st-system/opensandbox",
+        "HelmRelease/st-system/opensandbox",
+        "Kustomization/st-flux/opensandbox",
+    ] {
+        assert!(
+            stderr.contains(&format!("{subject} status: 'InProgress': generation 1 not yet observed (observed 0)")),
+            "{subject}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_capacity_times_out_naming_it() {
+    let (client, dir, kubeconfig) = setup("pc", &[("pod", "runc", [1, 2, 1, 4])]).await;
+    let _c = Controllers { pools_stay_empty: true, ..controllers("pc") }.spawn(client.clone());
+    let out = run(&kubeconfig, dir.path(), &["apply", "--timeout", "8s"]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Pool/pc-sbx/pod status: 'InProgress': no status yet"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_name_the_other_manager_and_force_takes_ownership() {
+    let (client, dir, kubeconfig) = setup("cf", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let out = run(&kubeconfig, dir.path(), &["apply", "--no-wait"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    // Someone else takes over the pool's capacity with their own field manager.
+    let pools = pool_api(&client, "cf-sbx").await;
+    let theirs = json!({"apiVersion": "sandbox.opensandbox.io/v1alpha1", "kind": "Pool", "metadata": {"name": "pod", "namespace": "cf-sbx"},
+                        "spec": {"capacitySpec": {"bufferMax": 5, "bufferMin": 0, "poolMax": 9, "poolMin": 0}}});
+    pools.patch("pod", &PatchParams::apply("ops-team").force(), &Patch::Apply(&theirs)).await.unwrap();
+
+    let out = run(&kubeconfig, dir.path(), &["apply", "--no-wait"]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("Pool/cf-sbx/pod") && stderr.contains("conflict") && stderr.contains("\"ops-team\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains(".spec.capacitySpec.bufferMax") && stderr.contains("--force-conflicts"), "{stderr}");
+    assert_eq!(pools.get("pod").await.unwrap().data["spec"]["capacitySpec"]["bufferMax"], 5, "nothing written");
+
+    let out = run(&kubeconfig, dir.path(), &["apply", "--no-wait", "--force-conflicts"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    assert_eq!(pools.get("pod").await.unwrap().data["spec"]["capacitySpec"]["bufferMax"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_masks_secret_values_and_sets_exit_codes() {
+    let (client, dir, kubeconfig) = setup("df", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    // A template override adds a Secret to the layer.
+    let templates = dir.path().join("tpl");
+    crate::support::write(
+        &templates,
+        "opensandbox/secret.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: extra\n  namespace: {{ opensandbox.namespaces.controlPlane }}\nstringData:\n  token: s3cr3t-new-value\n  same: unchanged-value\n",
+    );
+    let tpl = templates.display().to_string();
+    let out = run(&kubeconfig, dir.path(), &["apply", "--no-wait", "--templates", &tpl]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    let out = run(&kubeconfig, dir.path(), &["diff", "--templates", &tpl]).await;
+    assert_eq!(out.status.code(), Some(0), "in sync: {}", outputs(&out).0);
+
+    // Someone changes the Secret in the cluster.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "df-system");
+    let patch = json!({"stringData": {"token": "old-live-value"}});
+    secrets.patch("extra", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+
+    for output in ["text", "json"] {
+        let out = run(&kubeconfig, dir.path(), &["diff", "--templates", &tpl, "-o", output]).await;
+        let (stdout, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        for secret in
+            ["s3cr3t-new-value", "old-live-value", "unchanged-value", "czNjcjN0", "b2xkLWxpdmU", "dW5jaGFuZ2Vk"]
+        {
+            assert!(!stdout.contains(secret) && !stderr.contains(secret), "{secret} leaked: {stdout}");
+        }
+        if output == "text" {
+            assert!(stdout.contains("► Secret/df-system/extra configured"), "{stdout}");
+            assert!(stdout.contains("*** (before)") && stdout.contains("*** (after)"), "{stdout}");
+            assert!(stdout.contains("0 to create, 1 to change"), "{stdout}");
+        } else {
+            let v: Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(v["summary"]["change"], 1);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_changes_nothing_and_prints_the_change_set() {
+    let (client, dir, kubeconfig) = setup("dr", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let out = run(&kubeconfig, dir.path(), &["apply", "--dry-run", "-o", "json"]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report = json_of(&out);
+    assert!(actions(&report).iter().all(|(_, a)| a == "created"), "{report}");
+    assert_eq!(report["requests"]["writes"], 0, "{}", report["requests"]);
+    let names: Vec<String> = Api::<Namespace>::all(client)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert!(!names.contains(&"dr-system".to_owned()), "nothing created");
+}
