@@ -68,6 +68,7 @@ pub async fn run(
     if !missing.is_empty() {
         return Err(PreflightError::FluxMissing(missing));
     }
+    access(cluster, objects, inventory_ns, prune).await?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
     let flux_ns = namespaces
         .get_opt(inventory_ns)
@@ -76,7 +77,6 @@ pub async fn run(
     if flux_ns.is_none() {
         return Err(PreflightError::FluxNamespace(inventory_ns.to_owned()));
     }
-    access(cluster, objects, inventory_ns, prune).await?;
     Ok(Report { version })
 }
 
@@ -100,6 +100,7 @@ async fn access(
     for verb in ["get", "create", "patch"] {
         checks.insert((String::new(), "configmaps".into(), Some(inventory_ns.to_owned()), verb));
     }
+    checks.insert((String::new(), "namespaces".into(), None, "get"));
     let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client.clone());
     let results: Vec<Result<Option<String>, ClusterError>> =
         stream::iter(checks.into_iter().map(|(group, resource, ns, verb)| {

@@ -334,3 +334,58 @@ async fn dry_run_changes_nothing_and_prints_the_change_set() {
         .collect();
     assert!(!names.contains(&"dr-system".to_owned()), "nothing created");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_user_is_refused_by_preflight_naming_what_is_missing() {
+    let (client, dir, kubeconfig) = setup("ro", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let viewer = cluster::user_kubeconfig(&kubeconfig, "ro-viewer", dir.path());
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "ro-viewer-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "ro-viewer"}]});
+    let (api, name) = cluster::api_for(&client, &binding).await;
+    api.patch(&name, &PatchParams::apply("test"), &Patch::Apply(&binding)).await.unwrap();
+
+    let out = run(&viewer, dir.path(), &["apply"]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the current user may not do everything this apply needs"), "{stderr}");
+    assert!(stderr.contains("cannot create namespaces (cluster-wide)"), "{stderr}");
+    assert!(stderr.contains("cannot patch helmreleases.helm.toolkit.fluxcd.io in namespace ro-system"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_cluster_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("profile.yaml"), profile("ur", &[("pod", "runc", [0, 1, 0, 2])])).unwrap();
+    // The shared plane's credentials, pointed at a port nothing listens on.
+    let text = std::fs::read_to_string(&cluster::plane().kubeconfig).unwrap();
+    let mut kc: Value = serde_saphyr::from_str(&text).unwrap();
+    kc["clusters"][0]["cluster"]["server"] = json!("https://127.0.0.1:9");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, serde_json::to_string(&kc).unwrap()).unwrap();
+    for cmd in ["apply", "diff"] {
+        let out = run(&kubeconfig, dir.path(), &[cmd, "--request-timeout", "5s"]).await;
+        let (_, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {stderr}");
+        assert!(stderr.contains("cannot reach the cluster at https://127.0.0.1:9"), "{cmd}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncommitted_changes_in_the_flux_repo_are_a_warning() {
+    let (_client, dir, kubeconfig) = setup("gw", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        assert!(std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap().status.success())
+    };
+    git(&["init", "-q"]);
+    std::fs::write(repo.join("pending.yaml"), "kind: x\n").unwrap();
+    let out = run(&kubeconfig, dir.path(), &["apply", "--dry-run", "--repo", &repo.display().to_string()]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("has 1 uncommitted change(s): Flux reconciles what is pushed"), "{stderr}");
+}

@@ -176,3 +176,48 @@ pub async fn api_for(client: &Client, object: &Value) -> (Api<DynamicObject>, St
     };
     (api, name)
 }
+
+/// A kubeconfig for another user of the plane of `kubeconfig` (a client certificate signed by
+/// the plane's client CA, no groups): RBAC applies to it, unlike the admin.
+pub fn user_kubeconfig(kubeconfig: &std::path::Path, user: &str, out_dir: &std::path::Path) -> PathBuf {
+    let plane = kubeconfig.parent().unwrap();
+    let (key, csr, crt) =
+        (out_dir.join(format!("{user}.key")), out_dir.join(format!("{user}.csr")), out_dir.join(format!("{user}.crt")));
+    let ext = out_dir.join(format!("{user}.ext"));
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let p = |p: &std::path::Path| p.display().to_string();
+    openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &p(&key)]);
+    openssl(&["req", "-new", "-key", &p(&key), "-subj", &format!("/CN={user}"), "-out", &p(&csr)]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p(&csr),
+        "-CA",
+        &p(&plane.join("client-ca.crt")),
+        "-CAkey",
+        &p(&plane.join("client-ca.key")),
+        "-CAcreateserial",
+        "-CAserial",
+        &p(&out_dir.join("ca.srl")),
+        "-days",
+        "1",
+        "-out",
+        &p(&crt),
+        "-extfile",
+        &p(&ext),
+    ]);
+    let b64 = |path: &std::path::Path| {
+        let out = std::process::Command::new("base64").arg("-w0").arg(path).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut kc: Value = serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
+    kc["users"][0]["user"] = serde_json::json!({"client-certificate-data": b64(&crt), "client-key-data": b64(&key)});
+    let path = out_dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_string(&kc).unwrap()).unwrap();
+    path
+}
