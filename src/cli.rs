@@ -38,6 +38,11 @@ pub enum Command {
     /// Exit status: 0 applied and ready, 1 applied but not ready in time or a terminal failure,
     /// 2 error (preflight failure, refused apply, unreachable cluster).
     Apply(ApplyArgs),
+    /// Run the acceptance checks against the platform and report Ready only if all pass.
+    ///
+    /// Exit status: 0 every check passed, 1 a check failed or could not reach a verdict,
+    /// 2 error (bad input, unreachable cluster, interrupted).
+    Verify(VerifyArgs),
     /// List the profiles embedded in this binary.
     Profiles,
     /// Print a shell completion script.
@@ -138,6 +143,53 @@ pub struct ApplyArgs {
     /// The Flux repository holding the render, checked for uncommitted or unpushed changes.
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+    /// After the apply is ready, run `osbx verify`; Ready only if both succeed.
+    #[arg(long = "verify")]
+    pub verify: bool,
+    /// Verify options (with --verify).
+    #[command(flatten)]
+    pub verify_flags: VerifyFlags,
+}
+
+/// Verify options shared by `verify` and `apply --verify`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct VerifyFlags {
+    /// Run only these checks (ids or prefixes such as `kata`); repeatable or comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Skip these checks (ids or prefixes); repeatable or comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub skip: Vec<String>,
+    /// Reach the Lifecycle API at this URL instead of through the API server's service proxy.
+    #[arg(long)]
+    pub server_url: Option<String>,
+    /// Read the API key from this file (default: env OSBX_API_KEY, else the Secret the profile
+    /// names). Never passed as an argument, which would show in `ps`.
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Write a JUnit XML report here.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Overall time limit of the run, e.g. 15m.
+    #[arg(long = "verify-timeout", default_value = "15m", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+}
+
+/// `osbx verify` arguments.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Profile and templates.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Cluster access.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Check selection and reporting.
+    #[command(flatten)]
+    pub verify: VerifyFlags,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,

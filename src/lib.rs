@@ -23,6 +23,7 @@ pub mod profile;
 pub mod progress;
 pub mod render;
 pub mod repo;
+pub mod verify;
 
 use clap::CommandFactory;
 
@@ -52,6 +53,7 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         }
         Command::Diff(args) => commands::diff::run(&args, printer),
         Command::Apply(args) => commands::apply::run(&args, printer),
+        Command::Verify(args) => commands::verify::run(&args, printer),
         Command::Profiles => Ok(commands::profiles::run(printer)),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();

@@ -72,19 +72,30 @@ pub fn run(args: &ApplyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             report.changes.count(Action::Deleted),
             report.changes.count(Action::Skipped)
         );
-        match report.ready {
+        let applied = match report.ready {
             Some(false) => {
                 printer.failure(&format!("{counts}; not ready: {}", report.not_ready.as_deref().unwrap_or("")));
-                Ok(ExitStatus::Failure)
+                return Ok(ExitStatus::Failure);
             }
             Some(true) => {
                 printer.success(&format!("{counts}; all layers ready"));
-                Ok(ExitStatus::Success)
+                ExitStatus::Success
             }
             None => {
                 printer.success(&counts);
-                Ok(ExitStatus::Success)
+                ExitStatus::Success
             }
+        };
+        if args.verify && !args.dry_run {
+            return crate::commands::verify::verify_and_report(
+                &cluster,
+                &prepared,
+                &args.verify_flags,
+                args.output,
+                printer,
+            )
+            .await;
         }
+        Ok(applied)
     })
 }

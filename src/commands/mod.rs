@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod diff;
 pub mod profiles;
 pub mod render;
+pub mod verify;
 
 use std::process::ExitCode;
 

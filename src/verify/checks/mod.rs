@@ -1,0 +1,89 @@
+//! The catalogue of checks, one file per area.
+
+mod flux;
+mod kata;
+mod nodes;
+mod opensandbox;
+mod spiffe;
+
+use std::collections::BTreeSet;
+
+use kube::api::{Api, DynamicObject};
+use serde_json::Value;
+
+use super::Check;
+use crate::cluster::{Cluster, ClusterError};
+use crate::object::ObjectRef;
+use crate::profile::Profile;
+
+/// Every check for a profile, in report order.
+#[must_use]
+pub fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<Box<dyn Check>> {
+    let mut checks: Vec<Box<dyn Check>> = vec![
+        Box::new(flux::Layers { objects: flux_objects }),
+        Box::new(nodes::NodesReady),
+        Box::new(nodes::RuntimeClasses),
+        Box::new(kata::GuestKernel),
+        Box::new(kata::HostKvm),
+        Box::new(kata::VmmSharedMemory),
+        Box::new(spiffe::Spiffe),
+        Box::new(opensandbox::Server),
+        Box::new(opensandbox::Pools),
+    ];
+    for pool in &profile.pools.items {
+        checks.push(Box::new(opensandbox::Lifecycle { pool: pool.name.clone() }));
+    }
+    checks
+}
+
+/// The Kata runtime classes the profile's pools use.
+fn kata_classes(profile: &Profile) -> Vec<String> {
+    let set: BTreeSet<String> = profile.effective_pools().into_iter().filter_map(|p| p.runtime_class_name).collect();
+    set.into_iter().collect()
+}
+
+/// Read any object (`None` when it does not exist or its kind is not served).
+async fn get(cluster: &Cluster, r: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+    let Some(api) = cluster.resolver.api(r).await? else { return Ok(None) };
+    let obj = api.get_opt(&r.name).await.map_err(|source| ClusterError::Api { subject: r.to_string(), source })?;
+    Ok(obj.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
+}
+
+/// List objects of a kind in a namespace (empty when the kind is not served).
+async fn list(
+    cluster: &Cluster,
+    group: &str,
+    version: &str,
+    kind: &str,
+    ns: Option<&str>,
+    labels: Option<&str>,
+) -> Result<Vec<Value>, ClusterError> {
+    let r = ObjectRef {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        namespace: ns.map(str::to_owned),
+        name: String::new(),
+    };
+    let Some((ar, scope)) = cluster.resolver.resolve(&r).await? else { return Ok(Vec::new()) };
+    let api: Api<DynamicObject> = match (scope, ns) {
+        (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(cluster.client.clone(), ns, &ar),
+        _ => Api::all_with(cluster.client.clone(), &ar),
+    };
+    let mut lp = kube::api::ListParams::default();
+    if let Some(l) = labels {
+        lp = lp.labels(l);
+    }
+    let items = api.list(&lp).await.map_err(|source| ClusterError::Api { subject: format!("{kind} list"), source })?;
+    Ok(items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)).collect())
+}
+
+fn obj_ref(group: &str, version: &str, kind: &str, ns: Option<&str>, name: &str) -> ObjectRef {
+    ObjectRef {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        namespace: ns.map(str::to_owned),
+        name: name.into(),
+    }
+}

@@ -1,0 +1,144 @@
+//! `nodes.ready` and `kata.runtimeclass`: API-only facts about nodes and RuntimeClasses.
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::{get, kata_classes, list, obj_ref};
+use crate::verify::{Check, Ctx, Verdict};
+
+/// The label kata-deploy sets to `true` on nodes that can run Kata.
+pub(super) const KATA_LABEL: &str = "katacontainers.io/kata-runtime";
+
+pub(super) struct NodesReady;
+
+fn name(v: &Value) -> String {
+    v["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Nodes meant for Kata: those carrying the kata-deploy label key (any value).
+pub(super) fn kata_nodes(nodes: &[Value]) -> Vec<&Value> {
+    nodes.iter().filter(|n| n["metadata"]["labels"].get(KATA_LABEL).is_some()).collect()
+}
+
+impl Check for NodesReady {
+    fn ids(&self) -> Vec<String> {
+        vec!["nodes.ready".into()]
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
+        Box::pin(async move {
+            let nodes = match list(&ctx.cluster, "", "v1", "Node", None, None).await {
+                Ok(n) => n,
+                Err(e) => return vec![Verdict::error("listing nodes", e.to_string())],
+            };
+            let mut problems = Vec::new();
+            for n in &nodes {
+                let ready = n["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+                if ready.is_none_or(|c| c["status"] != "True") {
+                    let msg = ready.and_then(|c| c["message"].as_str()).unwrap_or("no Ready condition");
+                    problems.push(format!("{} not Ready: {msg}", name(n)));
+                }
+                for t in n["spec"]["taints"].as_array().into_iter().flatten() {
+                    let key = t["key"].as_str().unwrap_or_default();
+                    if key == "node.kubernetes.io/not-ready" || key == "node.kubernetes.io/unreachable" {
+                        problems.push(format!("{} tainted {key}", name(n)));
+                    }
+                }
+                if n["spec"]["unschedulable"] == true {
+                    problems.push(format!("{} is cordoned", name(n)));
+                }
+            }
+            let classes = kata_classes(&ctx.profile);
+            let kata = kata_nodes(&nodes);
+            let mut notes = Vec::new();
+            if !classes.is_empty() {
+                if kata.is_empty() {
+                    problems.push(format!("no node carries {KATA_LABEL}: kata-deploy has not installed any node (job mode installs only nodes present at the last helm upgrade: reconcile the kata HelmRelease)"));
+                }
+                for n in &kata {
+                    if n["metadata"]["labels"][KATA_LABEL] != "true" {
+                        problems.push(format!(
+                            "{} has {KATA_LABEL}={}: the install claimed the node but did not finish",
+                            name(n),
+                            n["metadata"]["labels"][KATA_LABEL]
+                        ));
+                    }
+                    match n["status"]["runtimeHandlers"].as_array() {
+                        None => notes.push(format!(
+                            "{}: cannot verify handler (no status.runtimeHandlers: K8s < 1.30 or containerd < 2.0)",
+                            name(n)
+                        )),
+                        Some(h) => {
+                            let have: Vec<&str> = h.iter().filter_map(|x| x["name"].as_str()).collect();
+                            for class in &classes {
+                                if !have.contains(&class.as_str()) {
+                                    problems.push(format!(
+                                        "{} does not list runtime handler {class} (has {})",
+                                        name(n),
+                                        have.join(", ")
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let evidence = format!(
+                "{} node(s), {} for Kata{}",
+                nodes.len(),
+                kata.len(),
+                if notes.is_empty() { String::new() } else { format!("; {}", notes.join("; ")) }
+            );
+            vec![if nodes.is_empty() {
+                Verdict::fail(evidence, "the cluster has no nodes")
+            } else if problems.is_empty() {
+                Verdict::pass(evidence)
+            } else {
+                Verdict::fail(evidence, problems.join("; "))
+            }]
+        })
+    }
+}
+
+pub(super) struct RuntimeClasses;
+
+impl Check for RuntimeClasses {
+    fn ids(&self) -> Vec<String> {
+        vec!["kata.runtimeclass".into()]
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
+        Box::pin(async move {
+            let classes = kata_classes(&ctx.profile);
+            if classes.is_empty() {
+                return vec![Verdict::skip("no Kata pool in the profile")];
+            }
+            let mut ok = Vec::new();
+            let mut problems = Vec::new();
+            for class in &classes {
+                match get(&ctx.cluster, &obj_ref("node.k8s.io", "v1", "RuntimeClass", None, class)).await {
+                    Err(e) => return vec![Verdict::error(format!("reading RuntimeClass {class}"), e.to_string())],
+                    Ok(None) => problems.push(format!("RuntimeClass {class} not found: kata-deploy's runtimeClasses.enabled is off, the shim is disabled, or a multiInstallSuffix renamed it")),
+                    Ok(Some(rc)) => {
+                        let handler = rc["handler"].as_str().unwrap_or_default();
+                        if handler != class {
+                            problems.push(format!("RuntimeClass {class} has handler {handler:?}, expected {class:?}"));
+                        } else if rc["overhead"]["podFixed"].is_null() {
+                            problems.push(format!("RuntimeClass {class} has no overhead.podFixed: pods will not account for the VM"));
+                        } else if rc["scheduling"]["nodeSelector"][super::nodes::KATA_LABEL] != "true" {
+                            problems.push(format!("RuntimeClass {class} does not select {}=true nodes", super::nodes::KATA_LABEL));
+                        } else {
+                            ok.push(format!("{class} → handler {handler}"));
+                        }
+                    }
+                }
+            }
+            vec![if problems.is_empty() {
+                Verdict::pass(ok.join(", "))
+            } else {
+                Verdict::fail(ok.join(", "), problems.join("; "))
+                    .with_fix("check the kata layer's HelmRelease values (shims, runtimeClasses.enabled)")
+            }]
+        })
+    }
+}

@@ -1,0 +1,299 @@
+//! `opensandbox.server`, `opensandbox.pools` and `opensandbox.lifecycle.<pool>`: the control plane
+//! answers and refuses anonymous requests, every Pool holds capacity, and a sandbox can be
+//! created from each pool through the Lifecycle API and is gone after deletion.
+
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use http::Method;
+use serde_json::{Value, json};
+
+use super::{get, list, obj_ref};
+use crate::cluster::status::{self, Status};
+use crate::verify::{Check, Ctx, Verdict};
+
+const SANDBOX_GROUP: &str = "sandbox.opensandbox.io";
+
+pub(super) struct Server;
+
+impl Check for Server {
+    fn ids(&self) -> Vec<String> {
+        vec!["opensandbox.server".into()]
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
+        Box::pin(async move {
+            let ns = &ctx.profile.opensandbox.namespaces.control_plane;
+            let mut evidence = Vec::new();
+            if ctx.endpoint.is_proxy() {
+                match get(&ctx.cluster, &obj_ref("apps", "v1", "Deployment", Some(ns), "opensandbox-server")).await {
+                    Err(e) => return vec![Verdict::error("reading the server Deployment", e.to_string())],
+                    Ok(None) => {
+                        return vec![Verdict::fail(
+                            "no Deployment/opensandbox-server",
+                            format!("the chart has not installed the server in {ns}"),
+                        )];
+                    }
+                    Ok(Some(d)) => {
+                        let s = status::compute(&d);
+                        if s.status != Status::Current {
+                            return vec![Verdict::fail(format!("Deployment {}: {}", s.status, s.message), "the server is not Available")
+                                .with_fix("kubectl -n opensandbox-system logs deploy/opensandbox-server (look for `Startup blocked: server.api_key is empty`)")];
+                        }
+                        evidence.push("Deployment Available".to_owned());
+                    }
+                }
+            }
+            match ctx.endpoint.request(Method::GET, "/health", None, false).await {
+                Err(e) => return vec![Verdict::fail(format!("GET /health via {}", ctx.endpoint.describe()), e)],
+                Ok(r) if r.status != 200 => {
+                    return vec![Verdict::fail(
+                        format!("GET /health → {}", r.status),
+                        format!("the server does not answer /health: {}", r.text.chars().take(200).collect::<String>()),
+                    )];
+                }
+                Ok(_) => evidence.push("/health 200".to_owned()),
+            }
+            match ctx.endpoint.request(Method::GET, "/v1/sandboxes", None, false).await {
+                Err(e) => vec![Verdict::error("GET /v1/sandboxes without a key", e)],
+                Ok(r) if r.status == 401 => {
+                    evidence.push(format!("no key → 401 {}", r.json["code"].as_str().unwrap_or_default()));
+                    vec![Verdict::pass(evidence.join(", "))]
+                }
+                Ok(r) => {
+                    vec![Verdict::fail(
+                    format!("GET /v1/sandboxes without a key → {}", r.status),
+                    "the server accepts requests without an API key: anyone in the cluster can create sandboxes",
+                )
+                .with_fix("set opensandbox.server.apiKey.secretRef and create the Secret")]
+                }
+            }
+        })
+    }
+}
+
+pub(super) struct Pools;
+
+impl Check for Pools {
+    fn ids(&self) -> Vec<String> {
+        vec!["opensandbox.pools".into()]
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
+        Box::pin(async move {
+            let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+            let mut ok = Vec::new();
+            let mut problems = Vec::new();
+            for p in ctx.profile.effective_pools() {
+                let name = &p.pool.name;
+                let pool = match get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "Pool", Some(ns), name)).await {
+                    Err(e) => return vec![Verdict::error(format!("reading Pool {name}"), e.to_string())],
+                    Ok(None) => {
+                        problems.push(format!("Pool {ns}/{name} does not exist"));
+                        continue;
+                    }
+                    Ok(Some(pool)) => pool,
+                };
+                let s = status::compute(&pool);
+                if s.status != Status::Current {
+                    problems.push(format!("Pool {name}: {}", s.message));
+                    continue;
+                }
+                if let Some(class) = &p.runtime_class_name {
+                    let pods = list(
+                        &ctx.cluster,
+                        "",
+                        "v1",
+                        "Pod",
+                        Some(ns),
+                        Some(&format!("sandbox.opensandbox.io/pool-name={name}")),
+                    )
+                    .await;
+                    let wrong: Vec<String> = pods
+                        .unwrap_or_default()
+                        .iter()
+                        .filter(|pod| pod["spec"]["runtimeClassName"].as_str() != Some(class))
+                        .filter_map(|pod| pod["metadata"]["name"].as_str().map(str::to_owned))
+                        .collect();
+                    if !wrong.is_empty() {
+                        problems.push(format!("Pool {name}: pods {} do not run under {class}", wrong.join(", ")));
+                        continue;
+                    }
+                }
+                ok.push(format!("{name}: {}", s.message));
+            }
+            vec![if problems.is_empty() {
+                Verdict::pass(ok.join("; "))
+            } else {
+                Verdict::fail(ok.join("; "), problems.join("; "))
+                    .with_fix("kubectl -n <sandbox ns> describe pool <name> (FailedCreate events show template errors)")
+            }]
+        })
+    }
+}
+
+pub(super) struct Lifecycle {
+    pub pool: String,
+}
+
+impl Check for Lifecycle {
+    fn ids(&self) -> Vec<String> {
+        vec![format!("opensandbox.lifecycle.{}", self.pool)]
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
+        Box::pin(async move { vec![lifecycle(ctx, &self.pool).await] })
+    }
+}
+
+/// Create a sandbox from `pool`, see it Running and bound to the pool, delete it, see it gone.
+async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
+    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+    let pool_obj = match get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "Pool", Some(ns), pool)).await {
+        Ok(p) => p,
+        Err(e) => return Verdict::error(format!("reading Pool {pool}"), e.to_string()),
+    };
+    // The server waits its whole create timeout on a missing or empty pool: check first.
+    match &pool_obj {
+        None => {
+            return Verdict::fail(
+                format!("Pool {ns}/{pool} missing"),
+                "the pool does not exist; the server would time out",
+            );
+        }
+        Some(p) if p["status"]["available"].as_i64().unwrap_or(0) < 1 => {
+            return Verdict::fail(
+                format!("Pool {pool} available {}", p["status"]["available"]),
+                "the pool has no available capacity: a create would time out",
+            )
+            .with_fix("raise bufferMin, or check the pool's pods");
+        }
+        Some(_) => {}
+    }
+    let body = json!({"extensions": {"poolRef": pool}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
+                      "metadata": {"osbx-smoke": ctx.run.id}});
+    let created = match ctx.endpoint.request(Method::POST, "/v1/sandboxes", Some(&body), true).await {
+        Err(e) => return Verdict::error("POST /v1/sandboxes", e),
+        Ok(r) => r,
+    };
+    if created.status != 202 && created.status != 200 {
+        let code = created.json["code"].as_str().unwrap_or_default();
+        let why = match code {
+            "KUBERNETES::POD_READY_TIMEOUT" => {
+                "the sandbox did not become Running within the server's create timeout".to_owned()
+            }
+            _ => format!("{code} {}", created.json["message"].as_str().unwrap_or(&created.text)),
+        };
+        return Verdict::fail(format!("POST /v1/sandboxes → {}", created.status), why);
+    }
+    let Some(id) = created.json["id"].as_str().map(str::to_owned) else {
+        return Verdict::error("POST /v1/sandboxes", format!("no id in the response: {}", created.text));
+    };
+    let verdict = running_then_deleted(ctx, pool, &id, &created.json).await;
+    if verdict.outcome != crate::verify::Outcome::Pass {
+        let _ = ctx.endpoint.request(Method::DELETE, &format!("/v1/sandboxes/{id}"), None, true).await;
+    }
+    verdict
+}
+
+async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) -> Verdict {
+    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+    let path = format!("/v1/sandboxes/{id}");
+    // Right after create, GET may briefly answer 500 on older servers: retry for a while.
+    let start = Instant::now();
+    let mut state = created["status"]["state"].as_str().unwrap_or_default().to_owned();
+    while state != "Running" && start.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(r) = ctx.endpoint.request(Method::GET, &path, None, true).await
+            && r.status == 200
+        {
+            state = r.json["status"]["state"].as_str().unwrap_or_default().to_owned();
+            if state == "Failed" {
+                return Verdict::fail(
+                    format!("sandbox {id} Failed"),
+                    r.json["status"]["message"].as_str().unwrap_or("").to_owned(),
+                );
+            }
+        }
+    }
+    if state != "Running" {
+        return Verdict::fail(format!("sandbox {id} state {state:?} after 60 s"), "the sandbox never got Running");
+    }
+    let bsbx = match get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "BatchSandbox", Some(ns), id)).await {
+        Ok(Some(b)) => b,
+        Ok(None) => return Verdict::fail(format!("sandbox {id} Running"), format!("no BatchSandbox {ns}/{id}")),
+        Err(e) => return Verdict::error("reading the BatchSandbox", e.to_string()),
+    };
+    if bsbx["spec"]["poolRef"] != pool {
+        return Verdict::fail(
+            format!("BatchSandbox {id} poolRef {}", bsbx["spec"]["poolRef"]),
+            format!("the sandbox is not bound to pool {pool}"),
+        );
+    }
+    let pods: Vec<String> = bsbx["metadata"]["annotations"]["sandbox.opensandbox.io/alloc-status"]
+        .as_str()
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|v| v["pods"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.as_str().map(str::to_owned))
+        .collect();
+    match ctx.endpoint.request(Method::DELETE, &path, None, true).await {
+        Ok(r) if r.status == 204 || r.status == 200 => {}
+        Ok(r) => {
+            return Verdict::fail(format!("DELETE {path} → {}", r.status), r.text.chars().take(200).collect::<String>());
+        }
+        Err(e) => return Verdict::error(format!("DELETE {path}"), e),
+    }
+    let start = Instant::now();
+    loop {
+        let left = get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "BatchSandbox", Some(ns), id)).await;
+        match left {
+            Ok(None) => break,
+            Ok(Some(b)) if start.elapsed() > Duration::from_secs(60) => {
+                let finalizers = b["metadata"]["finalizers"].to_string();
+                return Verdict::fail(
+                    format!("BatchSandbox {id} still present 60 s after delete (finalizers {finalizers})"),
+                    "the BatchSandbox was left behind: the OpenSandbox controller did not release it (is it running? is the Pool still there?)",
+                );
+            }
+            Err(e) => return Verdict::error("reading the BatchSandbox", e.to_string()),
+            Ok(Some(_)) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    let mut left_pods = Vec::new();
+    if ctx
+        .profile
+        .pools
+        .items
+        .iter()
+        .find(|p| p.name == pool)
+        .and_then(|p| p.recycle_strategy.as_ref())
+        .is_none_or(|r| matches!(r.kind, crate::profile::RecycleType::Delete))
+    {
+        for pod in &pods {
+            if let Ok(Some(p)) = get(&ctx.cluster, &obj_ref("", "v1", "Pod", Some(ns), pod)).await
+                && p["metadata"]["deletionTimestamp"].is_null()
+            {
+                left_pods.push(pod.clone());
+            }
+        }
+    }
+    if !left_pods.is_empty() {
+        return Verdict::fail(
+            format!("sandbox {id} deleted"),
+            format!("its pods {} were not recycled (recycleStrategy Delete)", left_pods.join(", ")),
+        );
+    }
+    let gone = ctx.endpoint.request(Method::GET, &path, None, true).await.map(|r| r.status).unwrap_or(0);
+    if gone != 404 {
+        return Verdict::fail(
+            format!("GET {path} after delete → {gone}"),
+            "the server still knows the deleted sandbox",
+        );
+    }
+    Verdict::pass(format!(
+        "sandbox {id} Running on pool {pool} (pods {}), deleted, BatchSandbox and pods gone, GET → 404",
+        pods.join(",")
+    ))
+}

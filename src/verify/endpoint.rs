@@ -1,0 +1,151 @@
+//! Reaching the OpenSandbox Lifecycle API: through the API server's service proxy (default; no
+//! port-forward needed) or at a URL. The API key is sent as `OPEN-SANDBOX-API-KEY` and never
+//! shown: [`ApiKey`] prints as `***`.
+
+use http_body_util::BodyExt;
+use kube::Client;
+use serde_json::Value;
+
+/// An API key that never prints.
+#[derive(Clone, Default)]
+pub struct ApiKey(Option<String>);
+
+impl ApiKey {
+    /// Wrap a key (`None`: no key configured).
+    #[must_use]
+    pub fn new(key: Option<String>) -> Self {
+        Self(key.filter(|k| !k.is_empty()))
+    }
+
+    /// Whether a key is configured.
+    #[must_use]
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn value(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "ApiKey(***)" } else { "ApiKey(none)" })
+    }
+}
+
+/// Where the Lifecycle API is.
+#[derive(Clone)]
+pub enum Endpoint {
+    /// `/api/v1/namespaces/<ns>/services/<service>:<port>/proxy` on the API server.
+    Proxy {
+        /// The cluster client.
+        client: Client,
+        /// The proxy path prefix.
+        base: String,
+        /// The key.
+        key: ApiKey,
+    },
+    /// A URL (`--server-url`).
+    Direct {
+        /// HTTP client.
+        http: reqwest::Client,
+        /// Base URL without a trailing slash.
+        base: String,
+        /// The key.
+        key: ApiKey,
+    },
+}
+
+/// A response: status code and body (JSON when it parses).
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// HTTP status.
+    pub status: u16,
+    /// Parsed body (`Null` when empty or not JSON).
+    pub json: Value,
+    /// Raw body text.
+    pub text: String,
+}
+
+impl Endpoint {
+    /// Through the service proxy of `service` in `namespace`.
+    #[must_use]
+    pub fn proxy(client: Client, namespace: &str, service: &str, port: u16, key: ApiKey) -> Self {
+        Endpoint::Proxy { client, base: format!("/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy"), key }
+    }
+
+    /// At a URL; requests time out after `timeout`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built.
+    pub fn direct(url: &str, key: ApiKey, timeout: std::time::Duration) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder().timeout(timeout).build()?;
+        Ok(Endpoint::Direct { http, base: url.trim_end_matches('/').to_owned(), key })
+    }
+
+    /// Whether requests go through the API server's service proxy (the in-cluster server).
+    #[must_use]
+    pub fn is_proxy(&self) -> bool {
+        matches!(self, Endpoint::Proxy { .. })
+    }
+
+    /// Where requests go, for messages (never includes the key).
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Endpoint::Proxy { base, .. } => format!("API server proxy {base}"),
+            Endpoint::Direct { base, .. } => base.clone(),
+        }
+    }
+
+    /// Send a request; `with_key: false` leaves the API key out (to prove auth is on).
+    ///
+    /// # Errors
+    /// A readable transport error (the key is never part of it).
+    pub async fn request(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&Value>,
+        with_key: bool,
+    ) -> Result<Response, String> {
+        let text_body = body.map(|b| serde_json::to_vec(b).unwrap_or_default());
+        let (status, text) = match self {
+            Endpoint::Proxy { client, base, key } => {
+                let mut req = http::Request::builder().method(method).uri(format!("{base}{path}"));
+                if let (true, Some(k)) = (with_key, key.value()) {
+                    req = req.header("OPEN-SANDBOX-API-KEY", k);
+                }
+                if text_body.is_some() {
+                    req = req.header("content-type", "application/json");
+                }
+                let req =
+                    req.body(kube::client::Body::from(text_body.unwrap_or_default())).map_err(|e| e.to_string())?;
+                let resp = client.send(req).await.map_err(|e| crate::cluster::describe(&e))?;
+                let status = resp.status().as_u16();
+                let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+                (status, String::from_utf8_lossy(&bytes).into_owned())
+            }
+            Endpoint::Direct { http, base, key } => {
+                let mut req = http.request(method, format!("{base}{path}"));
+                if let (true, Some(k)) = (with_key, key.value()) {
+                    req = req.header("OPEN-SANDBOX-API-KEY", k);
+                }
+                if let Some(b) = text_body {
+                    req = req.header("content-type", "application/json").body(b);
+                }
+                let resp = req.send().await.map_err(|e| without_url_secrets(&e.to_string()))?;
+                let status = resp.status().as_u16();
+                (status, resp.text().await.map_err(|e| e.to_string())?)
+            }
+        };
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Ok(Response { status, json, text })
+    }
+}
+
+fn without_url_secrets(s: &str) -> String {
+    // reqwest errors carry the URL; the key is a header, never in the URL. Keep the message.
+    s.to_owned()
+}

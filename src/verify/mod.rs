@@ -1,0 +1,197 @@
+//! `osbx verify`: the acceptance checks, with evidence, before anyone calls the platform Ready.
+//!
+//! Every check has a stable id and returns a verdict: PASS, FAIL (the platform is wrong; the
+//! diagnosis says why and the fix when known), ERROR (the check could not reach a verdict, e.g.
+//! the Workload API is unreachable: never a pass) or SKIP (not applicable to this profile).
+//! Checks run concurrently, each under its own timeout. Probe pods live in one labelled namespace
+//! per run; everything a run creates is deleted at the end (also on Ctrl-C), and a run first
+//! sweeps what an interrupted run left.
+
+pub mod checks;
+pub mod endpoint;
+pub mod probe;
+pub mod report;
+mod scripts;
+
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+
+use crate::cluster::Cluster;
+use crate::profile::Profile;
+use crate::progress::Progress;
+
+pub use endpoint::{ApiKey, Endpoint};
+
+/// The verdict of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Outcome {
+    /// The platform is as it must be.
+    Pass,
+    /// The platform is wrong.
+    Fail,
+    /// The check could not reach a verdict.
+    Error,
+    /// Not applicable to this profile.
+    Skip,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outcome::Pass => "PASS",
+            Outcome::Fail => "FAIL",
+            Outcome::Error => "ERROR",
+            Outcome::Skip => "SKIP",
+        })
+    }
+}
+
+/// What a check found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The verdict.
+    pub outcome: Outcome,
+    /// One line of evidence (what was observed).
+    pub evidence: String,
+    /// Why it failed, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<String>,
+    /// The fix, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Verdict {
+    /// A pass with evidence.
+    #[must_use]
+    pub fn pass(evidence: impl Into<String>) -> Self {
+        Self { outcome: Outcome::Pass, evidence: evidence.into(), diagnosis: None, fix: None }
+    }
+
+    /// A failure with evidence and a diagnosis.
+    #[must_use]
+    pub fn fail(evidence: impl Into<String>, diagnosis: impl Into<String>) -> Self {
+        Self { outcome: Outcome::Fail, evidence: evidence.into(), diagnosis: Some(diagnosis.into()), fix: None }
+    }
+
+    /// No verdict: the check itself could not run.
+    #[must_use]
+    pub fn error(evidence: impl Into<String>, diagnosis: impl Into<String>) -> Self {
+        Self { outcome: Outcome::Error, evidence: evidence.into(), diagnosis: Some(diagnosis.into()), fix: None }
+    }
+
+    /// Not applicable.
+    #[must_use]
+    pub fn skip(why: impl Into<String>) -> Self {
+        Self { outcome: Outcome::Skip, evidence: why.into(), diagnosis: None, fix: None }
+    }
+
+    /// Add the fix.
+    #[must_use]
+    pub fn with_fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// A check's verdict with its id and duration.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckResult {
+    /// Stable id (`kata.guest-kernel`).
+    pub id: String,
+    /// Wall time.
+    pub duration_ms: u128,
+    /// The verdict.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// Everything a check may use.
+pub struct Ctx {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// The profile.
+    pub profile: Profile,
+    /// This run.
+    pub run: probe::Run,
+    /// How to reach the Lifecycle API.
+    pub endpoint: Endpoint,
+}
+
+/// One or more checks that run together (e.g. the SPIFFE denial runs after the issuance).
+pub trait Check: Send + Sync {
+    /// The ids of the verdicts it returns, in order.
+    fn ids(&self) -> Vec<String>;
+    /// Longest time the check may take.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(300)
+    }
+    /// Run it; one verdict per id.
+    fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>>;
+}
+
+/// Which checks to run.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Only these ids (prefixes: `kata` selects every `kata.*` check).
+    pub only: Vec<String>,
+    /// Not these ids (prefixes too).
+    pub skip: Vec<String>,
+}
+
+impl Selection {
+    fn matches(pattern: &str, id: &str) -> bool {
+        id == pattern || id.starts_with(&format!("{pattern}."))
+    }
+
+    /// Whether a check id is selected.
+    #[must_use]
+    pub fn selects(&self, id: &str) -> bool {
+        (self.only.is_empty() || self.only.iter().any(|p| Self::matches(p, id)))
+            && !self.skip.iter().any(|p| Self::matches(p, id))
+    }
+}
+
+/// Run the selected checks concurrently, each under its own timeout.
+pub async fn run(
+    ctx: &Ctx,
+    checks: &[Box<dyn Check>],
+    selection: &Selection,
+    progress: &dyn Progress,
+) -> Vec<CheckResult> {
+    let runs = checks.iter().filter(|c| c.ids().iter().any(|id| selection.selects(id))).map(|check| async move {
+        let ids = check.ids();
+        let label = ids.join(", ");
+        progress.layer(&label, "running");
+        let start = Instant::now();
+        let verdicts = match tokio::time::timeout(check.timeout(), check.run(ctx)).await {
+            Ok(v) => v,
+            Err(_) => ids
+                .iter()
+                .map(|_| {
+                    Verdict::error(format!("no verdict after {}s", check.timeout().as_secs()), "the check timed out")
+                })
+                .collect(),
+        };
+        let elapsed = start.elapsed().as_millis();
+        progress.layer(&label, "ready");
+        ids.into_iter()
+            .zip(verdicts)
+            .filter(|(id, _)| selection.selects(id))
+            .map(|(id, verdict)| CheckResult { id, duration_ms: elapsed, verdict })
+            .collect::<Vec<_>>()
+    });
+    let mut results: Vec<CheckResult> = futures::future::join_all(runs).await.into_iter().flatten().collect();
+    let order: Vec<String> = checks.iter().flat_map(|c| c.ids()).collect();
+    results.sort_by_key(|r| order.iter().position(|id| *id == r.id));
+    results
+}
+
+/// Whether every result passed (skips allowed).
+#[must_use]
+pub fn all_passed(results: &[CheckResult]) -> bool {
+    results.iter().all(|r| matches!(r.verdict.outcome, Outcome::Pass | Outcome::Skip))
+}

@@ -1,0 +1,293 @@
+//! Probe pods: one labelled namespace per run, pods that print one JSON line to their
+//! termination message and stdout, verdicts from the terminated state (events only for
+//! diagnosis), and cleanup that also removes what an interrupted run left behind.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::cluster::{Cluster, ClusterError};
+
+/// Label on everything a verify run creates.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "osbx-verify");
+/// Label with the run id.
+pub const RUN_LABEL: &str = "osbx.io/run-id";
+/// Label with the probe kind (for diagnosis, and for the test stand-in).
+pub const PROBE_LABEL: &str = "osbx.io/probe";
+/// Annotation: after this Unix time the run is over and anything left of it may be swept.
+pub const EXPIRES: &str = "osbx.io/expires";
+
+/// One verify run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Run id (`<unix seconds>-<pid>`).
+    pub id: String,
+    /// The probe namespace.
+    pub namespace: String,
+    /// Probe pod deadline.
+    pub deadline_seconds: i64,
+    /// When the run's objects may be swept.
+    pub expires: u64,
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Run {
+    /// A new run that must finish within `timeout`.
+    #[must_use]
+    pub fn new(deadline_seconds: i64, timeout: Duration) -> Self {
+        let id = format!("{}-{}", now(), std::process::id());
+        Self { namespace: format!("osbx-verify-{id}"), id, deadline_seconds, expires: now() + timeout.as_secs() + 30 }
+    }
+
+    /// Labels for an object of this run.
+    #[must_use]
+    pub fn labels(&self, probe: &str) -> Value {
+        json!({MANAGED_BY.0: MANAGED_BY.1, RUN_LABEL: self.id, PROBE_LABEL: probe})
+    }
+
+    /// Create the probe namespace.
+    ///
+    /// # Errors
+    /// [`ClusterError`] when it cannot be created.
+    pub async fn create_namespace(&self, cluster: &Cluster) -> Result<(), ClusterError> {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {
+            "name": self.namespace,
+            "labels": {MANAGED_BY.0: MANAGED_BY.1, RUN_LABEL: self.id, "pod-security.kubernetes.io/enforce": "privileged"},
+            "annotations": {EXPIRES: self.expires.to_string()},
+        }}))
+        .unwrap_or_default();
+        Api::<Namespace>::all(cluster.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .map_err(|source| ClusterError::Api { subject: format!("Namespace/{}", self.namespace), source })?;
+        Ok(())
+    }
+
+    /// Delete everything this run created (pods first, with no grace, then the namespace).
+    pub async fn cleanup(&self, cluster: &Cluster, extra_namespaces: &[String]) {
+        let selector = format!("{RUN_LABEL}={}", self.id);
+        delete_labelled(cluster, &self.namespace, &selector).await;
+        for ns in extra_namespaces {
+            delete_labelled(cluster, ns, &selector).await;
+        }
+        let _ = Api::<Namespace>::all(cluster.client.clone()).delete(&self.namespace, &DeleteParams::default()).await;
+    }
+}
+
+async fn delete_labelled(cluster: &Cluster, namespace: &str, selector: &str) {
+    let lp = ListParams::default().labels(selector);
+    let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+    let _ = Api::<Pod>::namespaced(cluster.client.clone(), namespace).delete_collection(&now, &lp).await;
+    let _ = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace).delete_collection(&now, &lp).await;
+}
+
+/// Delete what earlier runs left behind: probe namespaces whose run has expired, and labelled
+/// pods and service accounts in `extra_namespaces` whose run is no longer live (its probe
+/// namespace is gone, being deleted, or expired). Returns what was swept.
+pub async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[String]) -> Vec<String> {
+    let mut swept = Vec::new();
+    let mut live_runs = std::collections::BTreeSet::from([current.id.clone()]);
+    let lp = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let namespaces = Api::<Namespace>::all(cluster.client.clone());
+    if let Ok(list) = namespaces.list(&lp).await {
+        for ns in list {
+            let name = ns.metadata.name.clone().unwrap_or_default();
+            let run = ns.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)).cloned().unwrap_or_default();
+            let expires = ns
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(EXPIRES))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            if name == current.namespace {
+                continue;
+            }
+            if expires >= now() && ns.metadata.deletion_timestamp.is_none() {
+                live_runs.insert(run);
+                continue;
+            }
+            delete_labelled(cluster, &name, &format!("{RUN_LABEL}={run}")).await;
+            if ns.metadata.deletion_timestamp.is_none() {
+                let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+                swept.push(name);
+            }
+        }
+    }
+    for ns in extra_namespaces {
+        let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns);
+        let accounts = Api::<ServiceAccount>::namespaced(cluster.client.clone(), ns);
+        let mut runs = std::collections::BTreeSet::new();
+        if let Ok(list) = pods.list(&lp).await {
+            runs.extend(list.into_iter().filter_map(|p| p.metadata.labels.and_then(|l| l.get(RUN_LABEL).cloned())));
+        }
+        if let Ok(list) = accounts.list(&lp).await {
+            runs.extend(list.into_iter().filter_map(|p| p.metadata.labels.and_then(|l| l.get(RUN_LABEL).cloned())));
+        }
+        for run in runs.difference(&live_runs) {
+            delete_labelled(cluster, ns, &format!("{RUN_LABEL}={run}")).await;
+            swept.push(format!("{ns} (run {run})"));
+        }
+    }
+    swept
+}
+
+/// How a probe pod ended.
+#[derive(Debug, Clone)]
+pub enum ProbeEnd {
+    /// Its container terminated.
+    Terminated {
+        /// Exit code.
+        exit_code: i32,
+        /// Termination message (or the log tail with `FallbackToLogsOnError`).
+        message: String,
+        /// Node it ran on.
+        node: Option<String>,
+        /// The pod as last read.
+        pod: Box<Pod>,
+    },
+    /// It did not terminate in time; the diagnosis says what it was waiting for.
+    Stuck {
+        /// Events, conditions and container states, in words.
+        diagnosis: String,
+    },
+}
+
+/// A pod with the run's labels in `namespace` (default: the run namespace).
+#[must_use]
+pub fn pod(run: &Run, name: &str, probe: &str, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": run.namespace, "labels": run.labels(probe)}, "spec": spec})
+}
+
+/// Create a probe pod and wait until its container terminates (or `timeout`).
+///
+/// # Errors
+/// [`ClusterError`] when the pod cannot be created or read.
+pub async fn run_pod(cluster: &Cluster, pod: &Value, timeout: Duration) -> Result<ProbeEnd, ClusterError> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default").to_owned();
+    let name = pod["metadata"]["name"].as_str().unwrap_or("probe").to_owned();
+    let subject = format!("Pod/{ns}/{name}");
+    let api = Api::<Pod>::namespaced(cluster.client.clone(), &ns);
+    let spec: Pod = serde_json::from_value(pod.clone())
+        .map_err(|e| ClusterError::Api { subject: subject.clone(), source: kube::Error::SerdeError(e) })?;
+    api.create(&PostParams::default(), &spec)
+        .await
+        .map_err(|source| ClusterError::Api { subject: subject.clone(), source })?;
+    let end = wait_terminated(cluster, &ns, &name, timeout).await?;
+    Ok(end)
+}
+
+/// Wait for a pod's first container to terminate.
+///
+/// # Errors
+/// [`ClusterError`] when the pod cannot be read.
+pub async fn wait_terminated(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<ProbeEnd, ClusterError> {
+    let api = Api::<Pod>::namespaced(cluster.client.clone(), ns);
+    let start = Instant::now();
+    loop {
+        let pod =
+            api.get(name).await.map_err(|source| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), source })?;
+        let status = pod.status.clone().unwrap_or_default();
+        let terminated = status
+            .container_statuses
+            .as_ref()
+            .and_then(|c| c.first())
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.terminated.clone());
+        if let Some(t) = terminated {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            return Ok(ProbeEnd::Terminated {
+                exit_code: t.exit_code,
+                message: t.message.unwrap_or_default(),
+                node,
+                pod: Box::new(pod),
+            });
+        }
+        if status.phase.as_deref() == Some("Failed") {
+            let reason = status.reason.clone().unwrap_or_default();
+            let message = status.message.clone().unwrap_or_default();
+            return Ok(ProbeEnd::Stuck {
+                diagnosis: format!("pod failed before its container ran: {reason} {message}").trim().to_owned(),
+            });
+        }
+        if start.elapsed() >= timeout {
+            return Ok(ProbeEnd::Stuck { diagnosis: diagnose(cluster, &pod).await });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Wait until a pod is Running (for probes that need a live target).
+///
+/// # Errors
+/// [`ClusterError`] when the pod cannot be read.
+pub async fn wait_running(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<Result<Pod, String>, ClusterError> {
+    let api = Api::<Pod>::namespaced(cluster.client.clone(), ns);
+    let start = Instant::now();
+    loop {
+        let pod =
+            api.get(name).await.map_err(|source| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), source })?;
+        if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+            return Ok(Ok(pod));
+        }
+        if start.elapsed() >= timeout {
+            return Ok(Err(diagnose(cluster, &pod).await));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Why a pod is not done: the scheduling condition, container waiting states, Warning events.
+pub async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
+    let mut parts = Vec::new();
+    let status = pod.status.clone().unwrap_or_default();
+    parts.push(format!("phase {}", status.phase.unwrap_or_else(|| "Pending".into())));
+    for c in status.conditions.unwrap_or_default() {
+        if c.type_ == "PodScheduled" && c.status == "False" {
+            parts.push(format!("not scheduled: {}", c.message.unwrap_or_default()));
+        }
+    }
+    for cs in status.container_statuses.unwrap_or_default() {
+        if let Some(w) = cs.state.and_then(|s| s.waiting) {
+            parts.push(
+                format!("{} waiting: {} {}", cs.name, w.reason.unwrap_or_default(), w.message.unwrap_or_default())
+                    .trim()
+                    .to_owned(),
+            );
+        }
+    }
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let lp = ListParams::default().fields(&format!("involvedObject.name={name},type=Warning"));
+    if let Ok(events) = Api::<Event>::namespaced(cluster.client.clone(), &ns).list(&lp).await {
+        for e in events.items.iter().rev().take(3) {
+            parts.push(format!(
+                "event {}: {}",
+                e.reason.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default()
+            ));
+        }
+    }
+    parts.join("; ")
+}
+
+/// The last line of a termination message that parses as a JSON object.
+#[must_use]
+pub fn json_line(message: &str) -> Option<Value> {
+    message.lines().rev().find_map(|l| serde_json::from_str::<Value>(l.trim()).ok().filter(Value::is_object))
+}
