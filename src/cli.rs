@@ -174,8 +174,8 @@ pub struct VerifyFlags {
     #[arg(long)]
     pub junit: Option<PathBuf>,
     /// Overall time limit of the run, e.g. 15m.
-    #[arg(long = "verify-timeout", default_value = "15m", value_parser = parse_duration)]
-    pub timeout: std::time::Duration,
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub verify_timeout: std::time::Duration,
 }
 
 /// `osbx verify` arguments.
@@ -220,4 +220,14 @@ pub struct RenderArgs {
     /// Adopt and overwrite files at osbx's paths that osbx did not write.
     #[arg(long)]
     pub force: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

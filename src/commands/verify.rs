@@ -80,7 +80,7 @@ pub async fn verify_and_report(
         .filter(|r| r.group.ends_with(".toolkit.fluxcd.io"))
         .collect();
     let catalogue = checks::catalogue(&profile, flux_objects);
-    let run = probe::Run::new(profile.verify.probe_deadline_seconds, flags.timeout);
+    let run = probe::Run::new(profile.verify.probe_deadline_seconds, flags.verify_timeout);
     let extra: Vec<String> = profile.verify.spiffe.iter().map(|s| s.namespace.clone()).collect();
     let swept = probe::sweep(cluster, &run, &extra).await;
     if !swept.is_empty() {
@@ -92,7 +92,7 @@ pub async fn verify_and_report(
     let selection = Selection { only: flags.only.clone(), skip: flags.skip.clone() };
     let progress = printer.progress();
     let outcome = tokio::select! {
-        results = tokio::time::timeout(flags.timeout, verify::run(&ctx, &catalogue, &selection, &progress)) => Some(results),
+        results = tokio::time::timeout(flags.verify_timeout, verify::run(&ctx, &catalogue, &selection, &progress)) => Some(results),
         () = interrupted() => None,
     };
     progress.finish();
@@ -100,7 +100,8 @@ pub async fn verify_and_report(
     let Some(results) = outcome else {
         anyhow::bail!("interrupted: removed the probe namespace {} and everything the run created", ctx.run.namespace);
     };
-    let results = results.map_err(|_| anyhow::anyhow!("the verify run did not finish within {:?}", flags.timeout))?;
+    let results =
+        results.map_err(|_| anyhow::anyhow!("the verify run did not finish within {:?}", flags.verify_timeout))?;
     if let Some(path) = &flags.junit {
         std::fs::write(path, report::junit(&results)).with_context(|| format!("writing {}", path.display()))?;
     }

@@ -41,7 +41,7 @@ impl Run {
     #[must_use]
     pub fn new(deadline_seconds: i64, timeout: Duration) -> Self {
         let id = format!("{}-{}", now(), std::process::id());
-        Self { namespace: format!("osbx-verify-{id}"), id, deadline_seconds, expires: now() + timeout.as_secs() + 30 }
+        Self { namespace: format!("osbx-verify-{id}"), id, deadline_seconds, expires: now() + timeout.as_secs() + 5 }
     }
 
     /// Labels for an object of this run.

@@ -8,3 +8,4 @@ mod plane;
 mod profile_rules;
 mod reference;
 mod support;
+mod verify;

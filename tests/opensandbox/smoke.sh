@@ -124,8 +124,8 @@ pool_status 0 1 1
 release_delay=${SMOKE_RELEASE_DELAY:-2} # seconds a deleted sandbox stays Terminating (to observe it)
 standin_once() {
   local line name pref dts alloc fin gen pod ip idle
-  k get batchsandboxes -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.spec.poolRef}{"\t"}{.metadata.deletionTimestamp}{"\t"}{.metadata.annotations.sandbox\.opensandbox\.io/alloc-status}{"\t"}{.metadata.finalizers}{"\t"}{.metadata.generation}{"\n"}{end}' |
-  while IFS=$'\t' read -r name pref dts alloc fin gen; do
+  k get batchsandboxes -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name}{"|"}{.spec.poolRef}{"|"}{.metadata.deletionTimestamp}{"|"}{.metadata.annotations.sandbox\.opensandbox\.io/alloc-status}{"|"}{.metadata.finalizers}{"|"}{.metadata.generation}{"\n"}{end}' |
+  while IFS='|' read -r name pref dts alloc fin gen; do # '|' not tab: IFS whitespace would merge empty fields
     [ "$pref" = "$pool" ] || continue
     if [ -z "$dts" ] && [ -z "$alloc" ]; then
       k get batchsandbox -n "$ns" "$name" -o json >"$work/bsbx-$name.created.json"

@@ -241,7 +241,10 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
     match ctx.endpoint.request(Method::DELETE, &path, None, true).await {
         Ok(r) if r.status == 204 || r.status == 200 => {}
         Ok(r) => {
-            return Verdict::fail(format!("DELETE {path} → {}", r.status), r.text.chars().take(200).collect::<String>());
+            return Verdict::fail(
+                format!("DELETE {path} → {}", r.status),
+                r.text.chars().take(200).collect::<String>(),
+            );
         }
         Err(e) => return Verdict::error(format!("DELETE {path}"), e),
     }

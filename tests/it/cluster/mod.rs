@@ -221,3 +221,10 @@ pub fn user_kubeconfig(kubeconfig: &std::path::Path, user: &str, out_dir: &std::
     std::fs::write(&path, serde_json::to_string(&kc).unwrap()).unwrap();
     path
 }
+
+/// The Pools of a namespace.
+pub async fn pool_api_in(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = kube::core::GroupVersionKind::gvk("sandbox.opensandbox.io", "v1alpha1", "Pool");
+    let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
