@@ -190,6 +190,16 @@ async fn a_healthy_platform_is_ready_and_each_failure_mode_has_its_diagnosis() {
     assert!(xml.contains("<testsuite name=\"osbx verify\" tests=\"9\" failures=\"0\" errors=\"0\""), "{xml}");
     wait_clean(&world.client).await;
 
+    // apply --verify: Ready only if the apply is ready and every selected check passes.
+    let out = world.osbx(&["apply", "--verify", "--only", "nodes.ready,kata.runtimeclass"]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("all layers ready") && stdout.lines().last() == Some("Ready"), "{stdout}{stderr}");
+    world.set(|s| s.guest_kernel = "6.8.0-45-generic".into());
+    let out = world.osbx(&["apply", "--verify", "--only", "kata.guest-kernel"]).await;
+    assert_eq!(out.status.code(), Some(1), "apply ready but verify failed: {}", outputs(&out).0);
+    wait_clean(&world.client).await;
+
     // Each documented failure mode fails with its own diagnosis.
     world.set(|s| s.guest_kernel = "6.8.0-45-generic".into());
     let (code, checks) = world.verify("kata.guest-kernel").await;
@@ -291,4 +301,111 @@ fn kill(child: std::process::Child, signal: &str) -> (Option<i32>, String) {
     assert!(std::process::Command::new("kill").args([&format!("-{signal}"), &pid]).status().unwrap().success());
     let out = child.wait_with_output().unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The real OpenSandbox server (PyPI `opensandbox-server`, pinned in tests/opensandbox) on
+/// loopback against this world's plane; stopped when dropped (and by its watchdog).
+struct RealServer {
+    dir: PathBuf,
+    url: String,
+}
+
+impl Drop for RealServer {
+    fn drop(&mut self) {
+        let _ =
+            std::process::Command::new(crate::support::root().join("tests/opensandbox/stop")).arg(&self.dir).output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_against_the_real_opensandbox_server() {
+    let world = World::start().await;
+    let key = "osbx-test-key-5f1d2c";
+    let server = tokio::task::spawn_blocking({
+        let world_dir = world.dir.path().to_path_buf();
+        let kubeconfig = world.plane.kubeconfig.clone();
+        move || {
+            let fake = WorldPaths { dir: world_dir, kubeconfig };
+            fake.start_server(key)
+        }
+    })
+    .await
+    .unwrap();
+    let behaviour = Arc::new(Mutex::new(standin::SandboxBehaviour { allocate: true, release: true }));
+    let _controller =
+        standin::SandboxController::spawn(world.client.clone(), "vf-sbx".into(), "vf-node".into(), behaviour.clone());
+
+    let run = |only: &'static str| {
+        let url = server.url.clone();
+        let world = &world;
+        async move {
+            let mut args: Vec<String> = ["verify", "--only", only, "--server-url", &url, "-o", "json"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect();
+            args.extend(["--profile".into(), world.dir.path().join("profile.yaml").display().to_string()]);
+            args.extend(["--kubeconfig".into(), world.plane.kubeconfig.display().to_string()]);
+            let cwd = world.dir.path().to_path_buf();
+            let out = tokio::task::spawn_blocking(move || {
+                osbx().current_dir(cwd).env("OSBX_API_KEY", key).args(args).output().unwrap()
+            })
+            .await
+            .unwrap();
+            let (stdout, stderr) = outputs(&out);
+            assert!(!stdout.contains(key) && !stderr.contains(key), "the API key was printed");
+            let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
+            (out.status.code(), v["checks"].as_array().unwrap().clone())
+        }
+    };
+
+    let (code, checks) = run("opensandbox").await;
+    assert_check(&checks, "opensandbox.server", "PASS", "no key → 401 MISSING_API_KEY");
+    assert_check(&checks, "opensandbox.lifecycle.pod", "PASS", "deleted, BatchSandbox and pods gone, GET → 404");
+    assert_check(&checks, "opensandbox.lifecycle.vm", "PASS", "Running on pool vm");
+    assert_eq!(code, Some(0), "{checks:?}");
+
+    // The controller never allocates: the server times out the create.
+    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: false, release: true };
+    let (code, checks) = run("opensandbox.lifecycle.pod").await;
+    assert_eq!(code, Some(1));
+    assert_check(
+        &checks,
+        "opensandbox.lifecycle.pod",
+        "FAIL",
+        "did not become Running within the server's create timeout",
+    );
+
+    // The controller never releases: the BatchSandbox stays behind after delete.
+    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: true, release: false };
+    let (code, checks) = run("opensandbox.lifecycle.pod").await;
+    assert_eq!(code, Some(1));
+    assert_check(&checks, "opensandbox.lifecycle.pod", "FAIL", "was left behind");
+    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: true, release: true };
+    drop(server);
+}
+
+/// What `RealServer::start` needs of a world, movable to a blocking thread.
+struct WorldPaths {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl WorldPaths {
+    fn start_server(&self, key: &str) -> RealServer {
+        let dir = self.dir.join("server");
+        let out = std::process::Command::new(crate::support::root().join("tests/opensandbox/serve"))
+            .arg("--watch-pid")
+            .arg(std::process::id().to_string())
+            .arg(&dir)
+            .arg(&self.kubeconfig)
+            .arg("vf-sbx")
+            .env("OPENSANDBOX_SERVER_API_KEY", key)
+            .env("OSBX_OPENSANDBOX_CREATE_TIMEOUT", "6")
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("tests/opensandbox/serve");
+        assert!(out.status.success(), "tests/opensandbox/serve failed (see stderr)");
+        let url = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
+        RealServer { dir, url }
+    }
 }

@@ -200,9 +200,11 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
     let ns = &ctx.profile.opensandbox.namespaces.sandbox;
     let path = format!("/v1/sandboxes/{id}");
     // Right after create, GET may briefly answer 500 on older servers: retry for a while.
+    // Everything after the create is bounded by the probe deadline (at least 10 s).
+    let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180).max(10));
     let start = Instant::now();
     let mut state = created["status"]["state"].as_str().unwrap_or_default().to_owned();
-    while state != "Running" && start.elapsed() < Duration::from_secs(60) {
+    while state != "Running" && start.elapsed() < limit {
         tokio::time::sleep(Duration::from_secs(1)).await;
         if let Ok(r) = ctx.endpoint.request(Method::GET, &path, None, true).await
             && r.status == 200
@@ -217,7 +219,10 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
         }
     }
     if state != "Running" {
-        return Verdict::fail(format!("sandbox {id} state {state:?} after 60 s"), "the sandbox never got Running");
+        return Verdict::fail(
+            format!("sandbox {id} state {state:?} after {}s", limit.as_secs()),
+            "the sandbox never became Running",
+        );
     }
     let bsbx = match get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "BatchSandbox", Some(ns), id)).await {
         Ok(Some(b)) => b,
@@ -253,10 +258,13 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
         let left = get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "BatchSandbox", Some(ns), id)).await;
         match left {
             Ok(None) => break,
-            Ok(Some(b)) if start.elapsed() > Duration::from_secs(60) => {
+            Ok(Some(b)) if start.elapsed() > limit => {
                 let finalizers = b["metadata"]["finalizers"].to_string();
                 return Verdict::fail(
-                    format!("BatchSandbox {id} still present 60 s after delete (finalizers {finalizers})"),
+                    format!(
+                        "BatchSandbox {id} still present {}s after delete (finalizers {finalizers})",
+                        limit.as_secs()
+                    ),
                     "the BatchSandbox was left behind: the OpenSandbox controller did not release it (is it running? is the Pool still there?)",
                 );
             }
