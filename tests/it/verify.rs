@@ -57,7 +57,7 @@ struct World {
     dir: tempfile::TempDir,
     client: kube::Client,
     scenario: Arc<Mutex<Scenario>>,
-    _controllers: standin::AbortOnDrop,
+    controllers: Mutex<Option<standin::AbortOnDrop>>,
     _kubelet: standin::AbortOnDrop,
 }
 
@@ -96,7 +96,8 @@ impl World {
         let kubelet = Kubelet::spawn(client.clone(), scenario.clone());
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("profile.yaml"), PROFILE).unwrap();
-        let world = Self { plane, dir, client, scenario, _controllers: controllers, _kubelet: kubelet };
+        let world =
+            Self { plane, dir, client, scenario, controllers: Mutex::new(Some(controllers)), _kubelet: kubelet };
         let out = world.osbx(&["apply", "--timeout", "60s"]).await;
         assert_eq!(out.status.code(), Some(0), "apply: {}", outputs(&out).1);
         world
@@ -137,7 +138,8 @@ fn check<'a>(checks: &'a [Value], id: &str) -> &'a Value {
 fn assert_check(checks: &[Value], id: &str, outcome: &str, fragment: &str) {
     let c = check(checks, id);
     assert_eq!(c["outcome"], outcome, "{id}: {c}");
-    let text = format!("{} {} {}", c["evidence"], c["diagnosis"], c["fix"]);
+    let field = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    let text = format!("{} {} {}", field("evidence"), field("diagnosis"), field("fix"));
     assert!(text.contains(fragment), "{id}: {fragment:?} not in {c}");
 }
 
@@ -239,6 +241,41 @@ async fn a_healthy_platform_is_ready_and_each_failure_mode_has_its_diagnosis() {
     pools.patch_status("pod", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
     let (_, checks) = world.verify("opensandbox.pools").await;
     assert_check(&checks, "opensandbox.pools", "FAIL", "available 0 < 1");
+
+    // A Flux object whose controller has not seen its latest generation (controllers stopped).
+    world.controllers.lock().unwrap().take();
+    let gvk = kube::core::GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", "GitRepository");
+    let ar = kube::discovery::pinned_kind(&world.client, &gvk).await.unwrap().0;
+    let repos: Api<kube::api::DynamicObject> = Api::namespaced_with(world.client.clone(), "vf-system", &ar);
+    let status = json!({"status": {"observedGeneration": 0}});
+    repos.patch_status("opensandbox", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let (_, checks) = world.verify("flux.layers").await;
+    assert_check(&checks, "flux.layers", "FAIL", "GitRepository/vf-system/opensandbox: InProgress");
+
+    // The RuntimeClass is gone, then the node goes NotReady.
+    let rcs: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(world.client.clone());
+    rcs.delete("kata-clh-runtime-rs", &Default::default()).await.unwrap();
+    let (_, checks) = world.verify("kata.runtimeclass").await;
+    assert_check(&checks, "kata.runtimeclass", "FAIL", "RuntimeClass kata-clh-runtime-rs not found");
+    standin::node(
+        &world.client,
+        "vf-node",
+        &NodeState {
+            ready: false,
+            kernel: "6.8.0-45-generic",
+            runtime_handlers: &["runc"],
+            labels: json!({"katacontainers.io/kata-runtime": "false"}),
+        },
+    )
+    .await;
+    let (_, checks) = world.verify("nodes.ready").await;
+    assert_check(&checks, "nodes.ready", "FAIL", "vf-node not Ready: container runtime is down");
+    assert_check(
+        &checks,
+        "nodes.ready",
+        "FAIL",
+        "has katacontainers.io/kata-runtime=\"false\": the install claimed the node but did not finish",
+    );
     wait_clean(&world.client).await;
 }
 
@@ -381,6 +418,24 @@ async fn lifecycle_against_the_real_opensandbox_server() {
     assert_eq!(code, Some(1));
     assert_check(&checks, "opensandbox.lifecycle.pod", "FAIL", "was left behind");
     *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: true, release: true };
+
+    // Without OSBX_API_KEY, the key comes from the Secret the profile names.
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "api-key", "namespace": "vf-system"},
+                        "stringData": {"api-key": key}});
+    let (api, name) = crate::cluster::api_for(&world.client, &secret).await;
+    api.patch(&name, &PatchParams::apply("test"), &Patch::Apply(&secret)).await.unwrap();
+    let mut args: Vec<String> = ["verify", "--only", "opensandbox.lifecycle.pod", "--server-url", &server.url]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    args.extend(["--profile".into(), world.dir.path().join("profile.yaml").display().to_string()]);
+    args.extend(["--kubeconfig".into(), world.plane.kubeconfig.display().to_string()]);
+    let out = tokio::task::spawn_blocking(move || osbx().env_remove("OSBX_API_KEY").args(args).output().unwrap())
+        .await
+        .unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains(key) && !stderr.contains(key));
     drop(server);
 }
 
