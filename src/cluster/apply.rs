@@ -129,29 +129,24 @@ pub async fn plan(cluster: &Cluster, desired: &Value, opts: PlanOptions) -> Resu
     };
     let live = api.get_opt(&object.name).await.map_err(|e| api_error(&subject, "read", e))?;
     let live = live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null));
+    // A new object needs no dry-run to know it will be created (saves a request per object).
+    let created = |object| Planned {
+        object,
+        desired: desired.clone(),
+        live: None,
+        merged: None,
+        action: Action::Created,
+        reason: None,
+    };
     if live.is_none() && !opts.dry_run_new {
-        return Ok(Planned {
-            object,
-            desired: desired.clone(),
-            live,
-            merged: None,
-            action: Action::Created,
-            reason: None,
-        });
+        return Ok(created(object));
     }
     // Without --force-conflicts the dry-run reports conflicts before anything is written.
     let merged = match api.patch(&object.name, &params(opts.force_conflicts, true), &Patch::Apply(desired)).await {
         Ok(m) => m,
         // A new object in a namespace this same plan creates: nothing to compare, shown as rendered.
         Err(kube::Error::Api(s)) if live.is_none() && s.code == 404 && s.message.starts_with("namespaces ") => {
-            return Ok(Planned {
-                object,
-                desired: desired.clone(),
-                live,
-                merged: None,
-                action: Action::Created,
-                reason: None,
-            });
+            return Ok(created(object));
         }
         Err(e) => return Err(api_error(&subject, "dry-run", e)),
     };
