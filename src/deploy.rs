@@ -316,3 +316,29 @@ pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Res
     }
     Ok(changes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(profile: &str) -> Vec<String> {
+        let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded(profile.into())).unwrap();
+        let rendered = crate::render::Renderer::new(None).unwrap().render(&loaded).unwrap();
+        layers(&loaded.profile, &rendered).unwrap().into_iter().map(|l| l.name).collect()
+    }
+
+    #[test]
+    fn layers_follow_depends_on() {
+        assert_eq!(order("fresh-cluster"), ["kata", "spire-agents", "spire-smoke", "opensandbox", "opensandbox-pools"]);
+        assert_eq!(order("homelab"), ["opensandbox", "opensandbox-pools"]);
+    }
+
+    #[test]
+    fn external_dependencies_are_waited_for() {
+        let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded("homelab".into())).unwrap();
+        let rendered = crate::render::Renderer::new(None).unwrap().render(&loaded).unwrap();
+        let l = layers(&loaded.profile, &rendered).unwrap();
+        assert_eq!(l[0].external_deps, ["kata", "spire-agents"]);
+        assert!(l[1].external_deps.is_empty());
+    }
+}

@@ -81,7 +81,7 @@ pub async fn verify_and_report(
         .collect();
     let catalogue = checks::catalogue(&profile, flux_objects);
     let run = probe::Run::new(profile.verify.probe_deadline_seconds, flags.verify_timeout);
-    let extra: Vec<String> = profile.verify.spiffe.iter().map(|s| s.namespace.clone()).collect();
+    let extra: Vec<String> = profile.spiffe_smoke().iter().map(|s| s.namespace.clone()).collect();
     let swept = probe::sweep(cluster, &run, &extra).await;
     if !swept.is_empty() {
         printer.warn(&format!("removed what earlier interrupted runs left: {}", swept.join(", ")));

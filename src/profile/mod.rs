@@ -263,6 +263,19 @@ impl Profile {
             .collect()
     }
 
+    /// The SPIFFE smoke identity `osbx verify` checks: `verify.spiffe`, else the one the `spire`
+    /// section defines.
+    #[must_use]
+    pub fn spiffe_smoke(&self) -> Option<SpiffeSmoke> {
+        self.verify.spiffe.clone().or_else(|| {
+            let s = self.spire.as_ref()?;
+            serde_json::from_value(serde_json::json!({
+                "namespace": s.smoke.namespace, "serviceAccount": s.smoke.service_account, "id": s.smoke_id(),
+            }))
+            .ok()
+        })
+    }
+
     /// The repository path of a rendered layer (`platform/<name>` unless set), normalised.
     #[must_use]
     pub fn layer_path(layer: &Layer) -> String {

@@ -14,7 +14,72 @@ pub(super) fn base(p: &Profile) -> Context {
     ctx.insert("opensandbox", &opensandbox(p));
     ctx.insert("pools", &pools(p));
     ctx.insert("layers", &p.layers.iter().map(layer).collect::<Vec<_>>());
+    let kata_layer = p.layers.iter().find(|l| !l.external && l.component == Some(crate::profile::Component::Kata));
+    ctx.insert("kataLayer", &kata_layer.map(|l| l.name.clone()));
+    if let Some(k) = &p.kata {
+        ctx.insert("kata", &kata(k));
+    }
+    if let Some(s) = &p.spire {
+        ctx.insert("spire", &spire(p, s));
+    }
     ctx
+}
+
+/// Deep-merge `extra` over `base` (objects merge key by key; anything else replaces).
+fn merge(base: &mut Value, extra: &Value) {
+    match (base, extra) {
+        (Value::Object(b), Value::Object(e)) => {
+            for (k, v) in e {
+                merge(b.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (b, e) => *b = e.clone(),
+    }
+}
+
+fn kata(k: &crate::profile::Kata) -> Value {
+    let mut shims = serde_json::Map::new();
+    shims.insert("disableAll".into(), json!(true));
+    for s in &k.shims {
+        shims.insert(s.clone(), json!({"enabled": true}));
+    }
+    let mut values = json!({
+        "deploymentMode": k.deployment_mode,
+        "k8sDistribution": k.k8s_distribution,
+        "shims": shims,
+        "defaultShim": {"amd64": k.default_shim},
+        "runtimeClasses": {"enabled": true, "createDefault": k.create_default_runtime_class},
+    });
+    if !k.node_selector.is_empty() {
+        values["nodeSelector"] = json!(k.node_selector);
+    }
+    if let Some(extra) = &k.values {
+        merge(&mut values, extra);
+    }
+    let mut v = serde_json::to_value(k).unwrap_or(Value::Null);
+    v["chartValues"] = values;
+    v["runtimeClasses"] = json!(k.shims.iter().map(|s| crate::profile::Kata::runtime_class(s)).collect::<Vec<_>>());
+    v
+}
+
+fn spire(p: &Profile, s: &crate::profile::Spire) -> Value {
+    let cluster = s.cluster_name.clone().unwrap_or_else(|| p.cluster.name.clone());
+    // Agents and the CSI driver only: the server, its controller manager and the OIDC provider
+    // run with the existing trust root.
+    let mut values = json!({
+        "global": {"spire": {"trustDomain": s.trust_domain, "clusterName": cluster}},
+        "spire-server": {"enabled": false},
+        "spiffe-oidc-discovery-provider": {"enabled": false},
+        "spire-agent": {"enabled": true, "server": {"address": s.server.address, "port": s.server.port}},
+        "spiffe-csi-driver": {"enabled": true},
+    });
+    if let Some(extra) = &s.values {
+        merge(&mut values, extra);
+    }
+    let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+    v["chartValues"] = values;
+    v["smokeId"] = json!(s.smoke_id());
+    v
 }
 
 /// One layer with its path normalised.

@@ -128,11 +128,9 @@ fn invalid_profile_exits_2_with_location_and_writes_nothing() {
 
 #[test]
 fn unknown_embedded_profile_names_the_known_ones() {
-    osbx()
-        .args(["render", "--profile", "nope"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("no embedded profile named \"nope\" (embedded: default, homelab, runc-only)"));
+    osbx().args(["render", "--profile", "nope"]).assert().code(2).stderr(predicate::str::contains(
+        "no embedded profile named \"nope\" (embedded: default, fresh-cluster, homelab, runc-only)",
+    ));
 }
 
 #[test]

@@ -50,7 +50,7 @@ async fn server_reports_the_pinned_kubernetes_version() {
 async fn every_rendered_object_passes_a_server_side_dry_run_apply() {
     let client = cluster::client().await;
     cluster::install_all_crds().await;
-    for profile in ["default", "homelab", "runc-only"] {
+    for profile in ["default", "fresh-cluster", "homelab", "runc-only"] {
         let objects = render(profile);
         assert!(objects.len() >= 8, "{profile}: {} objects", objects.len());
         // Namespaces first, for real (namespaced dry-runs need them), then everything dry-run.

@@ -199,3 +199,40 @@ fn yaml_syntax_error_has_a_location() {
     let e = error_of(&with("  name: test\nlayers", "  name: [test\nlayers"));
     assert!(e.starts_with(|c: char| c.is_ascii_digit()), "{e}");
 }
+
+/// BASE with a rendered kata layer.
+fn with_kata(kata: &str) -> String {
+    with("  - name: kata\n    external: true\n", "  - name: kata\n    component: kata\n") + kata
+}
+
+#[test]
+fn kata_default_shim_must_be_enabled() {
+    let e = error_of(&with_kata("kata:\n  shims: [clh-runtime-rs]\n  defaultShim: qemu-runtime-rs\n"));
+    assert!(
+        e.starts_with("37:3: kata.defaultShim: \"qemu-runtime-rs\" is not among the enabled shims [clh-runtime-rs]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn kata_pools_need_a_runtime_class_the_kata_layer_installs() {
+    let text = with_kata("kata:\n  shims: [qemu-runtime-rs]\n  defaultShim: qemu-runtime-rs\n");
+    assert_eq!(
+        error_of(&text),
+        "31:7: pools.items[1].runtimeClassName: RuntimeClass kata-clh-runtime-rs is not installed by the kata layer (it installs kata-qemu-runtime-rs)"
+    );
+}
+
+#[test]
+fn a_rendered_layer_needs_its_section() {
+    assert_eq!(error_of(&with_kata("")), "9:5: layers[0].component: a kata layer needs a top-level `kata` section");
+    let spire = with("  - name: kata\n    external: true\n", "  - name: kata\n    component: spire-smoke\n");
+    assert_eq!(error_of(&spire), "9:5: layers[0].component: a SPIRE layer needs a top-level `spire` section");
+}
+
+#[test]
+fn spire_trust_domain_has_no_scheme() {
+    let text = with("  - name: kata\n    external: true\n", "  - name: kata\n    component: spire-agents\n")
+        + "spire:\n  trustDomain: spiffe://example.org\n  server: {address: spire.example.org}\n  className: c\n";
+    assert!(error_of(&text).contains("spire.trustDomain: \"spiffe://example.org\" is not a trust domain"));
+}

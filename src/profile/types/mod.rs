@@ -4,12 +4,14 @@
 //! ignored setting. Defaults live here, next to the field they belong to; rules that span fields
 //! live in `validate.rs`.
 
+mod layers;
 mod opensandbox;
 mod pools;
 mod verify;
 
 use serde::{Deserialize, Serialize};
 
+pub use layers::*;
 pub use opensandbox::*;
 pub use pools::*;
 pub use verify::*;
@@ -38,6 +40,12 @@ pub struct Profile {
     /// The OpenSandbox Pools.
     #[serde(default)]
     pub pools: Pools,
+    /// Kata Containers (for a `kata` layer).
+    #[serde(default)]
+    pub kata: Option<Kata>,
+    /// SPIRE agents and the smoke identity (for `spire-agents` and `spire-smoke` layers).
+    #[serde(default)]
+    pub spire: Option<Spire>,
     /// How `osbx verify` probes the platform.
     #[serde(default)]
     pub verify: Verify,
@@ -51,6 +59,12 @@ pub enum Component {
     Opensandbox,
     /// The OpenSandbox Pools.
     Pools,
+    /// kata-deploy (RuntimeClasses and the Kata runtime on the nodes).
+    Kata,
+    /// SPIRE agents and the SPIFFE CSI driver.
+    SpireAgents,
+    /// The SPIFFE smoke fixture (namespace, ServiceAccount, ClusterSPIFFEID).
+    SpireSmoke,
 }
 
 impl Component {
@@ -60,6 +74,9 @@ impl Component {
         match self {
             Component::Opensandbox => "opensandbox",
             Component::Pools => "pools",
+            Component::Kata => "kata",
+            Component::SpireAgents => "spire-agents",
+            Component::SpireSmoke => "spire-smoke",
         }
     }
 }

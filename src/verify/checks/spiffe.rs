@@ -169,16 +169,16 @@ impl Check for Spiffe {
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let Some(smoke) = ctx.profile.verify.spiffe.as_ref() else {
+            let Some(smoke) = ctx.profile.spiffe_smoke() else {
                 return vec![
                     Verdict::skip("no verify.spiffe in the profile"),
                     Verdict::skip("no verify.spiffe in the profile"),
                 ];
             };
             let class = kata_classes(&ctx.profile).into_iter().next();
-            let issued = Self::issued(ctx, smoke, class.as_deref()).await;
+            let issued = Self::issued(ctx, &smoke, class.as_deref()).await;
             let denied = if issued.outcome == crate::verify::Outcome::Pass {
-                Self::denied(ctx, smoke, class.as_deref()).await
+                Self::denied(ctx, &smoke, class.as_deref()).await
             } else {
                 Verdict::error("not run", "the smoke identity was not issued, so a denial would prove nothing")
             };
