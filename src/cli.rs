@@ -200,8 +200,11 @@ pub struct VerifyArgs {
 pub struct RenderArgs {
     /// Profile file, or the name of an embedded profile (see `osbx profiles`); default: the
     /// embedded `default` profile.
-    #[arg(short, long, env = "OSBX_PROFILE")]
+    #[arg(short, long, env = "OSBX_PROFILE", conflicts_with = "fleet")]
     pub profile: Option<String>,
+    /// Render every cluster of a fleet file (`kind: Fleet`) instead of one profile.
+    #[arg(long)]
+    pub fleet: Option<PathBuf>,
     /// The Flux repository to write into.
     #[arg(short, long, default_value = ".")]
     pub out: PathBuf,

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod commands;
 pub mod deploy;
 mod embedded;
+pub mod fleet;
 pub mod object;
 pub mod printer;
 pub mod profile;
@@ -40,7 +41,10 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Render(args) => {
             let opts = commands::render::RenderOptions {
-                profile: ProfileSource::from_arg(args.profile.as_deref()),
+                source: match args.fleet {
+                    Some(path) => commands::render::Source::Fleet(path),
+                    None => commands::render::Source::Profile(ProfileSource::from_arg(args.profile.as_deref())),
+                },
                 out: args.out,
                 templates: args.templates,
                 check: args.check,

@@ -5,16 +5,26 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use crate::commands::ExitStatus;
+use crate::fleet;
 use crate::printer::Printer;
 use crate::profile::{self, ProfileSource};
 use crate::render::Renderer;
 use crate::repo;
 
+/// What to render.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// One profile.
+    Profile(ProfileSource),
+    /// Every cluster of a fleet file.
+    Fleet(PathBuf),
+}
+
 /// Resolved `render` options.
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
-    /// Which profile.
-    pub profile: ProfileSource,
+    /// Which profile or fleet.
+    pub source: Source,
     /// Repository root.
     pub out: PathBuf,
     /// Template overrides.
@@ -33,10 +43,18 @@ pub struct RenderOptions {
 /// Any failure to load, render, write or commit; nothing is written when the profile or the
 /// templates are invalid.
 pub fn run(opts: &RenderOptions, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let loaded = profile::load(&opts.profile)?;
     let renderer = Renderer::new(opts.templates.as_deref())?;
-    let rendered = renderer.render(&loaded)?;
-    let name = &loaded.profile.metadata.name;
+    let (rendered, name) = match &opts.source {
+        Source::Profile(source) => {
+            let loaded = profile::load(source)?;
+            (renderer.render(&loaded)?, format!("profile {}", loaded.profile.metadata.name))
+        }
+        Source::Fleet(path) => {
+            let fleet = fleet::load(path)?;
+            (fleet::render(&fleet, &renderer)?, format!("fleet {} ({} clusters)", fleet.name, fleet.members.len()))
+        }
+    };
+    let name = &name;
     // --check compares everything, owned or not.
     let plan = repo::plan(&opts.out, &rendered, &renderer, opts.force || opts.check)?;
     let changed: Vec<_> = plan.changed().collect();
@@ -46,10 +64,10 @@ pub fn run(opts: &RenderOptions, printer: &Printer) -> anyhow::Result<ExitStatus
             printer.file_diff(&f.path, f.old.as_deref(), &f.new);
         }
         if changed.is_empty() {
-            printer.success(&format!("{} is up to date with profile {name}", opts.out.display()));
+            printer.success(&format!("{} is up to date with {name}", opts.out.display()));
             return Ok(ExitStatus::Success);
         }
-        printer.failure(&format!("{} file(s) differ from profile {name}; run `osbx render` to update", changed.len()));
+        printer.failure(&format!("{} file(s) differ from {name}; run `osbx render` to update", changed.len()));
         return Ok(ExitStatus::Failure);
     }
 
@@ -69,7 +87,7 @@ pub fn run(opts: &RenderOptions, printer: &Printer) -> anyhow::Result<ExitStatus
     }
     let written = repo::write(&plan).with_context(|| format!("writing into {}", opts.out.display()))?;
     printer.success(&format!(
-        "rendered profile {name}: {} file(s) written, {} unchanged",
+        "rendered {name}: {} file(s) written, {} unchanged",
         written.len(),
         plan.files.len() - written.len()
     ));

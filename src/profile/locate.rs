@@ -113,6 +113,12 @@ impl Locations {
         }
     }
 
+    /// Position of exactly this field path, if the document has it.
+    #[must_use]
+    pub fn get(&self, path: &str) -> Option<Pos> {
+        self.by_path.get(path).copied()
+    }
+
     /// The field path of the node that starts at `pos`, if any (used to name the field of a
     /// deserializer error, which only carries a position).
     #[must_use]

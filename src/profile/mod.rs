@@ -139,16 +139,22 @@ pub fn load(source: &ProfileSource) -> Result<LoadedProfile, ProfileError> {
                 std::fs::read_to_string(path).map_err(|e| ProfileError::Read { path: path.clone(), source: e })?;
             (path.display().to_string(), text)
         }
-        ProfileSource::Embedded(name) => {
-            let file = format!("{name}.yaml");
-            let Some((_, text)) = embedded::profiles().iter().find(|(f, _)| *f == file) else {
-                let known = embedded_profiles().into_iter().map(|(n, _)| n).collect::<Vec<_>>().join(", ");
-                return Err(ProfileError::Unknown { name: name.clone(), known });
-            };
-            (format!("profiles/{file}"), (*text).to_owned())
-        }
+        ProfileSource::Embedded(name) => embedded_text(name)?,
     };
     parse(&origin, text)
+}
+
+/// The text of an embedded profile and the name shown for it.
+///
+/// # Errors
+/// [`ProfileError::Unknown`] when no embedded profile has that name.
+pub fn embedded_text(name: &str) -> Result<(String, String), ProfileError> {
+    let file = format!("{name}.yaml");
+    let Some((_, text)) = embedded::profiles().iter().find(|(f, _)| *f == file) else {
+        let known = embedded_profiles().into_iter().map(|(n, _)| n).collect::<Vec<_>>().join(", ");
+        return Err(ProfileError::Unknown { name: name.to_owned(), known });
+    };
+    Ok((format!("profiles/{file}"), (*text).to_owned()))
 }
 
 /// Parse and check profile text; `origin` names it in messages.
@@ -177,7 +183,8 @@ pub fn parse(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> 
     Ok(LoadedProfile { profile, origin: origin.to_owned(), text, locations })
 }
 
-fn serde_diagnostic(origin: &str, text: &str, locations: &Locations, e: &serde_saphyr::Error) -> Diagnostic {
+/// A deserializer error as a diagnostic with its position and (when known) field path.
+pub(crate) fn serde_diagnostic(origin: &str, text: &str, locations: &Locations, e: &serde_saphyr::Error) -> Diagnostic {
     let pos = e
         .location()
         .map(|l| Pos { line: usize::try_from(l.line()).unwrap_or(0), column: usize::try_from(l.column()).unwrap_or(0) })

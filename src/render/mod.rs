@@ -67,10 +67,17 @@ pub struct RenderedFile {
 pub struct Rendered {
     /// Owned files, in a stable order.
     pub files: Vec<RenderedFile>,
-    /// `clusters/<cluster>/kustomization.yaml`.
-    pub cluster_kustomization: String,
-    /// The entries osbx needs in it (`apps/<layer>.yaml`).
-    pub cluster_entries: Vec<String>,
+    /// The cluster kustomizations that must list osbx's layers (one per cluster).
+    pub clusters: Vec<ClusterIndex>,
+}
+
+/// A cluster's `clusters/<cluster>/kustomization.yaml` and the entries osbx needs in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterIndex {
+    /// Its path.
+    pub path: String,
+    /// `apps/<layer>.yaml` entries.
+    pub entries: Vec<String>,
 }
 
 /// A Kubernetes object from a rendered file.
@@ -162,8 +169,7 @@ impl Renderer {
         }
         Ok(Rendered {
             files,
-            cluster_kustomization: format!("{cluster_dir}/kustomization.yaml"),
-            cluster_entries: entries,
+            clusters: vec![ClusterIndex { path: format!("{cluster_dir}/kustomization.yaml"), entries }],
         })
     }
 

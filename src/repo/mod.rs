@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub use git::{GitError, RepoState, commit, repo_state, staged_conflicts};
 pub use kustomization::MergeError;
 
-use crate::render::{RenderError, Rendered, Renderer, is_owned};
+use crate::render::{ClusterIndex, RenderError, Rendered, Renderer, is_owned};
 
 /// Why the repository cannot be updated.
 #[derive(Debug, thiserror::Error)]
@@ -118,10 +118,18 @@ pub fn plan(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool) 
     if !foreign.is_empty() {
         return Err(RepoError::Foreign(foreign));
     }
-    let path = &rendered.cluster_kustomization;
+    for index in &rendered.clusters {
+        files.push(cluster_index(root, index, renderer)?);
+    }
+    Ok(Plan { root: root.to_path_buf(), files })
+}
+
+/// The cluster kustomization: created when missing, else osbx's entries merged in.
+fn cluster_index(root: &Path, index: &ClusterIndex, renderer: &Renderer) -> Result<FileChange, RepoError> {
+    let path = &index.path;
     let old = read_existing(root, path)?;
     let new = match &old {
-        Some(text) => kustomization::merge(text, &rendered.cluster_entries)
+        Some(text) => kustomization::merge(text, &index.entries)
             .map_err(|source| RepoError::Merge { path: path.clone(), source })?,
         None => {
             let mut resources = Vec::new();
@@ -129,12 +137,11 @@ pub fn plan(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool) 
             if root.join(dir).join("flux-system").is_dir() {
                 resources.push("flux-system".to_owned());
             }
-            resources.extend(rendered.cluster_entries.iter().cloned());
+            resources.extend(index.entries.iter().cloned());
             renderer.cluster_kustomization(&resources)?
         }
     };
-    files.push(FileChange { path: path.clone(), old, new });
-    Ok(Plan { root: root.to_path_buf(), files })
+    Ok(FileChange { path: path.clone(), old, new })
 }
 
 fn read_existing(root: &Path, rel: &str) -> Result<Option<String>, RepoError> {

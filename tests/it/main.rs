@@ -4,6 +4,7 @@ mod apply;
 mod cli;
 mod cluster;
 mod examples;
+mod fleet;
 mod plane;
 mod profile_rules;
 mod reference;

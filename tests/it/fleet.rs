@@ -1,0 +1,190 @@
+//! `osbx render --fleet`: three clusters from one base profile.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::cluster::{self, api_for};
+use crate::support::{osbx, outputs, tree};
+
+fn fleet(lab_b_pool_max: u32) -> String {
+    format!(
+        "apiVersion: osbx.dev/v1alpha1
+kind: Fleet
+metadata: {{name: labs}}
+base: fresh-cluster
+clusters:
+  - name: lab-a
+  - name: lab-b
+    overrides:
+      pools:
+        items:
+          - {{name: vm, capacity: {{poolMax: {lab_b_pool_max}}}}}
+  - name: lab-c
+    overrides:
+      spire: {{trustDomain: c.example.org}}
+      kata: {{chart: {{version: 4.1.1}}}}
+"
+    )
+}
+
+fn render_fleet(dir: &Path, text: &str) -> std::collections::BTreeMap<String, String> {
+    std::fs::write(dir.join("fleet.yaml"), text).unwrap();
+    osbx()
+        .args(["-q", "render", "--fleet"])
+        .arg(dir.join("fleet.yaml"))
+        .arg("--out")
+        .arg(dir.join("repo"))
+        .assert()
+        .success();
+    tree(&dir.join("repo"))
+}
+
+#[test]
+fn a_fleet_renders_deterministically_and_shares_identical_layers() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = render_fleet(a.path(), &fleet(8));
+    assert_eq!(first, render_fleet(b.path(), &fleet(8)), "byte-identical on every run");
+
+    let dirs: BTreeSet<String> = first
+        .keys()
+        .filter_map(|p| p.strip_prefix("platform/"))
+        .filter_map(|p| p.split('/').next())
+        .map(str::to_owned)
+        .collect();
+    let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+    assert_eq!(
+        dirs,
+        [
+            "kata",
+            "kata-lab-c",  // lab-c pins another chart version
+            "opensandbox", // identical everywhere: written once
+            "opensandbox-pools",
+            "opensandbox-pools-lab-b", // lab-b has a bigger Kata pool
+            "spire-agents",
+            "spire-agents-lab-b",
+            "spire-agents-lab-c", // clusterName differs per cluster
+            "spire-smoke",
+            "spire-smoke-lab-c", // lab-c has its own trust domain
+        ]
+    );
+    for cluster in ["lab-a", "lab-b", "lab-c"] {
+        let app = &first[&format!("clusters/{cluster}/apps/opensandbox.yaml")];
+        assert!(app.contains("path: ./platform/opensandbox\n"), "{cluster}: {app}");
+        assert!(first.contains_key(&format!("clusters/{cluster}/kustomization.yaml")));
+    }
+    assert!(first["clusters/lab-b/apps/opensandbox-pools.yaml"].contains("path: ./platform/opensandbox-pools-lab-b\n"));
+    assert!(first["clusters/lab-c/apps/opensandbox-pools.yaml"].contains("path: ./platform/opensandbox-pools\n"));
+    assert!(first["platform/opensandbox-pools-lab-b/pools.yaml"].contains("poolMax: 8"));
+    assert!(first["platform/spire-smoke-lab-c/smoke.yaml"].contains("spiffe://c.example.org/sandbox/smoke"));
+}
+
+#[test]
+fn changing_one_clusters_override_changes_only_that_clusters_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = render_fleet(dir.path(), &fleet(8));
+    let after = render_fleet(dir.path(), &fleet(6));
+    let changed: Vec<&String> = after.keys().chain(before.keys()).filter(|p| before.get(*p) != after.get(*p)).collect();
+    assert!(!changed.is_empty());
+    for path in changed {
+        assert!(
+            path.starts_with("clusters/lab-b/") || path.contains("-lab-b/"),
+            "{path} changed but belongs to another cluster"
+        );
+    }
+}
+
+#[test]
+fn check_and_commit_work_on_the_whole_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap();
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q"]);
+    git(&["config", "user.name", "T"]);
+    git(&["config", "user.email", "t@example.com"]);
+    std::fs::write(dir.path().join("fleet.yaml"), fleet(8)).unwrap();
+    let out = osbx()
+        .args(["render", "--commit", "--fleet"])
+        .arg(dir.path().join("fleet.yaml"))
+        .arg("--out")
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    let files = git(&["show", "--name-only", "--format=", "HEAD"]);
+    for cluster in ["lab-a", "lab-b", "lab-c"] {
+        assert!(files.contains(&format!("clusters/{cluster}/kustomization.yaml")), "{files}");
+    }
+    osbx()
+        .args(["render", "--check", "--fleet"])
+        .arg(dir.path().join("fleet.yaml"))
+        .arg("--out")
+        .arg(&repo)
+        .assert()
+        .code(0);
+    std::fs::write(dir.path().join("fleet.yaml"), fleet(6)).unwrap();
+    let out = osbx()
+        .args(["render", "--check", "--fleet"])
+        .arg(dir.path().join("fleet.yaml"))
+        .arg("--out")
+        .arg(&repo)
+        .output()
+        .unwrap();
+    let (stdout, _) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("platform/opensandbox-pools-lab-b/pools.yaml") && stdout.contains("+    poolMax: 6"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_override_error_points_into_the_fleet_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fleet.yaml"), fleet(8).replace("poolMax: 8", "poolMax: -3")).unwrap();
+    let out = osbx()
+        .args(["render", "--fleet"])
+        .arg(dir.path().join("fleet.yaml"))
+        .arg("--out")
+        .arg(dir.path().join("repo"))
+        .output()
+        .unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("fleet.yaml (clusters[1].overrides.pools.items[1].capacity.poolMax):10:"), "{stderr}");
+    assert!(stderr.contains("must not be negative (got -3)"), "{stderr}");
+    assert!(!dir.path().join("repo").exists());
+}
+
+#[tokio::test]
+async fn every_clusters_objects_are_accepted_by_the_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fleet.yaml"), fleet(8)).unwrap();
+    let fleet = osbx::fleet::load(&dir.path().join("fleet.yaml")).unwrap();
+    let client = cluster::client().await;
+    cluster::install_all_crds().await;
+    let renderer = osbx::render::Renderer::new(None).unwrap();
+    for member in &fleet.members {
+        let objects = renderer.render(member).unwrap().objects().unwrap();
+        let namespaces: BTreeSet<&str> =
+            objects.iter().filter_map(|o| o.object["metadata"]["namespace"].as_str()).collect();
+        for ns in namespaces {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            let (api, name) = api_for(&client, &obj).await;
+            api.patch(&name, &PatchParams::apply("osbx-test"), &Patch::Apply(&obj)).await.unwrap();
+        }
+        for o in &objects {
+            let (api, name) = api_for(&client, &o.object).await;
+            api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object)).await.unwrap_or_else(
+                |e| panic!("{}: {} {name} rejected: {e}", member.profile.cluster.name, o.object["kind"]),
+            );
+        }
+    }
+}
