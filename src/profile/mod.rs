@@ -278,6 +278,7 @@ impl Profile {
             let s = self.spire.as_ref()?;
             serde_json::from_value(serde_json::json!({
                 "namespace": s.smoke.namespace, "serviceAccount": s.smoke.service_account, "id": s.smoke_id(),
+                "clusterSpiffeId": s.smoke.name,
             }))
             .ok()
         })

@@ -389,3 +389,57 @@ async fn uncommitted_changes_in_the_flux_repo_are_a_warning() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("has 1 uncommitted change(s): Flux reconciles what is pushed"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fresh_cluster_profile_brings_every_layer_up_in_order() {
+    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    cluster::install_crds(&client, "flux").await;
+    create_namespace(&client, "flux-system").await;
+    let _controllers = Controllers {
+        flux_namespaces: ["flux-system", "kata-system", "spire-system", "opensandbox-system"]
+            .map(String::from)
+            .to_vec(),
+        pool_namespaces: vec!["opensandbox".into()],
+        // The charts bring their CRDs: SPIRE's with spire-crds, OpenSandbox's with its release.
+        release_crds: vec![("spire-crds".into(), "spire".into()), ("opensandbox".into(), "opensandbox".into())],
+        ..Controllers::default()
+    }
+    .spawn(client.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().to_path_buf();
+    let kubeconfig = plane.kubeconfig.display().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        osbx()
+            .current_dir(cwd)
+            .args([
+                "apply",
+                "--profile",
+                "fresh-cluster",
+                "-o",
+                "json",
+                "--timeout",
+                "90s",
+                "--kubeconfig",
+                &kubeconfig,
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let got = actions(&report);
+    assert!(got.iter().all(|(_, a)| a == "created"), "{got:?}");
+    let first = |needle: &str| {
+        got.iter().position(|(s, _)| s.contains(needle)).unwrap_or_else(|| panic!("{needle} not applied: {got:?}"))
+    };
+    // Layers in dependsOn order: kata, spire-agents, spire-smoke, opensandbox, pools.
+    assert!(first("OCIRepository/kata-system/kata-deploy") < first("HelmRepository/spire-system/spire"));
+    assert!(first("HelmRelease/spire-system/spire-agents") < first("ClusterSPIFFEID/sandbox-spire-smoke"));
+    assert!(first("ClusterSPIFFEID/sandbox-spire-smoke") < first("HelmRelease/opensandbox-system/opensandbox"));
+    assert!(first("HelmRelease/opensandbox-system/opensandbox") < first("Pool/opensandbox/vm"));
+    assert_eq!(report["ready"], true);
+}

@@ -34,7 +34,7 @@ pools:
     - {name: vm, runtime: kata, capacity: {bufferMin: 1, bufferMax: 1, poolMin: 0, poolMax: 2}}
 verify:
   probeDeadlineSeconds: 4
-  spiffe: {namespace: vf-spire, serviceAccount: spire-smoke, id: 'spiffe://ddupan.top/sandbox/smoke', retrySeconds: 3}
+  spiffe: {namespace: vf-spire, serviceAccount: spire-smoke, id: 'spiffe://ddupan.top/sandbox/smoke', retrySeconds: 3, clusterSpiffeId: vf-smoke}
 ";
 
 const SMOKE_ID: &str = "spiffe://ddupan.top/sandbox/smoke";
@@ -230,7 +230,19 @@ async fn a_healthy_platform_is_ready_and_each_failure_mode_has_its_diagnosis() {
 
     world.set(|s| s.smoke_id = None);
     let (_, checks) = world.verify("spiffe.issued").await;
-    assert_check(&checks, "spiffe.issued", "FAIL", "no registration entry matches");
+    assert_check(&checks, "spiffe.issued", "FAIL", "ClusterSPIFFEID vf-smoke does not exist");
+    // The smoke ClusterSPIFFEID exists but carries a className no controller processes.
+    let id = json!({"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID", "metadata": {"name": "vf-smoke"},
+                    "spec": {"className": "other-class", "spiffeIDTemplate": SMOKE_ID, "workloadSelectorTemplates": ["k8s:sa:spire-smoke"]}});
+    let (api, name) = cluster::api_for(&world.client, &id).await;
+    api.patch(&name, &PatchParams::apply("test"), &Patch::Apply(&id)).await.unwrap();
+    let (_, checks) = world.verify("spiffe.issued").await;
+    assert_check(
+        &checks,
+        "spiffe.issued",
+        "FAIL",
+        "ClusterSPIFFEID vf-smoke has no status.stats: the installed spire-controller-manager ignores it (its className is not \"other-class\"",
+    );
 
     // A Pool that lost its capacity.
     world.set(|_| {});

@@ -74,6 +74,9 @@ pub struct SpiffeSmoke {
     /// Socket file name inside the CSI volume.
     #[serde(default = "default_socket_name")]
     pub socket: String,
+    /// The ClusterSPIFFEID that gives the smoke identity (read to explain a missing identity).
+    #[serde(default)]
+    pub cluster_spiffe_id: Option<String>,
     /// How long the positive probe retries (the agent syncs entries every 5 s).
     #[serde(default = "default_spiffe_retry")]
     pub retry_seconds: u64,

@@ -118,11 +118,43 @@ impl Spiffe {
             }
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
+        let evidence = format!("no identity after {}s: {last}", smoke.retry_seconds);
+        if let Some(why) = Self::ignored(ctx, smoke).await {
+            return Verdict::fail(evidence, why).with_fix(
+                "set spire.className to the className of the spire-controller-manager that serves this cluster",
+            );
+        }
         Verdict::fail(
-            format!("no identity after {}s: {last}", smoke.retry_seconds),
+            evidence,
             "no registration entry matches the smoke ServiceAccount: the ClusterSPIFFEID is missing, its className does not match the controller's, or its namespace is ignored",
         )
         .with_fix("kubectl get clusterspiffeid -o yaml (status.stats.podsSelected must be ≥ 1)")
+    }
+
+    /// Why the smoke ClusterSPIFFEID is not processed, when its status shows it: a controller
+    /// manager that processes it writes `status.stats`; one that ignores it (another className)
+    /// leaves it empty.
+    async fn ignored(ctx: &Ctx, smoke: &SpiffeSmoke) -> Option<String> {
+        let name = smoke.cluster_spiffe_id.as_deref()?;
+        let r = crate::object::ObjectRef {
+            group: "spire.spiffe.io".into(),
+            version: "v1alpha1".into(),
+            kind: "ClusterSPIFFEID".into(),
+            namespace: None,
+            name: name.to_owned(),
+        };
+        let Ok(found) = super::get(&ctx.cluster, &r).await else { return None };
+        let Some(obj) = found else {
+            return Some(format!("ClusterSPIFFEID {name} does not exist: the spire-smoke layer has not been applied"));
+        };
+        let stats = &obj["status"]["stats"];
+        let empty = stats.is_null() || stats.as_object().is_some_and(serde_json::Map::is_empty);
+        empty.then(|| {
+            format!(
+                "ClusterSPIFFEID {name} has no status.stats: the installed spire-controller-manager ignores it (its className is not {}, or it does not watch this cluster)",
+                obj["spec"]["className"]
+            )
+        })
     }
 
     async fn denied(ctx: &Ctx, smoke: &SpiffeSmoke, class: Option<&str>) -> Verdict {

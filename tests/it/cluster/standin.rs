@@ -159,10 +159,14 @@ pub struct Controllers {
     pub pools_stay_empty: bool,
     /// Install the OpenSandbox CRDs once a HelmRelease is Ready (what the chart does).
     pub chart_installs_crds: bool,
+    /// Install `../shared/crds/<dir>` once the HelmRelease `<name>` is Ready (what its chart does).
+    pub release_crds: Vec<(String, String)>,
 }
 
 const FLUX_KINDS: &[(&str, &str, &str)] = &[
     ("source.toolkit.fluxcd.io", "v1", "GitRepository"),
+    ("source.toolkit.fluxcd.io", "v1", "OCIRepository"),
+    ("source.toolkit.fluxcd.io", "v1", "HelmRepository"),
     ("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
     ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
 ];
@@ -208,6 +212,13 @@ impl Controllers {
                         flux_ready(client, &ar, ns, &name, &cond).await;
                     }
                     helm_ready |= *kind == "HelmRelease" && ready;
+                    if *kind == "HelmRelease" && ready {
+                        for (release, dir) in &self.release_crds {
+                            if *release == name {
+                                super::install_crds(client, dir).await;
+                            }
+                        }
+                    }
                 }
             }
         }
