@@ -43,6 +43,10 @@ pub enum Command {
     /// Exit status: 0 every check passed, 1 a check failed or could not reach a verdict,
     /// 2 error (bad input, unreachable cluster, interrupted).
     Verify(VerifyArgs),
+    /// Check a profile against domain rules (also run by `render`).
+    ///
+    /// Exit status: 0 clean (warnings allowed), 1 errors found, 2 could not lint.
+    Lint(LintArgs),
     /// List the profiles embedded in this binary.
     Profiles,
     /// Print a shell completion script.
@@ -190,6 +194,24 @@ pub struct VerifyArgs {
     /// Check selection and reporting.
     #[command(flatten)]
     pub verify: VerifyFlags,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+/// `osbx lint` arguments.
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Profile and templates.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Lint every cluster of a fleet file instead.
+    #[arg(long, conflicts_with = "profile")]
+    pub fleet: Option<PathBuf>,
+    /// The Pool CRD of the chart the profile pins (YAML), to catch Pool fields it would drop;
+    /// without it, known stale chart versions are checked.
+    #[arg(long)]
+    pub pool_crd: Option<PathBuf>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,

@@ -18,6 +18,7 @@ pub mod commands;
 pub mod deploy;
 mod embedded;
 pub mod fleet;
+pub mod lint;
 pub mod object;
 pub mod printer;
 pub mod profile;
@@ -58,6 +59,7 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Diff(args) => commands::diff::run(&args, printer),
         Command::Apply(args) => commands::apply::run(&args, printer),
         Command::Verify(args) => commands::verify::run(&args, printer),
+        Command::Lint(args) => commands::lint::run(&args, printer),
         Command::Profiles => Ok(commands::profiles::run(printer)),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();

@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod cluster;
 pub mod diff;
+pub mod lint;
 pub mod profiles;
 pub mod render;
 pub mod verify;

@@ -47,10 +47,15 @@ pub fn run(opts: &RenderOptions, printer: &Printer) -> anyhow::Result<ExitStatus
     let (rendered, name) = match &opts.source {
         Source::Profile(source) => {
             let loaded = profile::load(source)?;
-            (renderer.render(&loaded)?, format!("profile {}", loaded.profile.metadata.name))
+            let rendered = renderer.render(&loaded)?;
+            super::lint::gate(&loaded, &rendered, printer)?;
+            (rendered, format!("profile {}", loaded.profile.metadata.name))
         }
         Source::Fleet(path) => {
             let fleet = fleet::load(path)?;
+            for member in &fleet.members {
+                super::lint::gate(member, &renderer.render(member)?, printer)?;
+            }
             (fleet::render(&fleet, &renderer)?, format!("fleet {} ({} clusters)", fleet.name, fleet.members.len()))
         }
     };

@@ -1,0 +1,197 @@
+//! `osbx lint`: each rule with its id, severity and location, the exit codes, and `render`
+//! refusing errors while printing warnings.
+
+use serde_json::Value;
+
+use crate::support::{osbx, outputs, root, shared};
+
+const BASE: &str = "\
+apiVersion: osbx.dev/v1alpha1
+kind: Profile
+metadata: {name: lint}
+cluster: {name: lint}
+layers:
+  - {name: opensandbox, component: opensandbox}
+  - {name: pools, component: pools, dependsOn: [opensandbox]}
+opensandbox:
+  source: {url: https://github.com/opensandbox-group/OpenSandbox.git, ref: {tag: helm/opensandbox/0.2.2}}
+  server:
+    apiKey: {secretRef: {name: api-key}}
+    config:
+      runtime: {execdImage: example.com/execd:v1.0.22}
+      kubernetes: {sandboxCreateTimeoutSeconds: 180}
+pools:
+  defaults: {image: example.com/sandbox:v1}
+  items:
+    - {name: pod, runtime: runc, capacity: {bufferMin: 1, bufferMax: 2, poolMin: 0, poolMax: 4}}
+    - name: vm
+      runtime: kata
+      capacity: {bufferMin: 1, bufferMax: 2, poolMin: 0, poolMax: 4}
+";
+
+fn lint(text: &str, extra: &[&str]) -> (Option<i32>, Vec<Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.yaml"), text).unwrap();
+    let out = osbx()
+        .current_dir(dir.path())
+        .args(["lint", "--profile", "p.yaml", "-o", "json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = outputs(&out);
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}"));
+    (out.status.code(), v["findings"].as_array().unwrap().clone())
+}
+
+#[track_caller]
+fn has(findings: &[Value], id: &str, severity: &str, at: &str) {
+    let f = findings.iter().find(|f| f["id"] == id).unwrap_or_else(|| panic!("no {id} in {findings:#?}"));
+    assert_eq!(f["severity"], severity, "{f}");
+    assert_eq!(format!("{}:{}", f["line"], f["column"]), at, "{f}");
+    assert!(!f["fix"].as_str().unwrap_or_default().is_empty(), "{f}");
+}
+
+#[test]
+fn a_clean_profile_exits_0() {
+    let (code, findings) = lint(BASE, &[]);
+    assert_eq!((code, findings.len()), (Some(0), 0), "{findings:#?}");
+}
+
+#[test]
+fn api_key_rules() {
+    let (code, f) = lint(&BASE.replace("apiKey: {secretRef: {name: api-key}}", "apiKey: {inline: \"\"}"), &[]);
+    assert_eq!(code, Some(0), "warnings only");
+    has(&f, "api-key.empty", "warning", "11:14");
+    let (code, f) = lint(&BASE.replace("apiKey: {secretRef: {name: api-key}}", "apiKey: {inline: s3cret}"), &[]);
+    assert_eq!(code, Some(1));
+    has(&f, "api-key.in-configmap", "error", "11:14");
+    let text = serde_json::to_string(&f).unwrap();
+    assert!(!text.contains("s3cret"), "the key itself is never printed");
+}
+
+#[test]
+fn a_kata_pool_must_not_mount_the_host_spiffe_socket() {
+    let text = BASE.replace(
+        "      runtime: kata\n",
+        "      runtime: kata\n      volumes: [{name: spiffe, csi: {driver: csi.spiffe.io, readOnly: true}}]\n",
+    );
+    let (code, f) = lint(&text, &[]);
+    assert_eq!(code, Some(1));
+    has(&f, "kata.host-socket", "error", "21:17");
+}
+
+#[test]
+fn a_cold_kata_pool_under_a_short_timeout_is_a_warning() {
+    let text = BASE.replace("      kubernetes: {sandboxCreateTimeoutSeconds: 180}\n", "").replace(
+        "      runtime: kata\n      capacity: {bufferMin: 1",
+        "      runtime: kata\n      capacity: {bufferMin: 0",
+    );
+    let (code, f) = lint(&text, &[]);
+    assert_eq!(code, Some(0));
+    has(&f, "kata.cold-start", "warning", "20:18");
+}
+
+#[test]
+fn pool_fields_the_pinned_charts_crd_drops() {
+    let text = BASE.replace("helm/opensandbox/0.2.2", "helm/opensandbox/0.2.0").replace(
+        "    - {name: pod, runtime: runc,",
+        "    - {name: pod, runtime: runc, scaleStrategy: {maxUnavailable: 1},",
+    );
+    let (code, f) = lint(&text, &[]);
+    assert_eq!(code, Some(1));
+    has(&f, "pool.unknown-field", "error", "18:7");
+    assert!(f[0]["message"].as_str().unwrap().contains("spec.scaleStrategy"), "{f:#?}");
+
+    // Against a real CRD (../shared) with the strategy fields removed, as in the stale chart copy.
+    let crd_text =
+        std::fs::read_to_string(shared().join("crds/opensandbox/sandbox.opensandbox.io_pools.yaml")).unwrap();
+    let mut crd: Value = serde_saphyr::from_str(&crd_text).unwrap();
+    for v in crd["spec"]["versions"].as_array_mut().unwrap() {
+        v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            .as_object_mut()
+            .unwrap()
+            .remove("scaleStrategy");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pools-crd.yaml");
+    std::fs::write(&path, serde_json::to_string(&crd).unwrap()).unwrap();
+    let text = BASE.replace(
+        "    - {name: pod, runtime: runc,",
+        "    - {name: pod, runtime: runc, scaleStrategy: {maxUnavailable: 1},",
+    );
+    let (code, f) = lint(&text, &["--pool-crd", path.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{f:#?}");
+    has(&f, "pool.unknown-field", "error", "18:7");
+    // The real, current CRD knows the field.
+    let real = shared().join("crds/opensandbox/sandbox.opensandbox.io_pools.yaml");
+    let (code, _) = lint(&text, &["--pool-crd", real.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn unpinned_images_are_warnings() {
+    let (code, f) = lint(&BASE.replace("image: example.com/sandbox:v1", "image: example.com/sandbox"), &[]);
+    assert_eq!(code, Some(0));
+    has(&f, "image.unpinned", "warning", "16:14");
+}
+
+#[test]
+fn a_catch_all_identity_and_two_layers_writing_one_object_are_errors() {
+    let spire = "spire:\n  trustDomain: example.org\n  server: {address: spire.example.org}\n  className: c\n  values: {spire-server: {enabled: true}}\n";
+    let text = BASE.replace(
+        "  - {name: pools, component: pools, dependsOn: [opensandbox]}\n",
+        "  - {name: pools, component: pools, dependsOn: [opensandbox]}\n  - {name: spire-agents, component: spire-agents}\n  - {name: spire-smoke, component: spire-smoke}\n",
+    ) + spire;
+    let (code, f) = lint(&text, &[]);
+    assert_eq!(code, Some(1));
+    has(&f, "spire.catch-all", "error", "28:3");
+
+    // The smoke namespace collides with the control-plane namespace: two layers write it.
+    let text = text.replace("values: {spire-server: {enabled: true}}\n", "smoke: {namespace: opensandbox-system}\n");
+    let (_, f) = lint(&text, &[]);
+    let dup = f.iter().find(|x| x["id"] == "layers.duplicate-object").expect("duplicate");
+    assert!(
+        dup["message"]
+            .as_str()
+            .unwrap()
+            .contains("Namespace/opensandbox-system is written by layers opensandbox and spire-smoke"),
+        "{dup}"
+    );
+}
+
+#[test]
+fn an_invalid_profile_is_exit_1_and_an_unreadable_one_exit_2() {
+    let (code, f) = lint(&BASE.replace("poolMax: 4}}\n    - name: vm", "poolMax: -4}}\n    - name: vm"), &[]);
+    assert_eq!(code, Some(1));
+    has(&f, "profile.invalid", "error", "18:85");
+    let out = osbx().args(["lint", "--profile", "/nonexistent/p.yaml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn render_refuses_lint_errors_and_prints_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("p.yaml"),
+        BASE.replace("apiKey: {secretRef: {name: api-key}}", "apiKey: {inline: s3cret}"),
+    )
+    .unwrap();
+    let out = osbx().current_dir(dir.path()).args(["render", "--profile", "p.yaml", "--out", "repo"]).output().unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("lint found errors; nothing written") && stderr.contains("api-key.in-configmap"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("repo").exists());
+    let out = osbx()
+        .args(["render", "--profile"])
+        .arg(root().join("profiles/homelab.yaml"))
+        .arg("--out")
+        .arg(dir.path().join("h"))
+        .output()
+        .unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("warning[api-key.empty]") && stderr.contains("warning[kata.cold-start]"), "{stderr}");
+}
