@@ -171,7 +171,8 @@ pub struct VerifyFlags {
     #[arg(long)]
     pub server_url: Option<String>,
     /// Read the API key from this file (default: env OSBX_API_KEY, else the Secret the profile
-    /// names). Never passed as an argument, which would show in `ps`.
+    /// names). Never passed as an argument, which would show in `ps`. With `apply`, the key is
+    /// also written to (or rotated in) that Secret.
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
     /// Write a JUnit XML report here.

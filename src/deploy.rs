@@ -86,6 +86,38 @@ pub fn layers(profile: &Profile, rendered: &Rendered) -> Result<Vec<Layer>, Depl
     Ok(out)
 }
 
+/// Add the API key Secret the profile names (`opensandbox.server.apiKey.secretRef`) to the layer
+/// that renders OpenSandbox, so that apply creates or rotates it like any other object (and diff
+/// masks it). The key is never part of the render, so it never reaches git.
+pub fn add_api_key_secret(profile: &Profile, layers: &mut [Layer], key: &str) -> Result<(), DeployError> {
+    let Some(secret_ref) = &profile.opensandbox.server.api_key.secret_ref else { return Ok(()) };
+    let Some(layer) = layers.iter_mut().find(|l| {
+        profile.layers.iter().any(|p| p.name == l.name && p.component == Some(crate::profile::Component::Opensandbox))
+    }) else {
+        return Ok(());
+    };
+    let mut data = std::collections::BTreeMap::new();
+    data.insert(secret_ref.key.clone(), k8s_openapi::ByteString(key.as_bytes().to_vec()));
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(secret_ref.name.clone()),
+            namespace: Some(profile.opensandbox.namespaces.control_plane.clone()),
+            labels: Some([("app.kubernetes.io/managed-by".to_owned(), "osbx".to_owned())].into()),
+            ..Default::default()
+        },
+        data: Some(data),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
+    let mut value = serde_json::to_value(&secret).unwrap_or(Value::Null);
+    value["apiVersion"] = Value::String("v1".into());
+    value["kind"] = Value::String("Secret".into());
+    let r = ObjectRef::of(&value)?;
+    layer.objects.push((r, value));
+    layer.objects.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(())
+}
+
 /// Apply options.
 #[derive(Debug, Clone, Copy)]
 pub struct ApplyOptions {

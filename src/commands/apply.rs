@@ -16,7 +16,11 @@ use crate::repo;
 /// # Errors
 /// Preflight failures, refused applies and cluster errors (exit 2).
 pub fn run(args: &ApplyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let prepared = prepare(&args.profile)?;
+    let mut prepared = prepare(&args.profile)?;
+    if let Some(key) = crate::commands::cluster::api_key_from(args.verify_flags.api_key_file.as_deref())? {
+        deploy::add_api_key_secret(&prepared.loaded.profile, &mut prepared.layers, &key)?;
+    }
+    let prepared = prepared;
     let profile = &prepared.loaded.profile;
     if let Some(state) = repo::repo_state(&args.repo) {
         if !state.uncommitted.is_empty() {

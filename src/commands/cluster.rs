@@ -26,6 +26,20 @@ pub fn prepare(args: &ProfileArgs) -> anyhow::Result<Prepared> {
     Ok(Prepared { loaded, layers })
 }
 
+/// The API key to create or rotate, from `--api-key-file` or `OSBX_API_KEY` (never from an
+/// argument value, which would show in `ps`).
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn api_key_from(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    use anyhow::Context as _;
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --api-key-file {}", path.display()))?;
+        return Ok(Some(text.trim().to_owned()).filter(|k| !k.is_empty()));
+    }
+    Ok(std::env::var("OSBX_API_KEY").ok().filter(|k| !k.is_empty()))
+}
+
 /// Connect to the cluster the arguments name.
 ///
 /// # Errors

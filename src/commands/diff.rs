@@ -14,7 +14,10 @@ use crate::printer::Printer;
 /// # Errors
 /// Profile, render, connection or dry-run errors (exit 2).
 pub fn run(args: &DiffArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let prepared = prepare(&args.profile)?;
+    let mut prepared = prepare(&args.profile)?;
+    if let Some(key) = crate::commands::cluster::api_key_from(None)? {
+        deploy::add_api_key_secret(&prepared.loaded.profile, &mut prepared.layers, &key)?;
+    }
     block_on(async {
         let cluster = connect(&args.cluster).await?;
         cluster.version().await?;

@@ -212,7 +212,8 @@ fn stage(
 }
 
 fn create_dirs(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), RepoError> {
-    if dir.is_dir() {
+    // A relative `--out` ends in the empty path, which is the current directory.
+    if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {

@@ -443,3 +443,60 @@ async fn the_fresh_cluster_profile_brings_every_layer_up_in_order() {
     assert!(first("HelmRelease/opensandbox-system/opensandbox") < first("Pool/opensandbox/vm"));
     assert_eq!(report["ready"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_secret_is_created_and_rotated_and_never_printed() {
+    let (client, dir, kubeconfig) = setup("sk", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let _c = controllers("sk").spawn(client.clone());
+    let (k1, k2) = ("k1-9f8e7d6c5b4a", "k2-0a1b2c3d4e5f");
+    let secrets = [k1, k2, "azEtOWY4ZTdkNmM1YjRh", "azItMGExYjJjM2Q0ZTVm"]; // the keys and their base64
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, format!("{k2}\n")).unwrap();
+    let mut transcript = String::new();
+    let mut go = |out: Output, expect: i32, what: &str| {
+        let (stdout, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(expect), "{what}: {stdout}{stderr}");
+        transcript.push_str(&format!("== {what}\n{stdout}{stderr}"));
+        stdout
+    };
+    let with_key = |args: &[&str], key: Option<&str>| {
+        let profile = dir.path().join("profile.yaml");
+        let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        full.extend(["--profile".into(), profile.display().to_string()]);
+        let mut cmd = osbx();
+        cmd.current_dir(dir.path()).args(full);
+        if args[0] != "render" && args[0] != "lint" {
+            cmd.arg("--kubeconfig").arg(&kubeconfig);
+        }
+        match key {
+            Some(k) => cmd.env("OSBX_API_KEY", k),
+            None => cmd.env_remove("OSBX_API_KEY"),
+        };
+        cmd.output().unwrap()
+    };
+    go(with_key(&["render", "--out", "repo"], Some(k1)), 0, "render");
+    go(with_key(&["lint", "-o", "json"], Some(k1)), 0, "lint");
+    let diff = go(with_key(&["diff"], Some(k1)), 1, "diff before apply");
+    assert!(diff.contains("► Secret/sk-system/api-key created") && diff.contains("api-key: '***'") || diff.contains("api-key: \"***\""), "{diff}");
+    let apply = go(with_key(&["apply", "-o", "json", "--timeout", "60s"], Some(k1)), 0, "apply");
+    assert!(apply.contains("\"object\": \"Secret/sk-system/api-key\""), "{apply}");
+    go(with_key(&["diff"], Some(k1)), 0, "diff in sync");
+    // Rotation from a file: masked before/after, then configured.
+    let key_arg = key_file.display().to_string();
+    let rotate = go(with_key(&["apply", "--dry-run", "--api-key-file", &key_arg], None), 0, "apply --dry-run rotate");
+    assert!(rotate.contains("Secret/sk-system/api-key configured"), "{rotate}");
+    let apply = go(with_key(&["apply", "--api-key-file", &key_arg, "--timeout", "60s"], None), 0, "apply rotate");
+    assert!(apply.contains("Secret/sk-system/api-key configured"), "{apply}");
+    let stored: k8s_openapi::api::core::v1::Secret = Api::namespaced(client.clone(), "sk-system").get("api-key").await.unwrap();
+    assert_eq!(stored.data.unwrap()["api-key"].0, k2.as_bytes());
+    let verify = go(with_key(&["verify", "--only", "opensandbox.server", "-o", "json", "--api-key-file", &key_arg], None), 1, "verify");
+    assert!(verify.contains("opensandbox.server"), "{verify}");
+    // Errors too: a broken kubeconfig.
+    let bad = dir.path().join("bad-kubeconfig");
+    std::fs::write(&bad, "not: [a kubeconfig").unwrap();
+    let out = osbx().env("OSBX_API_KEY", k1).args(["apply", "--profile"]).arg(dir.path().join("profile.yaml")).arg("--kubeconfig").arg(&bad).output().unwrap();
+    go(out, 2, "apply with a broken kubeconfig");
+    for secret in secrets {
+        assert!(!transcript.contains(secret), "{secret} leaked:\n{transcript}");
+    }
+}

@@ -26,6 +26,13 @@ fn no_profile_renders_the_embedded_default_into_the_current_directory() {
 }
 
 #[test]
+fn a_relative_out_directory_that_does_not_exist_yet_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    osbx().current_dir(dir.path()).args(["-q", "render", "--out", "new/repo"]).assert().success();
+    assert!(dir.path().join("new/repo/clusters/sandbox/kustomization.yaml").is_file());
+}
+
+#[test]
 fn check_reports_up_to_date_then_differences_with_a_diff() {
     let dir = tempfile::tempdir().unwrap();
     render(dir.path(), "homelab").success();
