@@ -5,6 +5,7 @@ mod cli;
 mod cluster;
 mod examples;
 mod fleet;
+mod fuzz;
 mod lint;
 mod plane;
 mod profile_rules;
