@@ -34,7 +34,8 @@ pub fn prepare(args: &ProfileArgs) -> anyhow::Result<Prepared> {
 pub fn api_key_from(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     use anyhow::Context as _;
     if let Some(path) = file {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading --api-key-file {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading --api-key-file {}", path.display()))?;
         return Ok(Some(text.trim().to_owned()).filter(|k| !k.is_empty()));
     }
     Ok(std::env::var("OSBX_API_KEY").ok().filter(|k| !k.is_empty()))

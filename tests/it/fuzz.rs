@@ -26,8 +26,36 @@ impl Rng {
 }
 
 const TOKENS: &[&str] = &[
-    ":", "- ", "{", "}", "[", "]", "&a", "*a", "!!str", "\"", "'", "#", "\t", "\n", "  ", "-1", "1e999", "~", "null", "yes",
-    "0x1F", "? ", "|", ">", "%YAML 1.2\n", "---\n", "...", "\u{feff}", "é", "\u{0}",
+    ":",
+    "- ",
+    "{",
+    "}",
+    "[",
+    "]",
+    "&a",
+    "*a",
+    "!!str",
+    "\"",
+    "'",
+    "#",
+    "\t",
+    "\n",
+    "  ",
+    "-1",
+    "1e999",
+    "~",
+    "null",
+    "yes",
+    "0x1F",
+    "? ",
+    "|",
+    ">",
+    "%YAML 1.2\n",
+    "---\n",
+    "...",
+    "\u{feff}",
+    "é",
+    "\u{0}",
 ];
 
 fn mutate_text(rng: &mut Rng, text: &str) -> String {
@@ -45,7 +73,8 @@ fn mutate_text(rng: &mut Rng, text: &str) -> String {
             2 => {
                 let t = TOKENS[rng.below(TOKENS.len())];
                 let line = &mut lines[i];
-                let at = line.char_indices().map(|(p, _)| p).nth(rng.below(line.chars().count() + 1)).unwrap_or(line.len());
+                let at =
+                    line.char_indices().map(|(p, _)| p).nth(rng.below(line.chars().count() + 1)).unwrap_or(line.len());
                 line.insert_str(at, t);
             }
             3 => {
@@ -127,13 +156,18 @@ fn generated_profiles_never_panic_and_every_rejection_has_a_location() {
                 for d in &diags {
                     diagnostics += 1;
                     assert!(d.pos.line >= 1 && d.pos.column >= 1, "case {case}: no location in {d}:\n{doc}");
-                    assert!(d.pos.line <= doc.lines().count().max(1) + 1, "case {case}: line out of range in {d}:\n{doc}");
+                    assert!(
+                        d.pos.line <= doc.lines().count().max(1) + 1,
+                        "case {case}: line out of range in {d}:\n{doc}"
+                    );
                     assert!(!d.message.is_empty(), "case {case}: empty message");
                 }
             }
             Err(e) => panic!("case {case}: unexpected error kind {e}"),
         }
     }
-    eprintln!("fuzz: {cases} cases, {accepted} accepted, {rejected} rejected with {diagnostics} located diagnostics, 0 panics");
+    eprintln!(
+        "fuzz: {cases} cases, {accepted} accepted, {rejected} rejected with {diagnostics} located diagnostics, 0 panics"
+    );
     assert_eq!(accepted + rejected, cases);
 }

@@ -228,3 +228,64 @@ pub async fn pool_api_in(client: &Client, ns: &str) -> Api<DynamicObject> {
     let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
     Api::namespaced_with(client.clone(), ns, &ar)
 }
+
+impl OwnPlane {
+    /// The plane's directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Kill the API server (SIGKILL) and return its command line, to restart it later.
+    pub fn kill_apiserver(&self) -> Vec<String> {
+        let pid = std::fs::read_to_string(self.dir.path().join("apiserver.pid")).unwrap().trim().to_owned();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+        argv
+    }
+}
+
+/// Start a killed API server again with `argv` (same etcd, same certificates) and wait for it.
+pub fn restart_apiserver_in(dir: &std::path::Path, kubeconfig: &std::path::Path, argv: &[String]) {
+    {
+        let log = std::fs::File::create(dir.join("apiserver-restart.log")).unwrap();
+        let child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        // `down` stops what the pid file names.
+        std::fs::write(dir.join("apiserver.pid"), child.id().to_string()).unwrap();
+        std::mem::forget(child);
+        let kc = kubeconfig.to_path_buf();
+        let start = std::time::Instant::now();
+        loop {
+            let ok = std::process::Command::new("curl")
+                .args(["-sk", "--max-time", "2", "--cacert"])
+                .arg(dir.join("serving-ca.crt"))
+                .arg("--cert")
+                .arg(dir.join("admin.crt"))
+                .arg("--key")
+                .arg(dir.join("admin.key"))
+                .arg(format!("{}/readyz", server_of(&kc)))
+                .output()
+                .is_ok_and(|o| o.stdout == b"ok");
+            if ok {
+                return;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "the API server did not come back");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn server_of(kubeconfig: &std::path::Path) -> String {
+    let kc: Value = serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
+    kc["clusters"][0]["cluster"]["server"].as_str().unwrap().to_owned()
+}
