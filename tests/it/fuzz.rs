@@ -1,6 +1,7 @@
 //! Property test of the profile loader: generated documents (mutations of the shipped profiles,
 //! byte-, line- and structure-level) never panic the loader, and every rejection has a location.
 //! `OSBX_FUZZ_CASES=N` runs N cases (default 5,000 in CI); the figures are printed at the end.
+#![allow(clippy::print_stderr)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
