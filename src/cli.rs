@@ -78,7 +78,7 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub context: Option<String>,
     /// Client-side limit of requests per second.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 1000)]
     pub qps: u32,
     /// Requests in flight at most.
     #[arg(long, default_value_t = 16)]

@@ -17,6 +17,48 @@ use crate::object::{NotAnObject, ObjectRef};
 /// The field manager of every osbx write.
 pub const FIELD_MANAGER: &str = "osbx";
 
+/// Annotation with a hash of the object osbx last applied: when the live object still carries
+/// it and still holds every value osbx sets, nothing can have changed and no dry-run is needed.
+pub const APPLIED_HASH: &str = "osbx.io/applied-hash";
+
+/// FNV-1a over the object's JSON text: stable across runs and builds (not a security hash).
+#[must_use]
+pub fn applied_hash(desired: &Value) -> String {
+    let text = serde_json::to_string(desired).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The object osbx sends: the render plus the applied-hash annotation.
+#[must_use]
+pub fn with_hash(desired: &Value) -> Value {
+    let mut v = desired.clone();
+    let hash = applied_hash(desired);
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = meta.entry("annotations").or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(a) = annotations.as_object_mut() {
+            a.insert(APPLIED_HASH.to_owned(), Value::String(hash));
+        }
+    }
+    v
+}
+
+/// Whether every value in `want` is present and equal in `have` (extra fields in `have`, such as
+/// server defaults or other managers' fields, are fine).
+#[must_use]
+pub fn subset(want: &Value, have: &Value) -> bool {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w.iter().all(|(k, v)| h.get(k).is_some_and(|hv| subset(v, hv))),
+        (Value::Array(w), Value::Array(h)) => w.len() == h.len() && w.iter().zip(h).all(|(a, b)| subset(a, b)),
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        _ => want == have,
+    }
+}
+
 /// Why an object could not be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -109,11 +151,18 @@ fn api_error(subject: &str, action: &'static str, e: kube::Error) -> ApplyError 
     }
 }
 
-/// Plan one object.
+/// Plan one object; `prefetched` is its live state when a LIST already read it.
 ///
 /// # Errors
 /// [`ApplyError`] when the server refuses the dry-run or a read fails.
-pub async fn plan(cluster: &Cluster, desired: &Value, opts: PlanOptions) -> Result<Planned, ApplyError> {
+pub async fn plan(
+    cluster: &Cluster,
+    desired: &Value,
+    opts: PlanOptions,
+    prefetched: Option<Option<Value>>,
+) -> Result<Planned, ApplyError> {
+    let rendered = desired;
+    let desired = &with_hash(rendered);
     let object = ObjectRef::of(desired)?;
     let subject = object.to_string();
     let Some(api) = cluster.resolver.api(&object).await? else {
@@ -127,8 +176,28 @@ pub async fn plan(cluster: &Cluster, desired: &Value, opts: PlanOptions) -> Resu
             reason: Some(reason),
         });
     };
-    let live = api.get_opt(&object.name).await.map_err(|e| api_error(&subject, "read", e))?;
-    let live = live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null));
+    let live = match prefetched {
+        Some(live) => live,
+        None => api
+            .get_opt(&object.name)
+            .await
+            .map_err(|e| api_error(&subject, "read", e))?
+            .map(|l| serde_json::to_value(l).unwrap_or(Value::Null)),
+    };
+    // Applied by osbx from this very render, and nobody changed what osbx set: unchanged.
+    if let Some(l) = &live
+        && l["metadata"]["annotations"][APPLIED_HASH] == applied_hash(rendered)
+        && subset(desired, l)
+    {
+        return Ok(Planned {
+            object,
+            desired: desired.clone(),
+            live,
+            merged: None,
+            action: Action::Unchanged,
+            reason: None,
+        });
+    }
     // A new object needs no dry-run to know it will be created (saves a request per object).
     let created = |object| Planned {
         object,
@@ -159,17 +228,64 @@ pub async fn plan(cluster: &Cluster, desired: &Value, opts: PlanOptions) -> Resu
     Ok(Planned { object, desired: desired.clone(), live, merged: Some(merged), action, reason: None })
 }
 
-/// Plan many objects concurrently (bounded); results keep the input order.
+/// Plan many objects concurrently (bounded); results keep the input order. Objects of one kind
+/// in one namespace are read with a single LIST when there are several of them.
 ///
 /// # Errors
 /// The first [`ApplyError`].
 pub async fn plan_all(cluster: &Cluster, objects: &[Value], opts: PlanOptions) -> Result<Vec<Planned>, ApplyError> {
-    stream::iter(objects.iter().map(|o| plan(cluster, o, opts)))
-        .buffered(cluster.concurrency)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect()
+    let live = prefetch(cluster, objects).await?;
+    stream::iter(objects.iter().map(|o| {
+        let key = ObjectRef::of(o).map(|r| r.to_string()).unwrap_or_default();
+        let prefetched = live.get(&key).cloned();
+        plan(cluster, o, opts, prefetched)
+    }))
+    .buffered(cluster.concurrency)
+    .collect::<Vec<_>>()
+    .await
+    .into_iter()
+    .collect()
+}
+
+/// Group key for one LIST: group, version, kind, namespace.
+type ListKey = (String, String, String, Option<String>);
+
+/// LIST each (kind, namespace) with at least `MIN_LIST` objects; returns subject → live state
+/// (`None`: listed and absent). Kinds that are not served are left to `plan`.
+async fn prefetch(
+    cluster: &Cluster,
+    objects: &[Value],
+) -> Result<std::collections::HashMap<String, Option<Value>>, ApplyError> {
+    const MIN_LIST: usize = 4;
+    let mut groups: std::collections::BTreeMap<ListKey, Vec<ObjectRef>> = std::collections::BTreeMap::new();
+    for o in objects {
+        let r = ObjectRef::of(o)?;
+        groups.entry((r.group.clone(), r.version.clone(), r.kind.clone(), r.namespace.clone())).or_default().push(r);
+    }
+    let mut out = std::collections::HashMap::new();
+    for refs in groups.into_values().filter(|g| g.len() >= MIN_LIST) {
+        let Some(api) = cluster.resolver.api(&refs[0]).await? else { continue };
+        let list = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(|e| api_error(&refs[0].to_string(), "list", e))?;
+        let mut by_name: std::collections::HashMap<String, Value> = list
+            .items
+            .into_iter()
+            .filter_map(|o| {
+                let name = o.metadata.name.clone()?;
+                let mut v = serde_json::to_value(o).ok()?;
+                // LIST items carry no type meta; add it so the object compares like a GET.
+                v["apiVersion"] = Value::String(refs[0].api_version());
+                v["kind"] = Value::String(refs[0].kind.clone());
+                Some((name, v))
+            })
+            .collect();
+        for r in refs {
+            out.insert(r.to_string(), by_name.remove(&r.name));
+        }
+    }
+    Ok(out)
 }
 
 /// Write a planned object if it needs writing; returns the object as the server stored it.

@@ -41,7 +41,7 @@ pub struct ConnectOptions {
 
 impl Default for ConnectOptions {
     fn default() -> Self {
-        Self { kubeconfig: None, context: None, qps: 100, concurrency: 16, request_timeout: Duration::from_secs(30) }
+        Self { kubeconfig: None, context: None, qps: 1000, concurrency: 16, request_timeout: Duration::from_secs(30) }
     }
 }
 

@@ -192,6 +192,20 @@ async fn a_healthy_platform_is_ready_and_each_failure_mode_has_its_diagnosis() {
     assert!(xml.contains("<testsuite name=\"osbx verify\" tests=\"9\" failures=\"0\" errors=\"0\""), "{xml}");
     wait_clean(&world.client).await;
 
+    // For bench/run: a full verify's wall time against its slowest check (checks run concurrently).
+    let start = Instant::now();
+    let out = world.osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle", "-o", "json"]).await;
+    let wall = start.elapsed().as_millis();
+    let report: Value = serde_json::from_str(&outputs(&out).0).unwrap();
+    let slowest =
+        report["checks"].as_array().unwrap().iter().filter_map(|c| c["duration_ms"].as_u64()).max().unwrap_or(1);
+    #[allow(clippy::print_stderr)]
+    let () = eprintln!(
+        "verify-bench: full verify {wall} ms wall, slowest check {slowest} ms, ratio {:.2} (target ≤ 1.2)",
+        wall as f64 / slowest as f64
+    );
+    wait_clean(&world.client).await;
+
     // apply --verify: Ready only if the apply is ready and every selected check passes.
     let out = world.osbx(&["apply", "--verify", "--only", "nodes.ready,kata.runtimeclass"]).await;
     let (stdout, stderr) = outputs(&out);

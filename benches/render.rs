@@ -1,0 +1,55 @@
+//! Render speed in process: the homelab profile, and fleets of 10, 100 and 1,000 generated
+//! clusters (load + render, every tenth cluster with its own pool size). Run by `bench/run`
+//! (`cargo bench --bench render`); prints one line per measurement.
+#![allow(clippy::print_stdout)]
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use osbx::profile::{ProfileSource, load};
+use osbx::render::Renderer;
+
+fn main() {
+    let renderer = Renderer::new(None).expect("templates");
+    let homelab = load(&ProfileSource::Embedded("homelab".into())).expect("homelab");
+    renderer.render(&homelab).expect("render");
+    let n = 200u32;
+    let start = Instant::now();
+    for _ in 0..n {
+        renderer.render(&homelab).expect("render");
+    }
+    let per = start.elapsed().as_secs_f64() * 1000.0 / f64::from(n);
+    println!("render homelab: {per:.2} ms per render (target < 5 ms)");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut previous: Option<(usize, f64)> = None;
+    for clusters in [10usize, 100, 1000] {
+        let mut fleet = String::from(
+            "apiVersion: osbx.dev/v1alpha1\nkind: Fleet\nmetadata: {name: bench}\nbase: homelab\nclusters:\n",
+        );
+        for i in 0..clusters {
+            let _ = write!(fleet, "  - name: c-{i}\n");
+            if i % 10 == 0 {
+                let _ = write!(
+                    fleet,
+                    "    overrides: {{pools: {{items: [{{name: ci-pod, capacity: {{poolMax: {}}}}}]}}}}\n",
+                    4 + i % 7
+                );
+            }
+        }
+        let path = dir.path().join(format!("fleet-{clusters}.yaml"));
+        std::fs::write(&path, fleet).expect("write fleet");
+        let start = Instant::now();
+        let loaded = osbx::fleet::load(&path).expect("fleet");
+        let rendered = osbx::fleet::render(&loaded, &renderer).expect("render fleet");
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        let growth =
+            previous.map(|(c, t)| format!(", ×{:.1} time for ×{} clusters", ms / t, clusters / c)).unwrap_or_default();
+        println!(
+            "render fleet of {clusters}: {ms:.0} ms, {} files{growth}{}",
+            rendered.files.len(),
+            if clusters == 1000 { " (target < 2 s)" } else { "" }
+        );
+        previous = Some((clusters, ms));
+    }
+}
