@@ -28,11 +28,11 @@ fn main() {
             "apiVersion: osbx.dev/v1alpha1\nkind: Fleet\nmetadata: {name: bench}\nbase: homelab\nclusters:\n",
         );
         for i in 0..clusters {
-            let _ = write!(fleet, "  - name: c-{i}\n");
+            let _ = writeln!(fleet, "  - name: c-{i}");
             if i % 10 == 0 {
-                let _ = write!(
+                let _ = writeln!(
                     fleet,
-                    "    overrides: {{pools: {{items: [{{name: ci-pod, capacity: {{poolMax: {}}}}}]}}}}\n",
+                    "    overrides: {{pools: {{items: [{{name: ci-pod, capacity: {{poolMax: {}}}}}]}}}}",
                     4 + i % 7
                 );
             }

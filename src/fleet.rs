@@ -137,7 +137,7 @@ pub fn load(path: &Path) -> Result<Fleet, ProfileError> {
         merge(&mut merged, &m.overrides);
         merged["cluster"]["name"] = Value::String(m.name.clone());
         let member_text = serde_saphyr::to_string(&merged).unwrap_or_default();
-        match profile::parse(&format!("{origin} (cluster {})", m.name), member_text) {
+        match profile::parse_quick(&format!("{origin} (cluster {})", m.name), member_text) {
             Ok(loaded) => members.push(loaded),
             Err(ProfileError::Invalid(diags)) => {
                 let prefix = format!("clusters[{i}].overrides");
@@ -196,6 +196,7 @@ pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderErro
     // First pass: what each cluster's layers contain, independent of where they are written.
     let mut fingerprints: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new(); // layer → (cluster, fingerprint)
     let mut base_paths: BTreeMap<String, String> = BTreeMap::new();
+    let mut first_pass: Vec<Rendered> = Vec::with_capacity(fleet.members.len());
     for m in &fleet.members {
         let rendered = renderer.render(m)?;
         for layer in m.profile.layers.iter().filter(|l| !l.external) {
@@ -214,6 +215,7 @@ pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderErro
                 .push((m.profile.cluster.name.clone(), files.join("\n\u{0}\n")));
             base_paths.insert(layer.name.clone(), path);
         }
+        first_pass.push(rendered);
     }
     // Paths: the largest group of identical clusters keeps the layer's path.
     let mut chosen: BTreeMap<(String, String), String> = BTreeMap::new(); // (layer, cluster) → path
@@ -244,9 +246,16 @@ pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderErro
     // Second pass: render at the chosen paths; shared files are written once.
     let mut out = Rendered { files: Vec::new(), clusters: Vec::new() };
     let mut written: BTreeMap<String, usize> = BTreeMap::new();
-    for m in &fleet.members {
-        let placed = m.clone_with_layer_paths(&chosen);
-        let rendered = renderer.render(&placed)?;
+    for (m, first) in fleet.members.iter().zip(first_pass) {
+        let cluster = &m.profile.cluster.name;
+        let moved = m
+            .profile
+            .layers
+            .iter()
+            .filter(|l| !l.external)
+            .any(|l| chosen.get(&(l.name.clone(), cluster.clone())) != base_paths.get(&l.name));
+        // A cluster whose layers all stay at their paths renders exactly as in the first pass.
+        let rendered = if moved { renderer.render(&m.clone_with_layer_paths(&chosen))? } else { first };
         for f in rendered.files {
             if let Some(&i) = written.get(&f.path) {
                 debug_assert_eq!(out.files[i].content, f.content, "shared layer file {} differs", f.path);

@@ -262,9 +262,8 @@ async fn prefetch(
         let r = ObjectRef::of(o)?;
         groups.entry((r.group.clone(), r.version.clone(), r.kind.clone(), r.namespace.clone())).or_default().push(r);
     }
-    let mut out = std::collections::HashMap::new();
-    for refs in groups.into_values().filter(|g| g.len() >= MIN_LIST) {
-        let Some(api) = cluster.resolver.api(&refs[0]).await? else { continue };
+    let lists = groups.into_values().filter(|g| g.len() >= MIN_LIST).map(|refs| async move {
+        let Some(api) = cluster.resolver.api(&refs[0]).await? else { return Ok(Vec::new()) };
         let list = api
             .list(&kube::api::ListParams::default())
             .await
@@ -281,9 +280,11 @@ async fn prefetch(
                 Some((name, v))
             })
             .collect();
-        for r in refs {
-            out.insert(r.to_string(), by_name.remove(&r.name));
-        }
+        Ok::<_, ApplyError>(refs.into_iter().map(|r| (r.to_string(), by_name.remove(&r.name))).collect::<Vec<_>>())
+    });
+    let mut out = std::collections::HashMap::new();
+    for found in futures::future::join_all(lists).await {
+        out.extend(found?);
     }
     Ok(out)
 }

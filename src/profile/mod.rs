@@ -157,6 +157,20 @@ pub fn embedded_text(name: &str) -> Result<(String, String), ProfileError> {
     Ok((format!("profiles/{file}"), (*text).to_owned()))
 }
 
+/// Like [`parse`], but builds the location index only when the text is rejected (for callers
+/// that parse many generated documents, such as fleets).
+///
+/// # Errors
+/// [`ProfileError::Invalid`] with every problem found, located.
+pub fn parse_quick(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> {
+    match serde_saphyr::from_str::<Profile>(&text) {
+        Ok(profile) if validate::validate(&profile).is_empty() => {
+            Ok(LoadedProfile { profile, origin: origin.to_owned(), text, locations: Locations::default() })
+        }
+        _ => parse(origin, text),
+    }
+}
+
 /// Parse and check profile text; `origin` names it in messages.
 ///
 /// # Errors
