@@ -4,7 +4,6 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use kube::api::{Patch, PatchParams};
-use serde_json::json;
 
 use crate::cluster::{self, api_for};
 use crate::support::{osbx, outputs, tree};
@@ -173,13 +172,7 @@ async fn every_clusters_objects_are_accepted_by_the_api_server() {
     let renderer = osbx::render::Renderer::new(None).unwrap();
     for member in &fleet.members {
         let objects = renderer.render(member).unwrap().objects().unwrap();
-        let namespaces: BTreeSet<&str> =
-            objects.iter().filter_map(|o| o.object["metadata"]["namespace"].as_str()).collect();
-        for ns in namespaces {
-            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-            let (api, name) = api_for(&client, &obj).await;
-            api.patch(&name, &PatchParams::apply("osbx-test"), &Patch::Apply(&obj)).await.unwrap();
-        }
+        cluster::ensure_namespaces(&client, &objects).await;
         for o in &objects {
             let (api, name) = api_for(&client, &o.object).await;
             api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object)).await.unwrap_or_else(

@@ -54,15 +54,7 @@ async fn every_rendered_object_passes_a_server_side_dry_run_apply() {
         let objects = render(profile);
         assert!(objects.len() >= 8, "{profile}: {} objects", objects.len());
         // Namespaces first, for real (namespaced dry-runs need them), then everything dry-run.
-        let mut namespaces: Vec<String> =
-            objects.iter().filter_map(|o| o.object["metadata"]["namespace"].as_str()).map(str::to_owned).collect();
-        namespaces.sort();
-        namespaces.dedup();
-        for ns in namespaces {
-            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-            let (api, name) = api_for(&client, &obj).await;
-            api.patch(&name, &PatchParams::apply("osbx-test"), &Patch::Apply(&obj)).await.unwrap();
-        }
+        cluster::ensure_namespaces(&client, &objects).await;
         for o in &objects {
             let (api, name) = api_for(&client, &o.object).await;
             let result = api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object)).await;

@@ -289,3 +289,15 @@ fn server_of(kubeconfig: &std::path::Path) -> String {
     let kc: Value = serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
     kc["clusters"][0]["cluster"]["server"].as_str().unwrap().to_owned()
 }
+
+/// Create (server-side apply) every namespace the rendered objects live in, so that their
+/// namespaced server-side dry-runs can run.
+pub async fn ensure_namespaces(client: &Client, objects: &[osbx::render::RenderedObject]) {
+    let namespaces: std::collections::BTreeSet<&str> =
+        objects.iter().filter_map(|o| o.object["metadata"]["namespace"].as_str()).collect();
+    for ns in namespaces {
+        let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        let (api, name) = api_for(client, &obj).await;
+        api.patch(&name, &PatchParams::apply("osbx-test"), &Patch::Apply(&obj)).await.unwrap();
+    }
+}
