@@ -1,0 +1,98 @@
+//! Smoke versions of `bench/run` in the normal test run, so the benchmark inputs cannot rot:
+//! the same 200-object profile and templates, asserting request counts, never times.
+
+use serde_json::Value;
+
+use crate::cluster;
+use crate::support::{osbx, outputs, root};
+
+fn requests(out: &std::process::Output) -> Value {
+    let (stdout, stderr) = outputs(out);
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}"));
+    v["requests"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_benchmark_profile_applies_with_one_write_per_object_and_none_on_a_no_op() {
+    let client = cluster::client().await;
+    cluster::install_all_crds().await;
+    let ns = json_ns("bs-flux");
+    let (api, name) = cluster::api_for(&client, &ns).await;
+    api.patch(&name, &kube::api::PatchParams::apply("test"), &kube::api::Patch::Apply(&ns)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (file, change) in [("bs.yaml", "0"), ("bs-10.yaml", "10")] {
+        let out = std::process::Command::new(root().join("bench/profile.sh"))
+            .arg("bs")
+            .env("BENCH_CHANGE", change)
+            .output()
+            .unwrap();
+        std::fs::write(dir.path().join(file), out.stdout).unwrap();
+    }
+    let kubeconfig = cluster::plane().kubeconfig.clone();
+    let templates = root().join("bench/templates");
+    let run = |args: Vec<String>| {
+        let (dir, kubeconfig, templates) = (dir.path().to_path_buf(), kubeconfig.clone(), templates.clone());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                osbx()
+                    .current_dir(&dir)
+                    .args(args)
+                    .arg("--templates")
+                    .arg(&templates)
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let args = |cmd: &[&str]| cmd.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+
+    let out = run(args(&["apply", "--no-wait", "-o", "json", "--repo", ".", "--profile", "bs.yaml"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    let r = requests(&out);
+    assert_eq!(r["writes"], 201, "one write per object (200) plus the inventory: {r}");
+    assert_eq!(r["dry_runs"], 0, "new objects need no dry-run: {r}");
+
+    let out = run(args(&["apply", "--no-wait", "-o", "json", "--repo", ".", "--profile", "bs.yaml"])).await;
+    let r = requests(&out);
+    assert_eq!((r["writes"].as_u64(), r["dry_runs"].as_u64()), (Some(0), Some(0)), "a no-op: {r}");
+    assert!(r["reads"].as_u64().unwrap() < 20, "one LIST per kind and namespace, not a GET per object: {r}");
+
+    let out = run(args(&["diff", "-o", "json", "--profile", "bs-10.yaml"])).await;
+    assert_eq!(out.status.code(), Some(1));
+    let (stdout, _) = outputs(&out);
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["summary"]["change"], 10, "{}", v["summary"]);
+    assert_eq!(v["requests"]["dry_runs"], 10, "only the changed objects are dry-run: {}", v["requests"]);
+    assert_eq!(v["requests"]["writes"], 0);
+}
+
+fn json_ns(name: &str) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+#[test]
+fn the_render_benchmark_fleets_render() {
+    // The fleet shape `cargo bench --bench render` uses, small: files grow with the clusters.
+    let dir = tempfile::tempdir().unwrap();
+    let mut fleet =
+        String::from("apiVersion: osbx.dev/v1alpha1\nkind: Fleet\nmetadata: {name: bench}\nbase: homelab\nclusters:\n");
+    for i in 0..10 {
+        fleet.push_str(&format!("  - name: c-{i}\n"));
+        if i % 10 == 0 {
+            fleet.push_str("    overrides: {pools: {items: [{name: ci-pod, capacity: {poolMax: 5}}]}}\n");
+        }
+    }
+    std::fs::write(dir.path().join("fleet.yaml"), fleet).unwrap();
+    let loaded = osbx::fleet::load(&dir.path().join("fleet.yaml")).unwrap();
+    let rendered = osbx::fleet::render(&loaded, &osbx::render::Renderer::new(None).unwrap()).unwrap();
+    assert_eq!(
+        rendered.files.len(),
+        30,
+        "8 shared layer files, c-0's own 2-file pools layer, and 2 app files per cluster"
+    );
+    assert_eq!(rendered.clusters.len(), 10);
+}
