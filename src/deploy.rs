@@ -206,8 +206,10 @@ pub async fn apply(
         }
     }
 
-    let complete = not_ready.is_none() || matches!(not_ready, Some(WaitError::Failed(_) | WaitError::Timeout(_)));
-    if opts.prune && complete && changes_all_layers(layers, &changes) {
+    // Prune once every layer was applied (readiness failures do not stop it: removing stale
+    // objects can unblock their replacements).
+    let cluster_failed = matches!(not_ready, Some(WaitError::Cluster(_)));
+    if opts.prune && !cluster_failed && changes_all_layers(layers, &changes) {
         let current: Vec<ObjectRef> = layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
         for stale in previous.stale(&current) {
             if let Some(change) = prune_one(cluster, &stale, opts.dry_run).await? {
@@ -297,16 +299,13 @@ async fn apply_layer(
 }
 
 async fn prune_one(cluster: &Cluster, r: &ObjectRef, dry_run: bool) -> Result<Option<Change>, DeployError> {
-    let Some(api) = cluster.resolver.api(r).await? else { return Ok(None) };
-    let live = api.get_opt(&r.name).await.map_err(|source| ClusterError::Api { subject: r.to_string(), source })?;
-    let Some(live) = live else { return Ok(None) };
-    let live = serde_json::to_value(&live).unwrap_or(Value::Null);
+    let Some(live) = cluster.get(r).await? else { return Ok(None) };
     if !inventory::managed_by_osbx(&live) {
         let mut c = Change::new(r.clone(), Action::Skipped);
         c.reason = Some("not pruned: osbx no longer manages any of its fields".into());
         return Ok(Some(c));
     }
-    if !dry_run {
+    if !dry_run && let Some(api) = cluster.resolver.api(r).await? {
         let params = kube::api::DeleteParams {
             propagation_policy: Some(kube::api::PropagationPolicy::Background),
             ..Default::default()

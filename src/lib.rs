@@ -19,6 +19,7 @@ pub mod deploy;
 mod embedded;
 pub mod fleet;
 pub mod lint;
+pub mod merge;
 pub mod object;
 pub mod printer;
 pub mod profile;

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::profile::{Component, LoadedProfile, Pos, Runtime};
-use crate::render::Rendered;
+use crate::render::{Rendered, RenderedObject};
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -90,10 +90,11 @@ const STALE_POOL_CRDS: &[(&str, &[&str])] = &[
 pub fn lint(loaded: &LoadedProfile, rendered: &Rendered, pool_crd: Option<&Value>) -> Vec<Finding> {
     let mut l = Linter { loaded, out: Vec::new() };
     api_key(&mut l);
-    pools(&mut l, rendered, pool_crd);
+    let objects = rendered.objects().unwrap_or_default();
+    pools(&mut l, &objects, pool_crd);
     images(&mut l);
     spire(&mut l);
-    duplicates(&mut l, rendered);
+    duplicates(&mut l, &objects);
     l.out.sort_by(|a, b| (a.severity, a.line, a.column, a.id).cmp(&(b.severity, b.line, b.column, b.id)));
     l.out
 }
@@ -120,7 +121,7 @@ fn api_key(l: &mut Linter<'_>) {
     }
 }
 
-fn pools(l: &mut Linter<'_>, rendered: &Rendered, pool_crd: Option<&Value>) {
+fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Option<&Value>) {
     let p = &l.loaded.profile;
     let timeout = p.opensandbox.server.config.kubernetes.sandbox_create_timeout_seconds.unwrap_or(60);
     for (i, pool) in p.effective_pools().iter().enumerate() {
@@ -157,7 +158,6 @@ fn pools(l: &mut Linter<'_>, rendered: &Rendered, pool_crd: Option<&Value>) {
         }
     }
     let pin = p.opensandbox.source.git_ref.tag.clone().unwrap_or_default();
-    let objects = rendered.objects().unwrap_or_default();
     for (i, o) in objects.iter().filter(|o| o.object["kind"] == "Pool").enumerate() {
         let spec = o.object["spec"].as_object().cloned().unwrap_or_default();
         let unknown: Vec<String> = match pool_crd {
@@ -300,9 +300,9 @@ fn spire(l: &mut Linter<'_>) {
     }
 }
 
-fn duplicates(l: &mut Linter<'_>, rendered: &Rendered) {
+fn duplicates(l: &mut Linter<'_>, objects: &[RenderedObject]) {
     let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for o in rendered.objects().unwrap_or_default() {
+    for o in objects {
         if let Ok(r) = crate::object::ObjectRef::of(&o.object) {
             let layers = owners.entry(r.to_string()).or_default();
             if !layers.contains(&o.layer) {

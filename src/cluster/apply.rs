@@ -33,15 +33,14 @@ pub fn applied_hash(desired: &Value) -> String {
     format!("{h:016x}")
 }
 
-/// The object osbx sends: the render plus the applied-hash annotation.
+/// The object osbx sends: the render plus its applied-hash annotation `hash`.
 #[must_use]
-pub fn with_hash(desired: &Value) -> Value {
+fn with_hash(desired: &Value, hash: &str) -> Value {
     let mut v = desired.clone();
-    let hash = applied_hash(desired);
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         let annotations = meta.entry("annotations").or_insert_with(|| Value::Object(serde_json::Map::new()));
         if let Some(a) = annotations.as_object_mut() {
-            a.insert(APPLIED_HASH.to_owned(), Value::String(hash));
+            a.insert(APPLIED_HASH.to_owned(), Value::String(hash.to_owned()));
         }
     }
     v
@@ -161,8 +160,8 @@ pub async fn plan(
     opts: PlanOptions,
     prefetched: Option<Option<Value>>,
 ) -> Result<Planned, ApplyError> {
-    let rendered = desired;
-    let desired = &with_hash(rendered);
+    let hash = applied_hash(desired);
+    let desired = &with_hash(desired, &hash);
     let object = ObjectRef::of(desired)?;
     let subject = object.to_string();
     let Some(api) = cluster.resolver.api(&object).await? else {
@@ -186,7 +185,7 @@ pub async fn plan(
     };
     // Applied by osbx from this very render, and nobody changed what osbx set: unchanged.
     if let Some(l) = &live
-        && l["metadata"]["annotations"][APPLIED_HASH] == applied_hash(rendered)
+        && l["metadata"]["annotations"][APPLIED_HASH] == hash.as_str()
         && subset(desired, l)
     {
         return Ok(Planned {

@@ -137,6 +137,16 @@ impl Cluster {
         self.stats.snapshot()
     }
 
+    /// Read any object as JSON (`None` when it does not exist or its kind is not served).
+    ///
+    /// # Errors
+    /// [`ClusterError::Api`] when discovery or the read fails.
+    pub async fn get(&self, r: &crate::object::ObjectRef) -> Result<Option<serde_json::Value>, ClusterError> {
+        let Some(api) = self.resolver.api(r).await? else { return Ok(None) };
+        let obj = api.get_opt(&r.name).await.map_err(|source| ClusterError::Api { subject: r.to_string(), source })?;
+        Ok(obj.map(|o| serde_json::to_value(o).unwrap_or(serde_json::Value::Null)))
+    }
+
     /// The server version (`v1.36.3`); the first request of a run, so it also proves the
     /// cluster is reachable and the credentials are accepted.
     ///

@@ -27,12 +27,7 @@ pub fn run(args: &VerifyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
 /// Where the API key comes from: `--api-key-file`, `OSBX_API_KEY`, the profile's inline key, or
 /// the Secret the profile names.
 async fn api_key(cluster: &Cluster, prepared: &Prepared, flags: &VerifyFlags) -> anyhow::Result<ApiKey> {
-    if let Some(path) = &flags.api_key_file {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading --api-key-file {}", path.display()))?;
-        return Ok(ApiKey::new(Some(text.trim().to_owned())));
-    }
-    if let Ok(key) = std::env::var("OSBX_API_KEY") {
+    if let Some(key) = super::cluster::api_key_from(flags.api_key_file.as_deref())? {
         return Ok(ApiKey::new(Some(key)));
     }
     let os = &prepared.loaded.profile.opensandbox;

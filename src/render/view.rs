@@ -25,18 +25,6 @@ pub(super) fn base(p: &Profile) -> Context {
     ctx
 }
 
-/// Deep-merge `extra` over `base` (objects merge key by key; anything else replaces).
-fn merge(base: &mut Value, extra: &Value) {
-    match (base, extra) {
-        (Value::Object(b), Value::Object(e)) => {
-            for (k, v) in e {
-                merge(b.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-        (b, e) => *b = e.clone(),
-    }
-}
-
 fn kata(k: &crate::profile::Kata) -> Value {
     let mut shims = serde_json::Map::new();
     shims.insert("disableAll".into(), json!(true));
@@ -54,7 +42,7 @@ fn kata(k: &crate::profile::Kata) -> Value {
         values["nodeSelector"] = json!(k.node_selector);
     }
     if let Some(extra) = &k.values {
-        merge(&mut values, extra);
+        crate::merge::merge(&mut values, extra);
     }
     let mut v = serde_json::to_value(k).unwrap_or(Value::Null);
     v["chartValues"] = values;
@@ -74,7 +62,7 @@ fn spire(p: &Profile, s: &crate::profile::Spire) -> Value {
         "spiffe-csi-driver": {"enabled": true},
     });
     if let Some(extra) = &s.values {
-        merge(&mut values, extra);
+        crate::merge::merge(&mut values, extra);
     }
     let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
     v["chartValues"] = values;

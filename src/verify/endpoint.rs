@@ -135,7 +135,7 @@ impl Endpoint {
                 if let Some(b) = text_body {
                     req = req.header("content-type", "application/json").body(b);
                 }
-                let resp = req.send().await.map_err(|e| without_url_secrets(&e.to_string()))?;
+                let resp = req.send().await.map_err(|e| e.to_string())?;
                 let status = resp.status().as_u16();
                 (status, resp.text().await.map_err(|e| e.to_string())?)
             }
@@ -143,9 +143,4 @@ impl Endpoint {
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);
         Ok(Response { status, json, text })
     }
-}
-
-fn without_url_secrets(s: &str) -> String {
-    // reqwest errors carry the URL; the key is a header, never in the URL. Keep the message.
-    s.to_owned()
 }

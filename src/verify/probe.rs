@@ -169,17 +169,25 @@ pub fn pod(run: &Run, name: &str, probe: &str, spec: Value) -> Value {
 /// # Errors
 /// [`ClusterError`] when the pod cannot be created or read.
 pub async fn run_pod(cluster: &Cluster, pod: &Value, timeout: Duration) -> Result<ProbeEnd, ClusterError> {
+    let (ns, name) = create_pod(cluster, pod).await?;
+    wait_terminated(cluster, &ns, &name, timeout).await
+}
+
+/// Create a probe pod; returns its namespace and name.
+///
+/// # Errors
+/// [`ClusterError`] when the pod is not a valid Pod or cannot be created.
+pub async fn create_pod(cluster: &Cluster, pod: &Value) -> Result<(String, String), ClusterError> {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default").to_owned();
     let name = pod["metadata"]["name"].as_str().unwrap_or("probe").to_owned();
     let subject = format!("Pod/{ns}/{name}");
-    let api = Api::<Pod>::namespaced(cluster.client.clone(), &ns);
     let spec: Pod = serde_json::from_value(pod.clone())
         .map_err(|e| ClusterError::Api { subject: subject.clone(), source: kube::Error::SerdeError(e) })?;
-    api.create(&PostParams::default(), &spec)
+    Api::<Pod>::namespaced(cluster.client.clone(), &ns)
+        .create(&PostParams::default(), &spec)
         .await
-        .map_err(|source| ClusterError::Api { subject: subject.clone(), source })?;
-    let end = wait_terminated(cluster, &ns, &name, timeout).await?;
-    Ok(end)
+        .map_err(|source| ClusterError::Api { subject, source })?;
+    Ok((ns, name))
 }
 
 /// Wait for a pod's first container to terminate.

@@ -211,16 +211,8 @@ impl Check for VmmSharedMemory {
                 "kata-target",
                 scripts::kata_target(&ctx.run, &v.probe_image, &class),
             );
-            let created = serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(target.clone());
-            let api = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(
-                ctx.cluster.client.clone(),
-                &ctx.run.namespace,
-            );
-            if let Err(e) = match created {
-                Ok(p) => api.create(&kube::api::PostParams::default(), &p).await.map(|_| ()).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            } {
-                return vec![Verdict::error("creating the Kata target pod", e)];
+            if let Err(e) = probe::create_pod(&ctx.cluster, &target).await {
+                return vec![Verdict::error("creating the Kata target pod", e.to_string())];
             }
             let pod =
                 match probe::wait_running(&ctx.cluster, &ctx.run.namespace, "kata-target", probe_timeout(ctx)).await {

@@ -44,9 +44,7 @@ fn kata_classes(profile: &Profile) -> Vec<String> {
 
 /// Read any object (`None` when it does not exist or its kind is not served).
 async fn get(cluster: &Cluster, r: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-    let Some(api) = cluster.resolver.api(r).await? else { return Ok(None) };
-    let obj = api.get_opt(&r.name).await.map_err(|source| ClusterError::Api { subject: r.to_string(), source })?;
-    Ok(obj.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
+    cluster.get(r).await
 }
 
 /// List objects of a kind in a namespace (empty when the kind is not served).
