@@ -2,10 +2,12 @@
 //!
 //! [`Cluster::connect`] reads the kubeconfig like kubectl (`--kubeconfig`, `KUBECONFIG`,
 //! `~/.kube/config`, `--context`; in-cluster config when there is no kubeconfig) and builds one
-//! client for the whole run with a QPS limit, a bound on requests in flight and request counters.
+//! client for the whole run: one HTTP/2 connection (see `http2`), a QPS limit, a bound on
+//! requests in flight and request counters.
 
 pub mod apply;
 pub mod diff;
+mod http2;
 pub mod inventory;
 mod meter;
 pub mod preflight;
@@ -17,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -119,7 +120,7 @@ impl Cluster {
         config.connect_timeout = Some(Duration::from_secs(10));
         let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
         let stats = Arc::new(RequestStats::default());
-        let builder = ClientBuilder::try_from(config)
+        let builder = http2::builder(config, opts.request_timeout)
             .map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?;
         let qps = u64::from(opts.qps.max(1));
         let client = builder
