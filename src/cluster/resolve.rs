@@ -1,6 +1,7 @@
 //! Kind → API resource resolution: one aggregated discovery per run, refreshed on demand (after
 //! CRDs are created), never caching a negative answer across a refresh.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,38 +20,54 @@ use super::ClusterError;
 pub struct Resolver {
     client: Client,
     discovery: Arc<RwLock<Option<Snapshot>>>,
+    refreshing: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// A discovery result and when it was taken.
-type Snapshot = (Arc<Discovery>, Instant);
+/// A discovery result, when it was taken, and the kinds resolved from it so far (kube's
+/// `Discovery::resolve_gvk` walks and copies every group's resource list per call: memoized,
+/// a 200-object apply resolves each kind once instead of about a thousand times).
+struct Snapshot {
+    discovery: Arc<Discovery>,
+    at: Instant,
+    resolved: std::sync::Mutex<HashMap<GroupVersionKind, Option<(ApiResource, Scope)>>>,
+}
+
+impl Snapshot {
+    fn resolve(&self, gvk: &GroupVersionKind) -> Option<(ApiResource, Scope)> {
+        let mut memo = self.resolved.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        memo.entry(gvk.clone())
+            .or_insert_with(|| self.discovery.resolve_gvk(gvk).map(|(ar, caps)| (ar, caps.scope)))
+            .clone()
+    }
+}
 
 /// A miss triggers a new discovery only if the last one is older than this.
 const MISS_REFRESH_AFTER: Duration = Duration::from_millis(500);
 
 impl Resolver {
     pub(super) fn new(client: Client) -> Self {
-        Self { client, discovery: Arc::new(RwLock::new(None)) }
-    }
-
-    async fn current(&self) -> Result<Arc<Discovery>, ClusterError> {
-        if let Some((d, _)) = self.discovery.read().await.as_ref() {
-            return Ok(d.clone());
-        }
-        self.refresh().await
+        Self { client, discovery: Arc::new(RwLock::new(None)), refreshing: Arc::default() }
     }
 
     /// Run discovery again (after CRDs were created or became established).
     ///
     /// # Errors
     /// [`ClusterError::Api`] when discovery fails.
-    pub async fn refresh(&self) -> Result<Arc<Discovery>, ClusterError> {
+    pub async fn refresh(&self) -> Result<(), ClusterError> {
+        // Concurrent misses share one discovery: whoever waited for the lock while another
+        // task refreshed uses that result.
+        let asked = Instant::now();
+        let _one = self.refreshing.lock().await;
+        if self.discovery.read().await.as_ref().is_some_and(|s| s.at >= asked) {
+            return Ok(());
+        }
         let d = Discovery::new(self.client.clone())
             .run_aggregated()
             .await
             .map_err(|source| ClusterError::Api { subject: "discovery".into(), source })?;
-        let d = Arc::new(d);
-        *self.discovery.write().await = Some((d.clone(), Instant::now()));
-        Ok(d)
+        *self.discovery.write().await =
+            Some(Snapshot { discovery: Arc::new(d), at: Instant::now(), resolved: std::sync::Mutex::default() });
+        Ok(())
     }
 
     /// The resource and scope serving `r`'s kind, or `None` when the cluster does not serve it.
@@ -64,14 +81,19 @@ impl Resolver {
     /// Resolve a kind; a miss refreshes discovery (at most every 500 ms) before answering `None`,
     /// so a kind whose CRD appeared since the last discovery is found.
     async fn resolve_gvk(&self, gvk: &GroupVersionKind) -> Result<Option<(ApiResource, Scope)>, ClusterError> {
-        if let Some(found) = self.current().await?.resolve_gvk(gvk) {
-            return Ok(Some((found.0, found.1.scope)));
+        {
+            let current = self.discovery.read().await;
+            if let Some(snapshot) = current.as_ref() {
+                if let Some(found) = snapshot.resolve(gvk) {
+                    return Ok(Some(found));
+                }
+                if snapshot.at.elapsed() <= MISS_REFRESH_AFTER {
+                    return Ok(None);
+                }
+            }
         }
-        let stale = self.discovery.read().await.as_ref().is_none_or(|(_, at)| at.elapsed() > MISS_REFRESH_AFTER);
-        if !stale {
-            return Ok(None);
-        }
-        Ok(self.refresh().await?.resolve_gvk(gvk).map(|(ar, caps)| (ar, caps.scope)))
+        self.refresh().await?;
+        Ok(self.discovery.read().await.as_ref().and_then(|s| s.resolve(gvk)))
     }
 
     /// A dynamic API for `r` (namespaced or cluster-wide by the kind's scope), or `None` when
