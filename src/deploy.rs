@@ -62,7 +62,7 @@ pub enum DeployError {
 pub fn layers(profile: &Profile, rendered: &Rendered) -> Result<Vec<Layer>, DeployError> {
     let rendered_names: Vec<&str> = profile.layers.iter().filter(|l| !l.external).map(|l| l.name.as_str()).collect();
     let mut by_layer: BTreeMap<String, Vec<(ObjectRef, Value)>> = BTreeMap::new();
-    for o in rendered.objects()? {
+    for o in rendered.objects() {
         by_layer.entry(o.layer.clone()).or_default().push((ObjectRef::of(&o.object)?, o.object));
     }
     let mut done: BTreeSet<&str> = BTreeSet::new();

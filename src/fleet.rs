@@ -8,7 +8,7 @@
 //! identical clusters keeps the layer's path and every other variant gets `<path>-<cluster>`
 //! (its first cluster), so changing one cluster's overrides changes only that cluster's files.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -105,14 +105,16 @@ pub fn load(path: &Path) -> Result<Fleet, ProfileError> {
     let base: Value = serde_saphyr::from_str(&base_text).map_err(|e| {
         ProfileError::Invalid(vec![profile::serde_diagnostic(&base_origin, &base_text, &base_locations, &e)])
     })?;
-    let mut members = Vec::new();
-    let mut all = Vec::new();
-    for (i, m) in doc.clusters.iter().enumerate() {
+    let loaded = par_map(&doc.clusters, |m| {
         let mut merged = base.clone();
         merge(&mut merged, &m.overrides);
         merged["cluster"]["name"] = Value::String(m.name.clone());
-        let member_text = serde_saphyr::to_string(&merged).unwrap_or_default();
-        match profile::parse_quick(&format!("{origin} (cluster {})", m.name), member_text) {
+        profile::from_value(&format!("{origin} (cluster {})", m.name), &merged)
+    });
+    let mut members = Vec::new();
+    let mut all = Vec::new();
+    for (i, loaded) in loaded.into_iter().enumerate() {
+        match loaded {
             Ok(loaded) => members.push(loaded),
             Err(ProfileError::Invalid(diags)) => {
                 let prefix = format!("clusters[{i}].overrides");
@@ -163,74 +165,58 @@ fn base_text(fleet_path: &Path, base: &str) -> Result<(String, String), ProfileE
     }
 }
 
+/// `f` over `items` on every core (scoped threads, one contiguous chunk each), in order.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    if threads < 2 || items.len() < 2 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> =
+            items.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>())).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    })
+}
+
 /// Render every cluster, sharing identical layers.
 ///
 /// # Errors
 /// [`RenderError`] when a template fails.
 pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderError> {
     // First pass: what each cluster's layers contain, independent of where they are written.
-    let mut fingerprints: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new(); // layer → (cluster, fingerprint)
-    let mut base_paths: BTreeMap<String, String> = BTreeMap::new();
-    let mut first_pass: Vec<Rendered> = Vec::with_capacity(fleet.members.len());
-    for m in &fleet.members {
-        let rendered = renderer.render(m)?;
-        for layer in m.profile.layers.iter().filter(|l| !l.external) {
-            let path = profile::Profile::layer_path(layer);
-            let prefix = format!("{path}/");
-            let mut files: Vec<String> = rendered
-                .files
-                .iter()
-                .filter(|f| f.path.starts_with(&prefix))
-                .map(|f| format!("{}\n{}", &f.path[prefix.len()..], f.content))
-                .collect();
-            files.sort();
-            fingerprints
-                .entry(layer.name.clone())
-                .or_default()
-                .push((m.profile.cluster.name.clone(), files.join("\n\u{0}\n")));
-            base_paths.insert(layer.name.clone(), path);
-        }
-        first_pass.push(rendered);
-    }
-    // Paths: the largest group of identical clusters keeps the layer's path.
-    let mut chosen: BTreeMap<(String, String), String> = BTreeMap::new(); // (layer, cluster) → path
-    for (layer, prints) in &fingerprints {
-        let mut groups: Vec<Vec<&str>> = Vec::new();
-        let mut keys: Vec<&str> = Vec::new();
-        for (cluster, fp) in prints {
-            match keys.iter().position(|k| *k == fp.as_str()) {
-                Some(i) => groups[i].push(cluster),
-                None => {
-                    keys.push(fp);
-                    groups.push(vec![cluster]);
-                }
-            }
-        }
-        let keeper = (0..groups.len())
-            .max_by_key(|i| (groups[*i].len(), std::cmp::Reverse(groups[*i].iter().min().copied())))
-            .unwrap_or(0);
-        let base = &base_paths[layer];
-        for (i, group) in groups.iter().enumerate() {
-            let first = group.iter().min().copied().unwrap_or_default();
-            let path = if i == keeper { base.clone() } else { format!("{base}-{first}") };
-            for cluster in group {
-                chosen.insert((layer.clone(), (*cluster).to_owned()), path.clone());
-            }
-        }
-    }
-    // Second pass: render at the chosen paths; shared files are written once.
+    let first_pass: Vec<Rendered> =
+        par_map(&fleet.members, |m| renderer.render(m)).into_iter().collect::<Result<_, _>>()?;
+    let chosen = layer_paths(fleet, &first_pass);
+    let base_paths: BTreeMap<&str, String> = fleet
+        .members
+        .iter()
+        .flat_map(|m| m.profile.layers.iter().filter(|l| !l.external))
+        .map(|l| (l.name.as_str(), profile::Profile::layer_path(l)))
+        .collect();
+    // Second pass: clusters whose layers moved render again at their paths.
+    let moved: Vec<usize> = (0..fleet.members.len())
+        .filter(|&i| {
+            let m = &fleet.members[i];
+            m.profile.layers.iter().filter(|l| !l.external).any(|l| {
+                chosen.get(&(l.name.clone(), m.profile.cluster.name.clone())).map(String::as_str)
+                    != base_paths.get(l.name.as_str()).map(String::as_str)
+            })
+        })
+        .collect();
+    let mut again: BTreeMap<usize, Rendered> = moved
+        .iter()
+        .copied()
+        .zip(par_map(&moved, |&i| renderer.render(&fleet.members[i].clone_with_layer_paths(&chosen))))
+        .map(|(i, r)| r.map(|r| (i, r)))
+        .collect::<Result<_, _>>()?;
+    // Shared files are written once.
     let mut out = Rendered { files: Vec::new(), clusters: Vec::new() };
     let mut written: BTreeMap<String, usize> = BTreeMap::new();
-    for (m, first) in fleet.members.iter().zip(first_pass) {
-        let cluster = &m.profile.cluster.name;
-        let moved = m
-            .profile
-            .layers
-            .iter()
-            .filter(|l| !l.external)
-            .any(|l| chosen.get(&(l.name.clone(), cluster.clone())) != base_paths.get(&l.name));
+    for (i, first) in first_pass.into_iter().enumerate() {
         // A cluster whose layers all stay at their paths renders exactly as in the first pass.
-        let rendered = if moved { renderer.render(&m.clone_with_layer_paths(&chosen))? } else { first };
+        let rendered = again.remove(&i).unwrap_or(first);
         for f in rendered.files {
             if let Some(&i) = written.get(&f.path) {
                 debug_assert_eq!(out.files[i].content, f.content, "shared layer file {} differs", f.path);
@@ -242,6 +228,50 @@ pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderErro
         out.clusters.extend(rendered.clusters);
     }
     Ok(out)
+}
+
+/// A layer's path and its variants: the clusters of each distinct content, in order of first
+/// appearance, and an index from content (relative path, text of each file) to variant.
+type Variants<'a> = (String, Vec<Vec<&'a str>>, HashMap<Vec<(&'a str, &'a str)>, usize>);
+
+/// Where each (layer, cluster) is written: clusters whose layer files are identical share a
+/// path; the largest group keeps the layer's own path, every other variant gets
+/// `<path>-<first cluster of the variant>`.
+fn layer_paths(fleet: &Fleet, first_pass: &[Rendered]) -> BTreeMap<(String, String), String> {
+    let mut variants: BTreeMap<&str, Variants<'_>> = BTreeMap::new();
+    for (m, rendered) in fleet.members.iter().zip(first_pass) {
+        for layer in m.profile.layers.iter().filter(|l| !l.external) {
+            let path = profile::Profile::layer_path(layer);
+            let prefix = format!("{path}/");
+            let mut files: Vec<(&str, &str)> = rendered
+                .files
+                .iter()
+                .filter_map(|f| f.path.strip_prefix(&prefix).map(|rel| (rel, f.content.as_str())))
+                .collect();
+            files.sort_unstable();
+            let (_, groups, index) =
+                variants.entry(layer.name.as_str()).or_insert_with(|| (path, Vec::new(), HashMap::new()));
+            let at = *index.entry(files).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[at].push(m.profile.cluster.name.as_str());
+        }
+    }
+    let mut chosen = BTreeMap::new();
+    for (layer, (base, groups, _)) in variants {
+        let keeper = (0..groups.len())
+            .max_by_key(|i| (groups[*i].len(), std::cmp::Reverse(groups[*i].iter().min().copied())))
+            .unwrap_or(0);
+        for (i, group) in groups.iter().enumerate() {
+            let first = group.iter().min().copied().unwrap_or_default();
+            let path = if i == keeper { base.clone() } else { format!("{base}-{first}") };
+            for cluster in group {
+                chosen.insert((layer.to_owned(), (*cluster).to_owned()), path.clone());
+            }
+        }
+    }
+    chosen
 }
 
 impl LoadedProfile {

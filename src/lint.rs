@@ -90,7 +90,7 @@ const STALE_POOL_CRDS: &[(&str, &[&str])] = &[
 pub fn lint(loaded: &LoadedProfile, rendered: &Rendered, pool_crd: Option<&Value>) -> Vec<Finding> {
     let mut l = Linter { loaded, out: Vec::new() };
     api_key(&mut l);
-    let objects = rendered.objects().unwrap_or_default();
+    let objects = rendered.objects();
     pools(&mut l, &objects, pool_crd);
     images(&mut l);
     spire(&mut l);

@@ -109,7 +109,7 @@ pub struct LoadedProfile {
     pub profile: Profile,
     /// The name shown in messages (`profiles/homelab.yaml` or the path given).
     pub origin: String,
-    /// The source text.
+    /// The source text (empty for a fleet member, which has none of its own).
     pub text: String,
     /// Field positions in the source text.
     pub locations: Locations,
@@ -157,17 +157,21 @@ pub fn embedded_text(name: &str) -> Result<(String, String), ProfileError> {
     Ok((format!("profiles/{file}"), (*text).to_owned()))
 }
 
-/// Like [`parse`], but builds the location index only when the text is rejected (for callers
-/// that parse many generated documents, such as fleets).
+/// A profile from an already parsed document (a fleet member: the base with its overrides
+/// merged in). The text is produced only when the document is rejected, to locate the problems
+/// in it (see [`parse`]).
 ///
 /// # Errors
 /// [`ProfileError::Invalid`] with every problem found, located.
-pub fn parse_quick(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> {
-    match serde_saphyr::from_str::<Profile>(&text) {
-        Ok(profile) if validate::validate(&profile).is_empty() => {
-            Ok(LoadedProfile { profile, origin: origin.to_owned(), text, locations: Locations::default() })
-        }
-        _ => parse(origin, text),
+pub fn from_value(origin: &str, value: &serde_json::Value) -> Result<LoadedProfile, ProfileError> {
+    match serde::Deserialize::deserialize(value).map(|p: Profile| p) {
+        Ok(profile) if validate::validate(&profile).is_empty() => Ok(LoadedProfile {
+            profile,
+            origin: origin.to_owned(),
+            text: String::new(),
+            locations: Locations::default(),
+        }),
+        _ => parse(origin, serde_saphyr::to_string(value).unwrap_or_default()),
     }
 }
 

@@ -10,8 +10,9 @@
 mod filters;
 mod view;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use tera::{Context, Tera};
 
@@ -60,6 +61,9 @@ pub struct RenderedFile {
     pub layer: String,
     /// Full content, ownership marker included.
     pub content: String,
+    /// The YAML documents of the content (parsed once, when the render checked them; empty for
+    /// files that are not YAML).
+    pub docs: Arc<[serde_json::Value]>,
 }
 
 /// Everything a render produces.
@@ -94,23 +98,18 @@ pub struct RenderedObject {
 impl Rendered {
     /// The Kubernetes objects the files deploy, in file order (kustomize `Kustomization` files
     /// and non-YAML files are not objects).
-    ///
-    /// # Errors
-    /// [`RenderError::InvalidYaml`] when a file does not parse (templates are checked at render
-    /// time, so this only happens for hand-built values).
-    pub fn objects(&self) -> Result<Vec<RenderedObject>, RenderError> {
+    #[must_use]
+    pub fn objects(&self) -> Vec<RenderedObject> {
         let mut out = Vec::new();
-        for f in self.files.iter().filter(|f| f.path.ends_with(".yaml") || f.path.ends_with(".yml")) {
-            let docs: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(&f.content)
-                .map_err(|e| RenderError::InvalidYaml { name: f.path.clone(), message: e.to_string() })?;
-            for object in docs.into_iter().filter(serde_json::Value::is_object) {
+        for f in &self.files {
+            for object in f.docs.iter().filter(|d| d.is_object()) {
                 if object["apiVersion"].as_str().is_some_and(|v| v.starts_with("kustomize.config.k8s.io/")) {
                     continue;
                 }
-                out.push(RenderedObject { path: f.path.clone(), layer: f.layer.clone(), object });
+                out.push(RenderedObject { path: f.path.clone(), layer: f.layer.clone(), object: object.clone() });
             }
         }
-        Ok(out)
+        out
     }
 }
 
@@ -118,6 +117,8 @@ impl Rendered {
 pub struct Renderer {
     tera: Tera,
     names: Vec<String>,
+    /// Rendered YAML text → its documents: the clusters of a fleet render mostly the same files.
+    parsed: Mutex<HashMap<String, Arc<[serde_json::Value]>>>,
 }
 
 impl Renderer {
@@ -137,7 +138,7 @@ impl Renderer {
         filters::register(&mut tera);
         tera.add_raw_templates(sources.iter().map(|(n, t)| (n.as_str(), t.as_str())))
             .map_err(|e| RenderError::Template { name: "(templates)".into(), message: chain(&e) })?;
-        Ok(Self { tera, names: sources.into_keys().collect() })
+        Ok(Self { tera, names: sources.into_keys().collect(), parsed: Mutex::default() })
     }
 
     /// Render every layer of the profile.
@@ -195,15 +196,31 @@ impl Renderer {
         if body.trim().is_empty() {
             return Ok(());
         }
-        if Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            check_yaml(template, &body)?;
-        }
+        let docs = if Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            self.parse_yaml(template, &body)?
+        } else {
+            Arc::from([])
+        };
         files.push(RenderedFile {
             content: with_marker(&path, &body, &p.metadata.name),
             path,
             layer: layer.to_owned(),
+            docs,
         });
         Ok(())
+    }
+
+    /// The documents of rendered YAML (every template's output is checked to parse).
+    fn parse_yaml(&self, template: &str, body: &str) -> Result<Arc<[serde_json::Value]>, RenderError> {
+        let lock = || self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(docs) = lock().get(body) {
+            return Ok(docs.clone());
+        }
+        let docs: Arc<[serde_json::Value]> = serde_saphyr::from_str_multiple::<serde_json::Value, Vec<_>>(body)
+            .map_err(|e| RenderError::InvalidYaml { name: template.to_owned(), message: e.to_string() })?
+            .into();
+        lock().insert(body.to_owned(), docs.clone());
+        Ok(docs)
     }
 
     fn render_one(&self, name: &str, ctx: &Context) -> Result<String, RenderError> {
@@ -245,12 +262,6 @@ fn chain(e: &dyn std::error::Error) -> String {
         cur = s.source();
     }
     parts.join(": ")
-}
-
-fn check_yaml(template: &str, body: &str) -> Result<(), RenderError> {
-    serde_saphyr::from_str_multiple::<serde_json::Value, Vec<_>>(body)
-        .map(|_| ())
-        .map_err(|e| RenderError::InvalidYaml { name: template.to_owned(), message: e.to_string() })
 }
 
 /// Prefix `content` with the ownership marker in the comment syntax of the file type.

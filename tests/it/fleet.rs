@@ -171,7 +171,7 @@ async fn every_clusters_objects_are_accepted_by_the_api_server() {
     cluster::install_all_crds().await;
     let renderer = osbx::render::Renderer::new(None).unwrap();
     for member in &fleet.members {
-        let objects = renderer.render(member).unwrap().objects().unwrap();
+        let objects = renderer.render(member).unwrap().objects();
         cluster::ensure_namespaces(&client, &objects).await;
         for o in &objects {
             let (api, name) = api_for(&client, &o.object).await;

@@ -12,7 +12,7 @@ use crate::cluster::{self, api_for, standin};
 fn render(profile: &str) -> Vec<osbx::render::RenderedObject> {
     let loaded = osbx::profile::load(&osbx::profile::ProfileSource::from_arg(Some(profile))).unwrap();
     let renderer = osbx::render::Renderer::new(None).unwrap();
-    renderer.render(&loaded).unwrap().objects().unwrap()
+    renderer.render(&loaded).unwrap().objects()
 }
 
 /// Paths present in `want` but missing or different in `got` (a server that drops or rewrites a
