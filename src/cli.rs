@@ -69,7 +69,7 @@ pub struct ProfileArgs {
 }
 
 /// How to reach the cluster.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ClusterArgs {
     /// Kubeconfig file (default: `KUBECONFIG`, then ~/.kube/config, then in-cluster config).
     #[arg(long)]

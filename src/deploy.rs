@@ -55,6 +55,20 @@ pub enum DeployError {
     Definitions(WaitError),
 }
 
+impl DeployError {
+    /// Whether the server refused a read or write for lack of permission (403).
+    #[must_use]
+    pub fn forbidden(&self) -> bool {
+        let api_403 =
+            |e: &ClusterError| matches!(e, ClusterError::Api { source: kube::Error::Api(s), .. } if s.code == 403);
+        match self {
+            DeployError::Apply(ApplyError::Forbidden { .. }) => true,
+            DeployError::Apply(ApplyError::Cluster(e)) | DeployError::Cluster(e) => api_403(e),
+            _ => false,
+        }
+    }
+}
+
 /// The layers of a render in `dependsOn` order (Kahn's algorithm; ties in profile order).
 ///
 /// # Errors
@@ -158,22 +172,103 @@ pub fn inventory_ref(profile: &Profile) -> (String, String) {
     (profile.cluster.flux_namespace.clone(), Inventory::name_for(&profile.metadata.name, &profile.cluster.name))
 }
 
-/// Apply the layers.
+/// What an apply will do, read before anything is written: the inventory and the plan of every
+/// object whose kind the cluster serves (objects of kinds a layer's chart installs are planned
+/// when their layer comes).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The inventory as it is on the cluster.
+    pub previous: Inventory,
+    /// The plan of each object, by identity.
+    pub planned: BTreeMap<ObjectRef, Planned>,
+}
+
+impl Plan {
+    /// The writes this plan makes: server-side apply of a new object needs `create` and
+    /// `patch`, of a changed one `patch`; `--prune` needs `delete` for what the inventory holds
+    /// and the render no longer has; any write also writes the inventory ConfigMap. An
+    /// unchanged object needs nothing beyond the read that already happened.
+    #[must_use]
+    pub fn needs(&self, layers: &[Layer], prune: bool) -> Vec<(ObjectRef, &'static str)> {
+        let mut out = BTreeSet::new();
+        for p in self.planned.values() {
+            let verbs: &[&'static str] = match p.action {
+                Action::Created => &["create", "patch"],
+                Action::Configured => &["patch"],
+                _ => &[],
+            };
+            out.extend(verbs.iter().map(|verb| (p.object.clone(), *verb)));
+        }
+        if prune {
+            let current: Vec<ObjectRef> =
+                layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
+            out.extend(self.previous.stale(&current).into_iter().map(|object| (object, "delete")));
+        }
+        let later = self.planned.values().any(|p| p.action == Action::Skipped);
+        if !out.is_empty() || later {
+            let inventory = ObjectRef {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some(self.previous.namespace.clone()),
+                name: self.previous.name.clone(),
+            };
+            out.extend(["create", "patch"].map(|verb| (inventory.clone(), verb)));
+        }
+        out.into_iter().collect()
+    }
+}
+
+/// Read everything an apply needs to decide what to write, in one wave: the inventory and the
+/// live state of every rendered object (one LIST per kind and namespace where that saves
+/// requests), planned as [`apply::plan_all`] does. Nothing is written.
 ///
 /// # Errors
-/// [`DeployError`] when an object cannot be applied; the partial change set so far is lost to
-/// the caller only in the error case, which names the object in flight.
-pub async fn apply(
+/// [`DeployError`] when a read or a dry-run fails.
+pub async fn plan(
     cluster: &Cluster,
     profile: &Profile,
     layers: &[Layer],
     opts: &ApplyOptions,
+) -> Result<Plan, DeployError> {
+    let (inv_ns, inv_name) = inventory_ref(profile);
+    let objects: Vec<Value> = layers.iter().flat_map(|l| l.objects.iter().map(|(_, v)| v.clone())).collect();
+    let plan_opts = PlanOptions { dry_run_new: opts.dry_run, force_conflicts: opts.force_conflicts };
+    let (previous, planned) = futures::try_join!(
+        async { Inventory::load(cluster, &inv_ns, &inv_name).await.map_err(DeployError::from) },
+        async { apply::plan_all(cluster, &objects, plan_opts).await.map_err(DeployError::from) },
+    )?;
+    Ok(Plan { previous, planned: planned.into_iter().map(|p| (p.object.clone(), p)).collect() })
+}
+
+/// Apply the layers as planned.
+///
+/// The inventory, with every object about to be applied already in it, is written together
+/// with the first objects (a layer's Namespaces and CRDs), so an apply killed half-way leaves
+/// nothing untracked; it is written again at the end only when that changed it (pruned objects,
+/// objects of kinds a chart installed meanwhile). A layer's objects use the plan when it is still current: always with `--no-wait`,
+/// and for the first layer; after a readiness wait they are read again.
+///
+/// # Errors
+/// [`DeployError`] when an object cannot be applied; the partial change set so far is lost to
+/// the caller only in the error case, which names the object in flight.
+pub async fn execute(
+    cluster: &Cluster,
+    profile: &Profile,
+    layers: &[Layer],
+    plan: Plan,
+    opts: &ApplyOptions,
     progress: &dyn Progress,
 ) -> Result<ApplyReport, DeployError> {
     let deadline = Instant::now() + opts.timeout;
-    let (inv_ns, inv_name) = inventory_ref(profile);
-    let previous = Inventory::load(cluster, &inv_ns, &inv_name).await?;
+    let Plan { previous, mut planned } = plan;
     let mut inventory = previous.clone();
+    for p in planned.values().filter(|p| p.action != Action::Skipped) {
+        inventory.record(&p.object, p.action == Action::Created);
+    }
+    // Written with the first objects (see `apply_layer`), before any other.
+    let saved = inventory.clone();
+    let mut intent = (!opts.dry_run && inventory != previous).then(|| inventory.clone());
     let mut changes = ChangeSet::default();
     let mut not_ready: Option<WaitError> = None;
     let wait_opts = WaitOptions { interval: opts.interval, deadline, fail_fast: true };
@@ -186,9 +281,10 @@ pub async fn apply(
                 not_ready = Some(e);
                 break;
             }
+            planned.clear();
         }
         progress.layer(&layer.name, if opts.dry_run { "planning" } else { "applying" });
-        let applied = apply_layer(cluster, layer, opts, progress, &mut changes).await?;
+        let applied = apply_layer(cluster, layer, opts, (&mut planned, &mut intent), progress, &mut changes).await?;
         for p in &applied {
             if p.action != Action::Skipped {
                 inventory.record(&p.object, p.action == Action::Created);
@@ -198,6 +294,8 @@ pub async fn apply(
             progress.layer(&layer.name, "waiting");
             let refs: Vec<ObjectRef> =
                 applied.iter().filter(|p| p.action != Action::Skipped).map(|p| p.object.clone()).collect();
+            // What the next layers read may change while this one becomes ready.
+            planned.clear();
             if let Err(e) = wait::wait_for_set(cluster, &refs, &wait_opts, progress).await {
                 not_ready = Some(e);
                 break;
@@ -212,17 +310,21 @@ pub async fn apply(
     if opts.prune && !cluster_failed && changes_all_layers(layers, &changes) {
         let current: Vec<ObjectRef> = layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
         for stale in previous.stale(&current) {
-            if let Some(change) = prune_one(cluster, &stale, opts.dry_run).await? {
-                progress.change(&change);
-                if change.action == Action::Deleted {
-                    inventory.forget(&stale);
+            match prune_one(cluster, &stale, opts.dry_run).await? {
+                Some(change) => {
+                    progress.change(&change);
+                    if change.action == Action::Deleted {
+                        inventory.forget(&stale);
+                    }
+                    changes.push(change);
                 }
-                changes.push(change);
+                // Gone already (deleted by hand, or never written): nothing left to track.
+                None => inventory.forget(&stale),
             }
         }
     }
-    if !opts.dry_run {
-        inventory.save(cluster, &previous).await?;
+    if !opts.dry_run && (intent.is_some() || inventory != saved) {
+        inventory.write(cluster).await?;
     }
     let failed = matches!(not_ready, Some(WaitError::Failed(_)));
     if let Some(WaitError::Cluster(e)) = not_ready {
@@ -253,47 +355,78 @@ fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
     }
 }
 
+/// Apply one layer, stage by stage, from `planned` where it has the object (else planning it
+/// now). The `intent` inventory, when there is one, is written together with the first stage
+/// that writes anything.
 async fn apply_layer(
     cluster: &Cluster,
     layer: &Layer,
     opts: &ApplyOptions,
+    (planned, intent): (&mut BTreeMap<ObjectRef, Planned>, &mut Option<Inventory>),
     progress: &dyn Progress,
     changes: &mut ChangeSet,
 ) -> Result<Vec<Planned>, DeployError> {
     let plan_opts = PlanOptions { dry_run_new: opts.dry_run, force_conflicts: opts.force_conflicts };
     let mut all = Vec::new();
     for stage in [Stage::Definitions, Stage::Classes, Stage::Resources] {
-        let objects: Vec<Value> =
-            layer.objects.iter().filter(|(r, _)| r.stage() == stage).map(|(_, v)| v.clone()).collect();
+        let objects: Vec<&(ObjectRef, Value)> = layer.objects.iter().filter(|(r, _)| r.stage() == stage).collect();
         if objects.is_empty() {
             continue;
         }
-        let planned = apply::plan_all(cluster, &objects, plan_opts).await?;
-        if !opts.dry_run {
-            apply::write_all(cluster, &planned, opts.force_conflicts).await?;
+        // The plan made before any write, unless the kind was not served then.
+        let mut stage_plan: Vec<Option<Planned>> =
+            objects.iter().map(|(r, _)| planned.remove(r).filter(|p| p.action != Action::Skipped)).collect();
+        let missing: Vec<Value> =
+            objects.iter().zip(&stage_plan).filter(|(_, p)| p.is_none()).map(|((_, v), _)| v.clone()).collect();
+        if !missing.is_empty() {
+            let mut fresh = apply::plan_all(cluster, &missing, plan_opts).await?.into_iter();
+            for slot in stage_plan.iter_mut().filter(|p| p.is_none()) {
+                *slot = fresh.next();
+            }
         }
-        for p in &planned {
+        let stage_plan: Vec<Planned> = stage_plan.into_iter().flatten().collect();
+        let writes = stage_plan.iter().any(|p| matches!(p.action, Action::Created | Action::Configured));
+        let answers = if opts.dry_run {
+            vec![None; stage_plan.len()]
+        } else if let Some(inventory) = intent.take_if(|_| writes) {
+            let (answers, ()) = futures::try_join!(
+                async { apply::write_all(cluster, &stage_plan, opts.force_conflicts).await.map_err(DeployError::from) },
+                async { inventory.write(cluster).await.map_err(DeployError::from) },
+            )?;
+            answers
+        } else {
+            apply::write_all(cluster, &stage_plan, opts.force_conflicts).await?
+        };
+        for p in &stage_plan {
             let change = p.change(false);
             progress.change(&change);
             changes.push(change);
         }
-        let written: Vec<ObjectRef> = planned
-            .iter()
-            .filter(|p| matches!(p.action, Action::Created | Action::Configured))
-            .map(|p| p.object.clone())
-            .collect();
-        if stage != Stage::Resources && !opts.dry_run && !written.is_empty() {
-            let wait_opts = WaitOptions {
-                interval: Duration::from_millis(250),
-                deadline: Instant::now() + Duration::from_secs(60),
-                fail_fast: true,
-            };
-            wait::wait_for_set(cluster, &written, &wait_opts, progress).await.map_err(DeployError::Definitions)?;
-            if written.iter().any(|r| r.kind == "CustomResourceDefinition") {
+        if stage != Stage::Resources && !opts.dry_run {
+            // Namespaces are Active as created; CRDs take a moment to be Established.
+            let pending: Vec<ObjectRef> = stage_plan
+                .iter()
+                .zip(&answers)
+                .filter_map(|(p, answer)| {
+                    let stored: Value = serde_json::from_str(answer.as_deref()?).unwrap_or(Value::Null);
+                    (crate::cluster::status::compute(&stored).status != crate::cluster::status::Status::Current)
+                        .then(|| p.object.clone())
+                })
+                .collect();
+            if !pending.is_empty() {
+                let wait_opts = WaitOptions {
+                    interval: Duration::from_millis(250),
+                    deadline: Instant::now() + Duration::from_secs(60),
+                    fail_fast: true,
+                };
+                wait::wait_for_set(cluster, &pending, &wait_opts, progress).await.map_err(DeployError::Definitions)?;
+            }
+            if stage_plan.iter().zip(&answers).any(|(p, a)| a.is_some() && p.object.kind == "CustomResourceDefinition")
+            {
                 cluster.resolver.refresh().await?;
             }
         }
-        all.extend(planned);
+        all.extend(stage_plan);
     }
     Ok(all)
 }
@@ -322,7 +455,15 @@ async fn prune_one(cluster: &Cluster, r: &ObjectRef, dry_run: bool) -> Result<Op
 /// [`DeployError`] when a dry-run is refused or the cluster fails.
 pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<ChangeSet, DeployError> {
     let objects: Vec<Value> = layers.iter().flat_map(|l| l.objects.iter().map(|(_, v)| v.clone())).collect();
-    let planned = apply::plan_all(cluster, &objects, PlanOptions { dry_run_new: true, force_conflicts: true }).await?;
+    let (inv_ns, inv_name) = inventory_ref(profile);
+    let (planned, inventory) = futures::try_join!(
+        async {
+            apply::plan_all(cluster, &objects, PlanOptions { dry_run_new: true, force_conflicts: true })
+                .await
+                .map_err(DeployError::from)
+        },
+        async { Inventory::load(cluster, &inv_ns, &inv_name).await.map_err(DeployError::from) },
+    )?;
     let mut changes = ChangeSet::default();
     for p in &planned {
         let mut change = p.change(true);
@@ -333,8 +474,6 @@ pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Res
         }
         changes.push(change);
     }
-    let (inv_ns, inv_name) = inventory_ref(profile);
-    let inventory = Inventory::load(cluster, &inv_ns, &inv_name).await?;
     let current: Vec<ObjectRef> = planned.iter().map(|p| p.object.clone()).collect();
     for stale in inventory.stale(&current) {
         if let Some(mut change) = prune_one(cluster, &stale, true).await?

@@ -79,6 +79,16 @@ pub enum ApplyError {
         /// Why.
         message: String,
     },
+    /// The caller may not read or write the object (403).
+    #[error("{subject}: {action} failed: {message}")]
+    Forbidden {
+        /// `Kind/ns/name`.
+        subject: String,
+        /// `read`, `list`, `dry-run` or `apply`.
+        action: &'static str,
+        /// The server's message.
+        message: String,
+    },
     /// The rendered value is not an object.
     #[error(transparent)]
     NotAnObject(#[from] NotAnObject),
@@ -143,7 +153,10 @@ fn api_error(subject: &str, action: &'static str, e: kube::Error) -> ApplyError 
         kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict" => {
             ApplyError::Conflict { subject: subject.to_owned(), message: s.message.clone() }
         }
-        kube::Error::Api(s) if matches!(s.code, 400 | 403 | 404 | 422) => {
+        kube::Error::Api(s) if s.code == 403 => {
+            ApplyError::Forbidden { subject: subject.to_owned(), action, message: describe(&e) }
+        }
+        kube::Error::Api(s) if matches!(s.code, 400 | 404 | 422) => {
             ApplyError::Rejected { subject: subject.to_owned(), action, message: describe(&e) }
         }
         _ => ApplyError::Cluster(ClusterError::Api { subject: subject.to_owned(), source: e }),
@@ -227,8 +240,8 @@ pub async fn plan(
     Ok(Planned { object, desired: desired.clone(), live, merged: Some(merged), action, reason: None })
 }
 
-/// Plan many objects concurrently (bounded); results keep the input order. Objects of one kind
-/// in one namespace are read with a single LIST when there are several of them.
+/// Plan many objects concurrently (bounded); results keep the input order. Every live object is
+/// read first, in one wave (see `prefetch`), so planning waits on the server only for dry-runs.
 ///
 /// # Errors
 /// The first [`ApplyError`].
@@ -249,8 +262,9 @@ pub async fn plan_all(cluster: &Cluster, objects: &[Value], opts: PlanOptions) -
 /// Group key for one LIST: group, version, kind, namespace.
 type ListKey = (String, String, String, Option<String>);
 
-/// LIST each (kind, namespace) with at least `MIN_LIST` objects; returns subject → live state
-/// (`None`: listed and absent). Kinds that are not served are left to `plan`.
+/// Read the live state of `objects` in one concurrent wave: one LIST per (kind, namespace) with
+/// at least `MIN_LIST` objects, a GET for each of the others. Returns subject → live state
+/// (`None`: absent). Kinds that are not served are left to `plan`.
 async fn prefetch(
     cluster: &Cluster,
     objects: &[Value],
@@ -261,7 +275,9 @@ async fn prefetch(
         let r = ObjectRef::of(o)?;
         groups.entry((r.group.clone(), r.version.clone(), r.kind.clone(), r.namespace.clone())).or_default().push(r);
     }
-    let lists = groups.into_values().filter(|g| g.len() >= MIN_LIST).map(|refs| async move {
+    let (lists, singles): (Vec<Vec<ObjectRef>>, Vec<Vec<ObjectRef>>) =
+        groups.into_values().partition(|g| g.len() >= MIN_LIST);
+    let lists = lists.into_iter().map(|refs| async move {
         let Some(api) = cluster.resolver.api(&refs[0]).await? else { return Ok(Vec::new()) };
         let list = api
             .list(&kube::api::ListParams::default())
@@ -281,18 +297,26 @@ async fn prefetch(
             .collect();
         Ok::<_, ApplyError>(refs.into_iter().map(|r| (r.to_string(), by_name.remove(&r.name))).collect::<Vec<_>>())
     });
+    let gets = singles.into_iter().flatten().map(|r| async move {
+        let Some(api) = cluster.resolver.api(&r).await? else { return Ok(Vec::new()) };
+        let subject = r.to_string();
+        let live = api.get_opt(&r.name).await.map_err(|e| api_error(&subject, "read", e))?;
+        Ok::<_, ApplyError>(vec![(subject, live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null)))])
+    });
+    let (lists, gets) = futures::join!(futures::future::join_all(lists), futures::future::join_all(gets));
     let mut out = std::collections::HashMap::new();
-    for found in futures::future::join_all(lists).await {
+    for found in lists.into_iter().chain(gets) {
         out.extend(found?);
     }
     Ok(out)
 }
 
-/// Write a planned object if it needs writing; returns the object as the server stored it.
+/// Write a planned object if it needs writing; returns the server's answer (the object as
+/// stored, as JSON text: parsed only by callers that look at it).
 ///
 /// # Errors
 /// [`ApplyError`] when the server refuses the apply.
-pub async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool) -> Result<Option<Value>, ApplyError> {
+pub async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool) -> Result<Option<String>, ApplyError> {
     if !matches!(p.action, Action::Created | Action::Configured) {
         return Ok(None);
     }
@@ -302,22 +326,27 @@ pub async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool) -> Res
         action: "apply",
         message: "kind is no longer served".into(),
     })?;
-    let stored = api
+    let request = kube::core::Request::new(api.resource_url())
         .patch(&p.object.name, &params(force_conflicts, false), &Patch::Apply(&p.desired))
-        .await
-        .map_err(|e| api_error(&subject, "apply", e))?;
-    Ok(Some(serde_json::to_value(stored).unwrap_or(Value::Null)))
+        .map_err(|e| api_error(&subject, "apply", kube::Error::BuildRequest(e)))?;
+    let stored = cluster.client.request_text(request).await.map_err(|e| api_error(&subject, "apply", e))?;
+    Ok(Some(stored))
 }
 
-/// Write every planned object that changed, concurrently (bounded).
+/// Write every planned object that changed, concurrently (bounded); returns the server's answer
+/// for each planned object (`None` for those not written).
 ///
 /// # Errors
 /// The first [`ApplyError`]; objects written before it stay written.
-pub async fn write_all(cluster: &Cluster, planned: &[Planned], force_conflicts: bool) -> Result<(), ApplyError> {
-    let results: Vec<Result<Option<Value>, ApplyError>> =
-        stream::iter(planned.iter().map(|p| write(cluster, p, force_conflicts)))
-            .buffered(cluster.concurrency)
-            .collect()
-            .await;
-    results.into_iter().try_for_each(|r| r.map(|_| ()))
+pub async fn write_all(
+    cluster: &Cluster,
+    planned: &[Planned],
+    force_conflicts: bool,
+) -> Result<Vec<Option<String>>, ApplyError> {
+    stream::iter(planned.iter().map(|p| write(cluster, p, force_conflicts)))
+        .buffered(cluster.concurrency)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
 }

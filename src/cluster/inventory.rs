@@ -107,12 +107,21 @@ impl Inventory {
         if self == previous {
             return Ok(false);
         }
+        self.write(cluster).await?;
+        Ok(true)
+    }
+
+    /// Write the inventory (server-side apply, manager `osbx`).
+    ///
+    /// # Errors
+    /// [`ClusterError::Api`] when the write fails.
+    pub async fn write(&self, cluster: &Cluster) -> Result<(), ClusterError> {
         let entries: Vec<&Entry> = self.entries.values().collect();
         let cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": self.name, "namespace": self.namespace,
                          "labels": {"app.kubernetes.io/managed-by": "osbx"}},
-            "data": {KEY: serde_json::to_string_pretty(&entries).unwrap_or_default()},
+            "data": {KEY: serde_json::to_string(&entries).unwrap_or_default()},
         });
         Self::api(cluster, &self.namespace)
             .patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&cm))
@@ -121,7 +130,7 @@ impl Inventory {
                 subject: format!("ConfigMap/{}/{}", self.namespace, self.name),
                 source,
             })?;
-        Ok(true)
+        Ok(())
     }
 }
 

@@ -47,20 +47,33 @@ pub const FLUX_KINDS: &[(&str, &str, &str)] = &[
     ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
 ];
 
-/// Run every check for applying `objects` (plus the inventory ConfigMap in `inventory_ns`).
+/// The first requests of a run, made while the profile renders: the server version (which
+/// proves the cluster answers and accepts the credentials) and discovery, concurrently.
+///
+/// # Errors
+/// [`PreflightError::Cluster`]: unreachable, refused credentials, or failed discovery.
+pub async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
+    let (version, discovery) = futures::join!(cluster.version(), cluster.resolver.refresh());
+    let version = version?;
+    discovery?;
+    Ok(Report { version })
+}
+
+/// Checks before the first write of an apply whose plan needs `needs`: Flux serves the API
+/// versions of the `used` objects, the Flux namespace exists, and the caller may make every
+/// write (one SelfSubjectAccessReview per resource, namespace and verb; none for a no-op).
 ///
 /// # Errors
 /// [`PreflightError`] for the first failing check.
-pub async fn run(
+pub async fn check(
     cluster: &Cluster,
-    objects: &[ObjectRef],
-    inventory_ns: &str,
-    prune: bool,
-) -> Result<Report, PreflightError> {
-    let version = cluster.version().await?;
+    used: &[ObjectRef],
+    needs: &[(ObjectRef, &'static str)],
+    flux_ns: &str,
+) -> Result<(), PreflightError> {
     let mut missing = Vec::new();
     for (group, version, kind) in FLUX_KINDS {
-        let used = objects.iter().any(|o| o.group == *group && o.kind == *kind);
+        let used = used.iter().any(|o| o.group == *group && o.kind == *kind);
         if used && !cluster.resolver.serves(group, version, kind).await? {
             missing.push(format!("{group}/{version} {kind}"));
         }
@@ -68,39 +81,59 @@ pub async fn run(
     if !missing.is_empty() {
         return Err(PreflightError::FluxMissing(missing));
     }
-    access(cluster, objects, inventory_ns, prune).await?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
-    let flux_ns = namespaces
-        .get_opt(inventory_ns)
-        .await
-        .map_err(|source| ClusterError::Api { subject: format!("Namespace/{inventory_ns}"), source })?;
-    if flux_ns.is_none() {
-        return Err(PreflightError::FluxNamespace(inventory_ns.to_owned()));
+    let (flux_ns_found, allowed) = futures::join!(namespaces.get_opt(flux_ns), access(cluster, needs));
+    let flux_ns_found =
+        flux_ns_found.map_err(|source| ClusterError::Api { subject: format!("Namespace/{flux_ns}"), source })?;
+    allowed?;
+    if flux_ns_found.is_none() {
+        return Err(PreflightError::FluxNamespace(flux_ns.to_owned()));
     }
-    Ok(Report { version })
+    Ok(())
 }
 
-async fn access(
+/// Every permission an apply of `objects` could need (reads included), checked when a read was
+/// refused, so that the error names everything that is missing rather than the first refusal.
+///
+/// # Errors
+/// [`PreflightError::Forbidden`] with every missing permission.
+pub async fn access_all(
     cluster: &Cluster,
     objects: &[ObjectRef],
     inventory_ns: &str,
     prune: bool,
 ) -> Result<(), PreflightError> {
-    let mut checks: BTreeSet<(String, String, Option<String>, &'static str)> = BTreeSet::new();
     let verbs: &[&'static str] =
-        if prune { &["get", "create", "patch", "delete"] } else { &["get", "create", "patch"] };
-    for o in objects {
+        if prune { &["get", "list", "create", "patch", "delete"] } else { &["get", "list", "create", "patch"] };
+    let mut needs: Vec<(ObjectRef, &'static str)> =
+        objects.iter().flat_map(|o| verbs.iter().map(move |v| (o.clone(), *v))).collect();
+    let inventory = ObjectRef {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some(inventory_ns.to_owned()),
+        name: String::new(),
+    };
+    needs.extend(["get", "create", "patch"].map(|v| (inventory.clone(), v)));
+    let namespace = ObjectRef {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Namespace".into(),
+        namespace: None,
+        name: inventory_ns.to_owned(),
+    };
+    needs.push((namespace, "get"));
+    access(cluster, &needs).await
+}
+
+async fn access(cluster: &Cluster, needs: &[(ObjectRef, &'static str)]) -> Result<(), PreflightError> {
+    let mut checks: BTreeSet<(String, String, Option<String>, &'static str)> = BTreeSet::new();
+    for (o, verb) in needs {
         // Kinds not served yet (CRDs another layer installs) cannot be resolved; checked later by the apply.
         let Some((ar, scope)) = cluster.resolver.resolve(o).await? else { continue };
         let ns = matches!(scope, kube::discovery::Scope::Namespaced).then(|| o.namespace.clone()).flatten();
-        for verb in verbs {
-            checks.insert((ar.group.clone(), ar.plural.clone(), ns.clone(), verb));
-        }
+        checks.insert((ar.group.clone(), ar.plural.clone(), ns, verb));
     }
-    for verb in ["get", "create", "patch"] {
-        checks.insert((String::new(), "configmaps".into(), Some(inventory_ns.to_owned()), verb));
-    }
-    checks.insert((String::new(), "namespaces".into(), None, "get"));
     let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client.clone());
     let results: Vec<Result<Option<String>, ClusterError>> =
         stream::iter(checks.into_iter().map(|(group, resource, ns, verb)| {

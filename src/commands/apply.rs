@@ -4,7 +4,7 @@ use crate::changeset::Action;
 use crate::cli::{ApplyArgs, Output};
 use crate::cluster::preflight;
 use crate::commands::ExitStatus;
-use crate::commands::cluster::{block_on, connect, prepare};
+use crate::commands::cluster::{prepare, runtime, start_connect};
 use crate::deploy::{self, ApplyOptions};
 use crate::object::ObjectRef;
 use crate::printer::Printer;
@@ -16,6 +16,8 @@ use crate::repo;
 /// # Errors
 /// Preflight failures, refused applies and cluster errors (exit 2).
 pub fn run(args: &ApplyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let rt = runtime()?;
+    let connecting = start_connect(&rt, &args.cluster);
     let mut prepared = prepare(&args.profile)?;
     if let Some(key) = crate::commands::cluster::api_key_from(args.verify_flags.api_key_file.as_deref())? {
         deploy::add_api_key_secret(&prepared.loaded.profile, &mut prepared.layers, &key)?;
@@ -34,11 +36,8 @@ pub fn run(args: &ApplyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             printer.warn(&format!("{n} commit(s) not pushed to {upstream}: Flux will not see them"));
         }
     }
-    block_on(async {
-        let cluster = connect(&args.cluster).await?;
-        let refs: Vec<ObjectRef> =
-            prepared.layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
-        let report = preflight::run(&cluster, &refs, &profile.cluster.flux_namespace, args.prune).await?;
+    rt.block_on(async {
+        let (cluster, report) = connecting.await??;
         printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
         let opts = ApplyOptions {
             dry_run: args.dry_run,
@@ -48,8 +47,21 @@ pub fn run(args: &ApplyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             interval: std::time::Duration::from_secs(2),
             force_conflicts: args.force_conflicts,
         };
+        let refs: Vec<ObjectRef> =
+            prepared.layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
+        let flux_ns = &profile.cluster.flux_namespace;
+        let plan = match deploy::plan(&cluster, profile, &prepared.layers, &opts).await {
+            Ok(plan) => plan,
+            Err(e) if e.forbidden() => {
+                // Name every missing permission, not only the read that was refused.
+                preflight::access_all(&cluster, &refs, flux_ns, args.prune).await?;
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        preflight::check(&cluster, &refs, &plan.needs(&prepared.layers, args.prune), flux_ns).await?;
         let progress = printer.progress();
-        let result = deploy::apply(&cluster, profile, &prepared.layers, &opts, &progress).await;
+        let result = deploy::execute(&cluster, profile, &prepared.layers, plan, &opts, &progress).await;
         progress.finish();
         let report = result?;
         for c in report.changes.0.iter().filter(|c| c.reason.is_some()) {

@@ -1,7 +1,7 @@
 //! What `diff` and `apply` share: load and render the profile, connect, and run async work.
 
 use crate::cli::{ClusterArgs, ProfileArgs};
-use crate::cluster::{Cluster, ConnectOptions};
+use crate::cluster::{Cluster, ConnectOptions, preflight};
 use crate::deploy::{self, Layer};
 use crate::profile::{self, LoadedProfile, ProfileSource};
 use crate::render::Renderer;
@@ -19,8 +19,14 @@ pub struct Prepared {
 /// # Errors
 /// Profile, template or render errors.
 pub fn prepare(args: &ProfileArgs) -> anyhow::Result<Prepared> {
-    let loaded = profile::load(&ProfileSource::from_arg(args.profile.as_deref()))?;
-    let renderer = Renderer::new(args.templates.as_deref())?;
+    // The templates compile while the profile loads.
+    let (loaded, renderer) = std::thread::scope(|scope| {
+        let renderer = scope.spawn(|| Renderer::new(args.templates.as_deref()));
+        let loaded = profile::load(&ProfileSource::from_arg(args.profile.as_deref()));
+        (loaded, renderer.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+    });
+    let loaded = loaded?;
+    let renderer = renderer?;
     let rendered = renderer.render(&loaded)?;
     let layers = deploy::layers(&loaded.profile, &rendered)?;
     Ok(Prepared { loaded, layers })
@@ -45,7 +51,7 @@ pub fn api_key_from(file: Option<&std::path::Path>) -> anyhow::Result<Option<Str
 ///
 /// # Errors
 /// When no usable kubeconfig is found.
-pub async fn connect(args: &ClusterArgs) -> anyhow::Result<Cluster> {
+async fn connect(args: &ClusterArgs) -> anyhow::Result<Cluster> {
     let opts = ConnectOptions {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
@@ -56,10 +62,25 @@ pub async fn connect(args: &ClusterArgs) -> anyhow::Result<Cluster> {
     Ok(Cluster::connect(&opts).await?)
 }
 
-/// Run async work on a runtime made for this command.
+/// A runtime for this command.
 ///
 /// # Errors
-/// When the runtime cannot start, or what the work returns.
-pub fn block_on<T>(work: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(work)
+/// When the runtime cannot start.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+/// Connecting, started on `rt` so that it runs while the caller renders the profile: the
+/// kubeconfig, then the server version and discovery (see [`preflight::warm_up`]). Dropping the
+/// runtime (a profile error) abandons it.
+pub fn start_connect(
+    rt: &tokio::runtime::Runtime,
+    args: &ClusterArgs,
+) -> tokio::task::JoinHandle<anyhow::Result<(Cluster, preflight::Report)>> {
+    let args = args.clone();
+    rt.spawn(async move {
+        let cluster = connect(&args).await?;
+        let report = preflight::warm_up(&cluster).await?;
+        Ok((cluster, report))
+    })
 }

@@ -5,7 +5,7 @@ use serde_json::json;
 use crate::changeset::Action;
 use crate::cli::{DiffArgs, Output};
 use crate::commands::ExitStatus;
-use crate::commands::cluster::{block_on, connect, prepare};
+use crate::commands::cluster::{prepare, runtime, start_connect};
 use crate::deploy;
 use crate::printer::Printer;
 
@@ -14,13 +14,14 @@ use crate::printer::Printer;
 /// # Errors
 /// Profile, render, connection or dry-run errors (exit 2).
 pub fn run(args: &DiffArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let rt = runtime()?;
+    let connecting = start_connect(&rt, &args.cluster);
     let mut prepared = prepare(&args.profile)?;
     if let Some(key) = crate::commands::cluster::api_key_from(None)? {
         deploy::add_api_key_secret(&prepared.loaded.profile, &mut prepared.layers, &key)?;
     }
-    block_on(async {
-        let cluster = connect(&args.cluster).await?;
-        cluster.version().await?;
+    rt.block_on(async {
+        let (cluster, _) = connecting.await??;
         let changes = deploy::diff(&cluster, &prepared.loaded.profile, &prepared.layers).await?;
         let summary = format!(
             "{} to create, {} to change, {} unchanged, {} to prune",

@@ -7,7 +7,7 @@ use kube::Api;
 use crate::cli::{Output, VerifyArgs, VerifyFlags};
 use crate::cluster::Cluster;
 use crate::commands::ExitStatus;
-use crate::commands::cluster::{Prepared, block_on, connect, prepare};
+use crate::commands::cluster::{Prepared, prepare, runtime, start_connect};
 use crate::printer::Printer;
 use crate::verify::{self, ApiKey, Ctx, Endpoint, Selection, checks, probe, report};
 
@@ -16,10 +16,11 @@ use crate::verify::{self, ApiKey, Ctx, Endpoint, Selection, checks, probe, repor
 /// # Errors
 /// Bad input, an unreachable cluster, or an interrupted run (exit 2).
 pub fn run(args: &VerifyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let rt = runtime()?;
+    let connecting = start_connect(&rt, &args.cluster);
     let prepared = prepare(&args.profile)?;
-    block_on(async {
-        let cluster = connect(&args.cluster).await?;
-        cluster.version().await?;
+    rt.block_on(async {
+        let (cluster, _) = connecting.await??;
         verify_and_report(&cluster, &prepared, &args.verify, args.output, printer).await
     })
 }

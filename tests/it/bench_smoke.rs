@@ -55,11 +55,15 @@ async fn the_benchmark_profile_applies_with_one_write_per_object_and_none_on_a_n
     let r = requests(&out);
     assert_eq!(r["writes"], 201, "one write per object (200) plus the inventory: {r}");
     assert_eq!(r["dry_runs"], 0, "new objects need no dry-run: {r}");
+    // One access review per resource, namespace and verb written (not per object).
+    let reviews = r["reviews"].as_u64().unwrap();
+    assert!(reviews > 0 && reviews < 30, "{r}");
 
     let out = run(args(&["apply", "--no-wait", "-o", "json", "--repo", ".", "--profile", "bs.yaml"])).await;
     let r = requests(&out);
     assert_eq!((r["writes"].as_u64(), r["dry_runs"].as_u64()), (Some(0), Some(0)), "a no-op: {r}");
     assert!(r["reads"].as_u64().unwrap() < 20, "one LIST per kind and namespace, not a GET per object: {r}");
+    assert_eq!(r["reviews"], 0, "nothing to write, no permission to check: {r}");
 
     let out = run(args(&["diff", "-o", "json", "--profile", "bs-10.yaml"])).await;
     assert_eq!(out.status.code(), Some(1));
