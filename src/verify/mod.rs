@@ -102,6 +102,8 @@ impl Verdict {
 pub struct CheckResult {
     /// Stable id (`kata.guest-kernel`).
     pub id: String,
+    /// When it started, from the start of the run (checks run concurrently: all near 0).
+    pub started_ms: u128,
     /// Wall time.
     pub duration_ms: u128,
     /// The verdict.
@@ -162,11 +164,13 @@ pub async fn run(
     selection: &Selection,
     progress: &dyn Progress,
 ) -> Vec<CheckResult> {
+    let run_start = Instant::now();
     let runs = checks.iter().filter(|c| c.ids().iter().any(|id| selection.selects(id))).map(|check| async move {
         let ids = check.ids();
         let label = ids.join(", ");
         progress.layer(&label, "running");
         let start = Instant::now();
+        let started_ms = start.duration_since(run_start).as_millis();
         let verdicts = match tokio::time::timeout(check.timeout(), check.run(ctx)).await {
             Ok(v) => v,
             Err(_) => ids
@@ -181,7 +185,7 @@ pub async fn run(
         ids.into_iter()
             .zip(verdicts)
             .filter(|(id, _)| selection.selects(id))
-            .map(|(id, verdict)| CheckResult { id, duration_ms: elapsed, verdict })
+            .map(|(id, verdict)| CheckResult { id, started_ms, duration_ms: elapsed, verdict })
             .collect::<Vec<_>>()
     });
     let mut results: Vec<CheckResult> = futures::future::join_all(runs).await.into_iter().flatten().collect();

@@ -197,8 +197,13 @@ async fn a_healthy_platform_is_ready_and_each_failure_mode_has_its_diagnosis() {
     let out = world.osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle", "-o", "json"]).await;
     let wall = start.elapsed().as_millis();
     let report: Value = serde_json::from_str(&outputs(&out).0).unwrap();
-    let slowest =
-        report["checks"].as_array().unwrap().iter().filter_map(|c| c["duration_ms"].as_u64()).max().unwrap_or(1);
+    let checks = report["checks"].as_array().unwrap();
+    let slowest = checks.iter().filter_map(|c| c["duration_ms"].as_u64()).max().unwrap_or(1);
+    // The smoke version: every check starts at once, none waits for another to finish.
+    let last_start = checks.iter().filter_map(|c| c["started_ms"].as_u64()).max().unwrap();
+    let first_end =
+        checks.iter().filter_map(|c| Some(c["started_ms"].as_u64()? + c["duration_ms"].as_u64()?)).min().unwrap();
+    assert!(last_start <= first_end, "checks ran one after another: {report}");
     #[allow(clippy::print_stderr)]
     let () = eprintln!(
         "verify-bench: full verify {wall} ms wall, slowest check {slowest} ms, ratio {:.2} (target ≤ 1.2)",
