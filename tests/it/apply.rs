@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -572,6 +572,21 @@ async fn killing_the_api_server_mid_apply_is_a_clear_error_and_a_rerun_converges
     // After a restart, the rerun converges: every object once, nothing lost, inventory complete.
     let (plane_dir, kc) = (plane.dir().to_path_buf(), plane.kubeconfig.clone());
     tokio::task::spawn_blocking(move || cluster::restart_apiserver_in(&plane_dir, &kc, &argv)).await.unwrap();
+    // The inventory was written with the first objects: it already lists every pool, so what the
+    // killed run created is tracked (and prunable) even though the run never finished.
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    let inventories = Api::<ConfigMap>::namespaced(client, "ka-flux")
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=osbx"))
+        .await
+        .unwrap();
+    let entries: Vec<Value> =
+        serde_json::from_str(&inventories.items[0].data.as_ref().unwrap()["inventory.json"]).unwrap();
+    for i in 0..12 {
+        assert!(
+            entries.iter().any(|e| e["kind"] == "Pool" && e["name"] == format!("p{i}") && e["created"] == true),
+            "pool p{i} not in the inventory: {entries:?}"
+        );
+    }
     let out = run(&plane.kubeconfig, dir.path(), &["apply", "--no-wait", "-o", "json"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
     let report = json_of(&out);
