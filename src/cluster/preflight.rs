@@ -48,14 +48,14 @@ pub const FLUX_KINDS: &[(&str, &str, &str)] = &[
 ];
 
 /// The first requests of a run, made while the profile renders: the server version (which
-/// proves the cluster answers and accepts the credentials) and discovery, concurrently.
+/// proves the cluster answers and accepts the credentials), then discovery. One after the other:
+/// until the first connection has negotiated HTTP/2, a second request would open a second one.
 ///
 /// # Errors
 /// [`PreflightError::Cluster`]: unreachable, refused credentials, or failed discovery.
 pub async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
-    let (version, discovery) = futures::join!(cluster.version(), cluster.resolver.refresh());
-    let version = version?;
-    discovery?;
+    let version = cluster.version().await?;
+    cluster.resolver.refresh().await?;
     Ok(Report { version })
 }
 
