@@ -185,9 +185,25 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 /// # Errors
 /// [`RenderError`] when a template fails.
 pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderError> {
+    render_checked(fleet, renderer, |_, _| Ok(()))
+}
+
+/// [`render`], calling `check` with each cluster's own render (at its layers' usual paths)
+/// before anything else; the first error from `check` stops the render.
+///
+/// # Errors
+/// A [`RenderError`] when a template fails, or what `check` returns.
+pub fn render_checked<E: From<RenderError>>(
+    fleet: &Fleet,
+    renderer: &Renderer,
+    mut check: impl FnMut(&LoadedProfile, &Rendered) -> Result<(), E>,
+) -> Result<Rendered, E> {
     // First pass: what each cluster's layers contain, independent of where they are written.
     let first_pass: Vec<Rendered> =
         par_map(&fleet.members, |m| renderer.render(m)).into_iter().collect::<Result<_, _>>()?;
+    for (m, rendered) in fleet.members.iter().zip(&first_pass) {
+        check(m, rendered)?;
+    }
     let chosen = layer_paths(fleet, &first_pass);
     let base_paths: BTreeMap<&str, String> = fleet
         .members

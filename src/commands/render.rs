@@ -53,10 +53,8 @@ pub fn run(opts: &RenderOptions, printer: &Printer) -> anyhow::Result<ExitStatus
         }
         Source::Fleet(path) => {
             let fleet = fleet::load(path)?;
-            for member in &fleet.members {
-                super::lint::gate(member, &renderer.render(member)?, printer)?;
-            }
-            (fleet::render(&fleet, &renderer)?, format!("fleet {} ({} clusters)", fleet.name, fleet.members.len()))
+            let rendered = fleet::render_checked(&fleet, &renderer, |m, r| super::lint::gate(m, r, printer))?;
+            (rendered, format!("fleet {} ({} clusters)", fleet.name, fleet.members.len()))
         }
     };
     let name = &name;
