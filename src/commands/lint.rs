@@ -71,20 +71,37 @@ fn read_crd(path: &Path) -> anyhow::Result<Value> {
     serde_saphyr::from_str(&text).with_context(|| format!("{} is not a CRD document", path.display()))
 }
 
-/// Lint a rendered profile for `render`: warnings are printed, errors refuse the render.
+/// Lint a rendered profile for `render`: errors refuse the render, warnings are returned (see
+/// [`print_warnings`]).
 ///
 /// # Errors
 /// The errors, one per line.
-pub fn gate(loaded: &profile::LoadedProfile, rendered: &render::Rendered, printer: &Printer) -> anyhow::Result<()> {
-    let findings = lint::lint(loaded, rendered, None);
-    for f in findings.iter().filter(|f| f.severity == Severity::Warning) {
-        printer.warn(&f.to_string());
-    }
-    let errors: Vec<String> =
-        findings.iter().filter(|f| f.severity == Severity::Error).map(|f| format!("  {f}")).collect();
+pub fn gate(loaded: &profile::LoadedProfile, rendered: &render::Rendered) -> anyhow::Result<Vec<Finding>> {
+    let (errors, warnings): (Vec<Finding>, Vec<Finding>) =
+        lint::lint(loaded, rendered, None).into_iter().partition(|f| f.severity == Severity::Error);
     if errors.is_empty() {
-        Ok(())
+        Ok(warnings)
     } else {
-        anyhow::bail!("lint found errors; nothing written (run `osbx lint` for details):\n{}", errors.join("\n"))
+        let lines: Vec<String> = errors.iter().map(|f| format!("  {f}")).collect();
+        anyhow::bail!("lint found errors; nothing written (run `osbx lint` for details):\n{}", lines.join("\n"))
+    }
+}
+
+/// Print warnings; the same warning for many clusters of a fleet (one from the base profile) is
+/// printed once, with the number of other clusters it applies to.
+pub fn print_warnings(warnings: &[Finding], printer: &Printer) {
+    let mut groups: Vec<(&Finding, usize)> = Vec::new();
+    for w in warnings {
+        match groups.iter_mut().find(|(g, _)| (g.id, &g.field, &g.message) == (w.id, &w.field, &w.message)) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((w, 0)),
+        }
+    }
+    for (w, more) in groups {
+        if more == 0 {
+            printer.warn(&w.to_string());
+        } else {
+            printer.warn(&format!("{w} [and {more} more cluster(s) with the same warning]"));
+        }
     }
 }

@@ -48,12 +48,17 @@ pub fn run(opts: &RenderOptions, printer: &Printer) -> anyhow::Result<ExitStatus
         Source::Profile(source) => {
             let loaded = profile::load(source)?;
             let rendered = renderer.render(&loaded)?;
-            super::lint::gate(&loaded, &rendered, printer)?;
+            super::lint::print_warnings(&super::lint::gate(&loaded, &rendered)?, printer);
             (rendered, format!("profile {}", loaded.profile.metadata.name))
         }
         Source::Fleet(path) => {
             let fleet = fleet::load(path)?;
-            let rendered = fleet::render_checked(&fleet, &renderer, |m, r| super::lint::gate(m, r, printer))?;
+            let mut warnings = Vec::new();
+            let rendered = fleet::render_checked(&fleet, &renderer, |m, r| {
+                warnings.extend(super::lint::gate(m, r)?);
+                Ok::<_, anyhow::Error>(())
+            })?;
+            super::lint::print_warnings(&warnings, printer);
             (rendered, format!("fleet {} ({} clusters)", fleet.name, fleet.members.len()))
         }
     };

@@ -181,3 +181,25 @@ async fn every_clusters_objects_are_accepted_by_the_api_server() {
         }
     }
 }
+
+#[test]
+fn a_warning_from_the_base_is_printed_once_for_the_whole_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "apiVersion: osbx.dev/v1alpha1\nkind: Fleet\nmetadata: {name: labs}\nbase: homelab\nclusters:\n  - name: a\n  - name: b\n  - name: c\n";
+    std::fs::write(dir.path().join("fleet.yaml"), text).unwrap();
+    let out = osbx()
+        .args(["render", "--fleet", "fleet.yaml", "--out", "repo"])
+        .current_dir(dir.path())
+        .env("OSBX_COLOR", "never")
+        .output()
+        .unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // homelab's Kata pool keeps no warm VM under a 60 s create timeout: one line, not three.
+    let cold: Vec<&str> = stderr.lines().filter(|l| l.contains("warning[kata.cold-start]")).collect();
+    assert_eq!(cold.len(), 1, "{stderr}");
+    assert!(
+        cold[0].contains("(cluster a)") && cold[0].contains("[and 2 more cluster(s) with the same warning]"),
+        "{stderr}"
+    );
+}
