@@ -206,13 +206,7 @@ impl Plan {
         }
         let later = self.planned.values().any(|p| p.action == Action::Skipped);
         if !out.is_empty() || later {
-            let inventory = ObjectRef {
-                group: String::new(),
-                version: "v1".into(),
-                kind: "ConfigMap".into(),
-                namespace: Some(self.previous.namespace.clone()),
-                name: self.previous.name.clone(),
-            };
+            let inventory = Inventory::config_map(&self.previous.namespace, &self.previous.name);
             out.extend(["create", "patch"].map(|verb| (inventory.clone(), verb)));
         }
         out.into_iter().collect()
@@ -246,8 +240,8 @@ pub async fn plan(
 /// The inventory, with every object about to be applied already in it, is written together
 /// with the first objects (a layer's Namespaces and CRDs), so an apply killed half-way leaves
 /// nothing untracked; it is written again at the end only when that changed it (pruned objects,
-/// objects of kinds a chart installed meanwhile). A layer's objects use the plan when it is still current: always with `--no-wait`,
-/// and for the first layer; after a readiness wait they are read again.
+/// objects of kinds a chart installed meanwhile). A layer's objects use the plan while it is
+/// current: always with `--no-wait`; after a readiness wait they are read again.
 ///
 /// # Errors
 /// [`DeployError`] when an object cannot be applied; the partial change set so far is lost to

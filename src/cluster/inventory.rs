@@ -44,6 +44,18 @@ impl Inventory {
         name
     }
 
+    /// The inventory's ConfigMap as an object (for access reviews).
+    #[must_use]
+    pub fn config_map(namespace: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some(namespace.to_owned()),
+            name: name.to_owned(),
+        }
+    }
+
     fn api(cluster: &Cluster, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(
             cluster.client.clone(),

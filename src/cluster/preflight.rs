@@ -100,20 +100,14 @@ pub async fn check(
 pub async fn access_all(
     cluster: &Cluster,
     objects: &[ObjectRef],
-    inventory_ns: &str,
+    (inventory_ns, inventory_name): (&str, &str),
     prune: bool,
 ) -> Result<(), PreflightError> {
     let verbs: &[&'static str] =
         if prune { &["get", "list", "create", "patch", "delete"] } else { &["get", "list", "create", "patch"] };
     let mut needs: Vec<(ObjectRef, &'static str)> =
         objects.iter().flat_map(|o| verbs.iter().map(move |v| (o.clone(), *v))).collect();
-    let inventory = ObjectRef {
-        group: String::new(),
-        version: "v1".into(),
-        kind: "ConfigMap".into(),
-        namespace: Some(inventory_ns.to_owned()),
-        name: String::new(),
-    };
+    let inventory = super::inventory::Inventory::config_map(inventory_ns, inventory_name);
     needs.extend(["get", "create", "patch"].map(|v| (inventory.clone(), v)));
     let namespace = ObjectRef {
         group: String::new(),

@@ -54,7 +54,8 @@ pub fn run(args: &ApplyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             Ok(plan) => plan,
             Err(e) if e.forbidden() => {
                 // Name every missing permission, not only the read that was refused.
-                preflight::access_all(&cluster, &refs, flux_ns, args.prune).await?;
+                let (inv_ns, inv_name) = deploy::inventory_ref(profile);
+                preflight::access_all(&cluster, &refs, (&inv_ns, &inv_name), args.prune).await?;
                 return Err(e.into());
             }
             Err(e) => return Err(e.into()),
