@@ -35,6 +35,16 @@ pub struct Layer {
     pub objects: Vec<(ObjectRef, Value)>,
 }
 
+/// Every object of `layers`, in apply order.
+#[must_use]
+pub fn refs(layers: &[Layer]) -> Vec<ObjectRef> {
+    layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect()
+}
+
+fn values(layers: &[Layer]) -> Vec<Value> {
+    layers.iter().flat_map(|l| l.objects.iter().map(|(_, v)| v.clone())).collect()
+}
+
 /// Why a deploy could not be planned or applied.
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -200,8 +210,7 @@ impl Plan {
             out.extend(verbs.iter().map(|verb| (p.object.clone(), *verb)));
         }
         if prune {
-            let current: Vec<ObjectRef> =
-                layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
+            let current = refs(layers);
             out.extend(self.previous.stale(&current).into_iter().map(|object| (object, "delete")));
         }
         let later = self.planned.values().any(|p| p.action == Action::Skipped);
@@ -226,7 +235,7 @@ pub async fn plan(
     opts: &ApplyOptions,
 ) -> Result<Plan, DeployError> {
     let (inv_ns, inv_name) = inventory_ref(profile);
-    let objects: Vec<Value> = layers.iter().flat_map(|l| l.objects.iter().map(|(_, v)| v.clone())).collect();
+    let objects = values(layers);
     let plan_opts = PlanOptions { dry_run_new: opts.dry_run, force_conflicts: opts.force_conflicts };
     let (previous, planned) = futures::try_join!(
         async { Inventory::load(cluster, &inv_ns, &inv_name).await.map_err(DeployError::from) },
@@ -302,7 +311,7 @@ pub async fn execute(
     // objects can unblock their replacements).
     let cluster_failed = matches!(not_ready, Some(WaitError::Cluster(_)));
     if opts.prune && !cluster_failed && changes_all_layers(layers, &changes) {
-        let current: Vec<ObjectRef> = layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
+        let current = refs(layers);
         for stale in previous.stale(&current) {
             match prune_one(cluster, &stale, opts.dry_run).await? {
                 Some(change) => {
@@ -448,7 +457,7 @@ async fn prune_one(cluster: &Cluster, r: &ObjectRef, dry_run: bool) -> Result<Op
 /// # Errors
 /// [`DeployError`] when a dry-run is refused or the cluster fails.
 pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<ChangeSet, DeployError> {
-    let objects: Vec<Value> = layers.iter().flat_map(|l| l.objects.iter().map(|(_, v)| v.clone())).collect();
+    let objects = values(layers);
     let (inv_ns, inv_name) = inventory_ref(profile);
     let (planned, inventory) = futures::try_join!(
         async {

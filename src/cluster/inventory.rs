@@ -111,18 +111,6 @@ impl Inventory {
         stale
     }
 
-    /// Write the inventory (server-side apply, manager `osbx`) unless it equals `previous`.
-    ///
-    /// # Errors
-    /// [`ClusterError::Api`] when the write fails.
-    pub async fn save(&self, cluster: &Cluster, previous: &Inventory) -> Result<bool, ClusterError> {
-        if self == previous {
-            return Ok(false);
-        }
-        self.write(cluster).await?;
-        Ok(true)
-    }
-
     /// Write the inventory (server-side apply, manager `osbx`).
     ///
     /// # Errors

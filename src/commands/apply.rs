@@ -6,7 +6,6 @@ use crate::cluster::preflight;
 use crate::commands::ExitStatus;
 use crate::commands::cluster::{prepare, runtime, start_connect};
 use crate::deploy::{self, ApplyOptions};
-use crate::object::ObjectRef;
 use crate::printer::Printer;
 use crate::progress::Progress;
 use crate::repo;
@@ -47,8 +46,7 @@ pub fn run(args: &ApplyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             interval: std::time::Duration::from_secs(2),
             force_conflicts: args.force_conflicts,
         };
-        let refs: Vec<ObjectRef> =
-            prepared.layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect();
+        let refs = deploy::refs(&prepared.layers);
         let flux_ns = &profile.cluster.flux_namespace;
         let plan = match deploy::plan(&cluster, profile, &prepared.layers, &opts).await {
             Ok(plan) => plan,

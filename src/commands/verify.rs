@@ -69,12 +69,8 @@ pub async fn verify_and_report(
             key,
         ),
     };
-    let flux_objects = prepared
-        .layers
-        .iter()
-        .flat_map(|l| l.objects.iter().map(|(r, _)| r.clone()))
-        .filter(|r| r.group.ends_with(".toolkit.fluxcd.io"))
-        .collect();
+    let flux_objects =
+        crate::deploy::refs(&prepared.layers).into_iter().filter(|r| r.group.ends_with(".toolkit.fluxcd.io")).collect();
     let catalogue = checks::catalogue(&profile, flux_objects);
     let run = probe::Run::new(profile.verify.probe_deadline_seconds, flags.verify_timeout);
     let extra: Vec<String> = profile.spiffe_smoke().iter().map(|s| s.namespace.clone()).collect();
