@@ -100,3 +100,20 @@ fn the_render_benchmark_fleets_render() {
     );
     assert_eq!(rendered.clusters.len(), 10);
 }
+
+#[test]
+fn the_startup_benchmark_command_needs_no_configuration() {
+    // `bench/run` times `osbx --version`: it must not read a kubeconfig, a profile or the network.
+    let home = tempfile::tempdir().unwrap();
+    let out = osbx()
+        .arg("--version")
+        .env_clear()
+        .env("HOME", home.path())
+        .env("KUBECONFIG", home.path().join("missing"))
+        .current_dir(home.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout.trim(), format!("osbx {}", env!("CARGO_PKG_VERSION")), "{stdout}");
+}
