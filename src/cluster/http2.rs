@@ -5,7 +5,12 @@
 //!
 //! The layers are kube's own (base URI, credentials, extra headers, retry of 429/503/504), in
 //! kube's order; the request timeout is a per-request deadline, since a socket read timeout would
-//! also cut an idle, shared HTTP/2 connection.
+//! also cut an idle, shared HTTP/2 connection. Below them, a request whose connection the server
+//! closed (GOAWAY) before it was answered is sent again on a new connection: the API server does
+//! that to every unauthenticated HTTP/2 client (its answer, a 401, can be lost with the
+//! connection: 4 runs in 40 with an expired certificate) and, with `--goaway-chance`, to any
+//! client. Every request osbx sends may be repeated: reads, server-side applies and access
+//! reviews change nothing the second time, and a repeated delete finds the object gone.
 
 use std::time::Duration;
 
@@ -55,10 +60,54 @@ pub(super) fn builder(config: Config, timeout: Duration) -> Result<ClientBuilder
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .layer(tower::timeout::TimeoutLayer::new(timeout))
+        .layer(tower::retry::RetryLayer::new(ConnectionLost { retries: 3 }))
         .service(hyper.map_err(BoxError::from))
         .map_response(|res: Response<hyper::body::Incoming>| {
             res.map(|body| Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
         })
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace))
+}
+
+/// Sends a request again (at most `retries` times) when its connection went away before it was
+/// answered.
+#[derive(Clone)]
+struct ConnectionLost {
+    retries: u8,
+}
+
+impl<Res> tower::retry::Policy<Request<Body>, Res, BoxError> for ConnectionLost {
+    type Future = std::future::Ready<()>;
+
+    fn retry(&mut self, _: &mut Request<Body>, result: &mut Result<Res, BoxError>) -> Option<Self::Future> {
+        match result {
+            Err(e) if self.retries > 0 && connection_lost(e.as_ref()) => {
+                self.retries -= 1;
+                Some(std::future::ready(()))
+            }
+            _ => None,
+        }
+    }
+
+    fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
+        let mut copy = Request::new(req.body().try_clone()?);
+        *copy.method_mut() = req.method().clone();
+        *copy.uri_mut() = req.uri().clone();
+        *copy.version_mut() = req.version();
+        *copy.headers_mut() = req.headers().clone();
+        Some(copy)
+    }
+}
+
+/// Whether an error says the server closed the HTTP/2 connection (GOAWAY, or a stream it refused)
+/// rather than answering.
+fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        cur = e.source();
+    }
+    false
 }

@@ -160,7 +160,12 @@ async fn prune_one(cluster: &Cluster, r: &ObjectRef, dry_run: bool) -> Result<Op
             propagation_policy: Some(kube::api::PropagationPolicy::Background),
             ..Default::default()
         };
-        api.delete(&r.name, &params).await.map_err(|source| ClusterError::Api { subject: r.to_string(), source })?;
+        match api.delete(&r.name, &params).await {
+            // Gone meanwhile (or a repeated request found it deleted): what pruning wanted.
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(source) => return Err(ClusterError::Api { subject: r.to_string(), source }.into()),
+        }
     }
     Ok(Some(Change::new(r.clone(), Action::Deleted)))
 }
