@@ -103,7 +103,7 @@ pub enum Output {
 /// # Errors
 /// A message when the text is not a duration.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    crate::profile::validate::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 90s, 5m, 1h30m)"))
+    crate::profile::syntax::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 90s, 5m, 1h30m)"))
 }
 
 /// `osbx diff` arguments.

@@ -87,7 +87,7 @@ pub fn load(path: &Path) -> Result<Fleet, ProfileError> {
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, m) in doc.clusters.iter().enumerate() {
-        if let Err(why) = profile::validate::check_dns_label(&m.name) {
+        if let Err(why) = profile::syntax::check_dns_label(&m.name) {
             problems.push(diag(&format!("clusters[{i}].name"), format!("{:?} is not a valid name: {why}", m.name)));
         }
         if !seen.insert(&m.name) {
@@ -209,7 +209,7 @@ pub fn render_checked<E: From<RenderError>>(
         .members
         .iter()
         .flat_map(|m| m.profile.layers.iter().filter(|l| !l.external))
-        .map(|l| (l.name.as_str(), profile::Profile::layer_path(l)))
+        .map(|l| (l.name.as_str(), l.repo_path()))
         .collect();
     // Second pass: clusters whose layers moved render again at their paths.
     let moved: Vec<usize> = (0..fleet.members.len())
@@ -257,7 +257,7 @@ fn layer_paths(fleet: &Fleet, first_pass: &[Rendered]) -> BTreeMap<(String, Stri
     let mut variants: BTreeMap<&str, Variants<'_>> = BTreeMap::new();
     for (m, rendered) in fleet.members.iter().zip(first_pass) {
         for layer in m.profile.layers.iter().filter(|l| !l.external) {
-            let path = profile::Profile::layer_path(layer);
+            let path = layer.repo_path();
             let prefix = format!("{path}/");
             let mut files: Vec<(&str, &str)> = rendered
                 .files

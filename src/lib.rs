@@ -15,6 +15,7 @@ pub mod changeset;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
+pub mod components;
 pub mod deploy;
 mod embedded;
 pub mod fleet;

@@ -7,7 +7,9 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::profile::{Component, LoadedProfile, Pos, Runtime};
+use crate::components::pools::Runtime;
+use crate::components::spire_smoke;
+use crate::profile::{LoadedProfile, Pos};
 use crate::render::{Rendered, RenderedObject};
 
 /// How bad a finding is.
@@ -101,7 +103,7 @@ pub fn lint(loaded: &LoadedProfile, rendered: &Rendered, pool_crd: Option<&Value
 
 fn api_key(l: &mut Linter<'_>) {
     let server = &l.loaded.profile.opensandbox.server;
-    let insecure = server.env.iter().any(|e| e["name"] == "OPENSANDBOX_INSECURE_SERVER" && e["value"] == "YES");
+    let insecure = server.insecure();
     match server.api_key.inline.as_deref() {
         Some("") if !insecure => l.add(
             "api-key.empty",
@@ -123,8 +125,8 @@ fn api_key(l: &mut Linter<'_>) {
 
 fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Option<&Value>) {
     let p = &l.loaded.profile;
-    let timeout = p.opensandbox.server.config.kubernetes.sandbox_create_timeout_seconds.unwrap_or(60);
-    for (i, pool) in p.effective_pools().iter().enumerate() {
+    let timeout = p.opensandbox.server.config.kubernetes.create_timeout();
+    for (i, pool) in p.pools.effective().iter().enumerate() {
         let at = format!("pools.items[{i}]");
         if pool.pool.runtime == Runtime::Kata {
             for (j, v) in pool.template.volumes.iter().flatten().enumerate() {
@@ -279,7 +281,7 @@ fn spire(l: &mut Linter<'_>) {
             "set spire-server.controllerManager.identities.clusterSPIFFEIDs.default.enabled: false",
         );
     }
-    if s.class_name.trim().is_empty() {
+    if s.class_name.as_deref().is_some_and(|c| c.trim().is_empty()) {
         l.add(
             "spire.class-name",
             Severity::Warning,
@@ -288,7 +290,7 @@ fn spire(l: &mut Linter<'_>) {
             "set it to the className of the controller manager that serves this cluster (<namespace>-<release> in the hardened chart)",
         );
     }
-    let smoke_layer = l.loaded.profile.layers.iter().any(|x| !x.external && x.component == Some(Component::SpireSmoke));
+    let smoke_layer = l.loaded.profile.rendering(&spire_smoke::COMPONENT).is_some();
     if !smoke_layer && l.loaded.profile.verify.spiffe.is_none() {
         l.add(
             "spire.no-smoke",

@@ -115,11 +115,8 @@ pub fn layers(profile: &Profile, rendered: &Rendered) -> Result<Vec<Layer>, Depl
 /// masks it). The key is never part of the render, so it never reaches git.
 pub fn add_api_key_secret(profile: &Profile, layers: &mut [Layer], key: &str) -> Result<(), DeployError> {
     let Some(secret_ref) = &profile.opensandbox.server.api_key.secret_ref else { return Ok(()) };
-    let Some(layer) = layers.iter_mut().find(|l| {
-        profile.layers.iter().any(|p| p.name == l.name && p.component == Some(crate::profile::Component::Opensandbox))
-    }) else {
-        return Ok(());
-    };
+    let Some((_, spec)) = profile.rendering(&crate::components::opensandbox::COMPONENT) else { return Ok(()) };
+    let Some(layer) = layers.iter_mut().find(|l| l.name == spec.name) else { return Ok(()) };
     let mut data = std::collections::BTreeMap::new();
     data.insert(secret_ref.key.clone(), k8s_openapi::ByteString(key.as_bytes().to_vec()));
     let secret = k8s_openapi::api::core::v1::Secret {

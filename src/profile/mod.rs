@@ -4,15 +4,20 @@
 //! position; the rules in [`validate`] are reported at the position of the field they name. All
 //! errors are collected and returned together, each as `file:line:column: field: message`.
 
+mod document;
 mod locate;
-mod types;
+pub mod syntax;
 pub mod validate;
+pub mod values;
+mod verify;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use document::*;
 pub use locate::{Locations, Pos};
-pub use types::*;
+pub use validate::{Violation, Violations};
+pub use verify::{SpiffeSmoke, Verify};
 
 use crate::embedded;
 
@@ -185,15 +190,15 @@ pub fn parse(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> 
         Ok(p) => p,
         Err(e) => return Err(ProfileError::Invalid(vec![serde_diagnostic(origin, &text, &locations, &e)])),
     };
-    let findings = validate::validate(&profile);
-    if !findings.is_empty() {
-        let diagnostics = findings
+    let violations = validate::validate(&profile);
+    if !violations.is_empty() {
+        let diagnostics = violations
             .into_iter()
-            .map(|f| Diagnostic {
+            .map(|v| Diagnostic {
                 file: origin.to_owned(),
-                pos: locations.find(&f.field),
-                field: Some(f.field),
-                message: f.message,
+                pos: locations.find(&v.field),
+                field: Some(v.field),
+                message: v.message,
             })
             .collect();
         return Err(ProfileError::Invalid(diagnostics));
@@ -238,74 +243,4 @@ fn scalar_at(text: &str, pos: Pos) -> String {
     let line = text.lines().nth(pos.line.saturating_sub(1)).unwrap_or("");
     let rest: String = line.chars().skip(pos.column.saturating_sub(1)).collect();
     rest.split([',', '}', ']', '#']).next().unwrap_or("").trim().to_owned()
-}
-
-/// A pool with `pools.defaults` applied: every field it did not set comes from the defaults.
-#[derive(Debug, Clone)]
-pub struct EffectivePool<'a> {
-    /// The pool as written.
-    pub pool: &'a Pool,
-    /// The merged pod-template fields.
-    pub template: PoolTemplate,
-    /// The runtime class (`Some` only for kata pools).
-    pub runtime_class_name: Option<String>,
-}
-
-impl Profile {
-    /// The pools with defaults applied, in profile order.
-    #[must_use]
-    pub fn effective_pools(&self) -> Vec<EffectivePool<'_>> {
-        let d = &self.pools.defaults;
-        self.pools
-            .items
-            .iter()
-            .map(|p| EffectivePool {
-                pool: p,
-                template: PoolTemplate {
-                    labels: p.labels.clone().or_else(|| d.labels.clone()),
-                    annotations: p.annotations.clone().or_else(|| d.annotations.clone()),
-                    container_name: p.container_name.clone().or_else(|| d.container_name.clone()),
-                    image: p.image.clone().or_else(|| d.image.clone()),
-                    image_pull_policy: p.image_pull_policy.clone().or_else(|| d.image_pull_policy.clone()),
-                    command: p.command.clone().or_else(|| d.command.clone()),
-                    args: p.args.clone().or_else(|| d.args.clone()),
-                    env: p.env.clone().or_else(|| d.env.clone()),
-                    resources: p.resources.clone().or_else(|| d.resources.clone()),
-                    volume_mounts: p.volume_mounts.clone().or_else(|| d.volume_mounts.clone()),
-                    init_containers: p.init_containers.clone().or_else(|| d.init_containers.clone()),
-                    volumes: p.volumes.clone().or_else(|| d.volumes.clone()),
-                    node_selector: p.node_selector.clone().or_else(|| d.node_selector.clone()),
-                    tolerations: p.tolerations.clone().or_else(|| d.tolerations.clone()),
-                    service_account_name: p.service_account_name.clone().or_else(|| d.service_account_name.clone()),
-                },
-                runtime_class_name: match p.runtime {
-                    Runtime::Kata => {
-                        Some(p.runtime_class_name.clone().unwrap_or_else(|| DEFAULT_KATA_RUNTIME_CLASS.to_owned()))
-                    }
-                    Runtime::Runc => None,
-                },
-            })
-            .collect()
-    }
-
-    /// The SPIFFE smoke identity `osbx verify` checks: `verify.spiffe`, else the one the `spire`
-    /// section defines.
-    #[must_use]
-    pub fn spiffe_smoke(&self) -> Option<SpiffeSmoke> {
-        self.verify.spiffe.clone().or_else(|| {
-            let s = self.spire.as_ref()?;
-            serde_json::from_value(serde_json::json!({
-                "namespace": s.smoke.namespace, "serviceAccount": s.smoke.service_account, "id": s.smoke_id(),
-                "clusterSpiffeId": s.smoke.name,
-            }))
-            .ok()
-        })
-    }
-
-    /// The repository path of a rendered layer (`platform/<name>` unless set), normalised.
-    #[must_use]
-    pub fn layer_path(layer: &Layer) -> String {
-        let raw = layer.path.clone().unwrap_or_else(|| format!("platform/{}", layer.name));
-        validate::normalize_repo_path(&raw).unwrap_or(raw)
-    }
 }

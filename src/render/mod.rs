@@ -151,15 +151,15 @@ impl Renderer {
         let cluster_dir = format!("clusters/{}", p.cluster.name);
         let mut files = Vec::new();
         let mut entries = Vec::new();
-        for layer in p.layers.iter().filter(|l| !l.external) {
-            let Some(component) = layer.component else { continue };
+        for layer in p.layers.iter() {
+            let Some(component) = layer.renders() else { continue };
             let mut ctx = base.clone();
             ctx.insert("layer", &view::layer(layer));
             let app = format!("apps/{}.yaml", layer.name);
             self.push(&mut files, "cluster/layer.yaml", &ctx, (format!("{cluster_dir}/{app}"), &layer.name), p)?;
             entries.push(app);
-            let dir = Profile::layer_path(layer);
-            let prefix = format!("{}/", component.template_dir());
+            let dir = layer.repo_path();
+            let prefix = format!("{}/", component.name);
             for name in self.names.iter().filter(|n| n.starts_with(&prefix)) {
                 let file = &name[prefix.len()..];
                 if file.contains('/') || file.starts_with('_') {

@@ -6,8 +6,6 @@ mod nodes;
 mod opensandbox;
 mod spiffe;
 
-use std::collections::BTreeSet;
-
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
@@ -38,8 +36,7 @@ pub fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<Box<dyn
 
 /// The Kata runtime classes the profile's pools use.
 fn kata_classes(profile: &Profile) -> Vec<String> {
-    let set: BTreeSet<String> = profile.effective_pools().into_iter().filter_map(|p| p.runtime_class_name).collect();
-    set.into_iter().collect()
+    profile.pools.kata_classes()
 }
 
 /// Read any object (`None` when it does not exist or its kind is not served).

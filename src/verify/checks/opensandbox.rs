@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::{get, list, obj_ref};
 use crate::cluster::status::{self, Status};
+use crate::components::pools::EffectivePool;
 use crate::verify::{Check, Ctx, Verdict};
 
 const SANDBOX_GROUP: &str = "sandbox.opensandbox.io";
@@ -84,7 +85,7 @@ impl Check for Pools {
             let ns = &ctx.profile.opensandbox.namespaces.sandbox;
             let mut ok = Vec::new();
             let mut problems = Vec::new();
-            for p in ctx.profile.effective_pools() {
+            for p in ctx.profile.pools.effective() {
                 let name = &p.pool.name;
                 let pool = match get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "Pool", Some(ns), name)).await {
                     Err(e) => return vec![Verdict::error(format!("reading Pool {name}"), e.to_string())],
@@ -273,15 +274,7 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
         }
     }
     let mut left_pods = Vec::new();
-    if ctx
-        .profile
-        .pools
-        .items
-        .iter()
-        .find(|p| p.name == pool)
-        .and_then(|p| p.recycle_strategy.as_ref())
-        .is_none_or(|r| matches!(r.kind, crate::profile::RecycleType::Delete))
-    {
+    if ctx.profile.pools.effective().iter().find(|p| p.pool.name == pool).is_none_or(EffectivePool::deletes_released_pods) {
         for pod in &pods {
             if let Ok(Some(p)) = get(&ctx.cluster, &obj_ref("", "v1", "Pod", Some(ns), pod)).await
                 && p["metadata"]["deletionTimestamp"].is_null()

@@ -1,0 +1,458 @@
+//! The `opensandbox` component: namespaces, the chart's `GitRepository`, the values ConfigMap,
+//! the `HelmRelease` and the layer README, from the `opensandbox` section.
+
+mod config;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tera::Context;
+
+pub use self::config::*;
+use super::Component;
+use crate::profile::syntax::GIT_TIMEOUT_UNITS;
+use crate::profile::values::{ImageRef, Resources};
+use crate::profile::{Profile, Violations};
+
+/// The table entry of this component.
+pub static COMPONENT: Component = Component {
+    name: "opensandbox",
+    about: "namespaces, chart GitRepository, values ConfigMap, HelmRelease and README",
+    validate,
+    view,
+};
+
+/// The OpenSandbox installation.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OpenSandbox {
+    /// The namespaces the chart uses (it creates none itself).
+    #[serde(default)]
+    pub namespaces: Namespaces,
+    /// The Git repository that holds the chart.
+    pub source: ChartSource,
+    /// The chart inside the source.
+    #[serde(default)]
+    pub chart: Chart,
+    /// The Flux HelmRelease.
+    #[serde(default)]
+    pub release: Release,
+    /// `opensandbox-controller` values.
+    #[serde(default)]
+    pub controller: Controller,
+    /// `opensandbox-server` values and its `config.toml`.
+    pub server: Server,
+    /// `opensandbox-node-agent` values.
+    #[serde(default)]
+    pub node_agent: NodeAgent,
+    /// Facts and notes for the layer README.
+    #[serde(default)]
+    pub readme: Readme,
+}
+
+impl OpenSandbox {
+    /// The server's Service and Deployment name (the chart's `fullnameOverride`).
+    pub const SERVER_SERVICE: &'static str = "opensandbox-server";
+    /// The server Service's port.
+    pub const SERVER_PORT: u16 = 80;
+
+    /// Namespace of the HelmRelease, its values ConfigMap and the chart source.
+    #[must_use]
+    pub fn release_namespace(&self) -> &str {
+        self.release.namespace.as_deref().unwrap_or(&self.namespaces.control_plane)
+    }
+
+    /// The Helm target namespace.
+    #[must_use]
+    pub fn target_namespace(&self) -> &str {
+        self.release.target_namespace.as_deref().unwrap_or(&self.namespaces.control_plane)
+    }
+
+    /// The Helm release name.
+    #[must_use]
+    pub fn helm_name(&self) -> &str {
+        self.release.release_name.as_deref().unwrap_or(&self.release.name)
+    }
+}
+
+/// The control-plane and sandbox namespaces.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Namespaces {
+    /// Where the chart installs the controller and server (hard-coded in the chart).
+    pub control_plane: String,
+    /// Where sandboxes, BatchSandboxes and Pools live (`[kubernetes].namespace`).
+    pub sandbox: String,
+}
+
+impl Default for Namespaces {
+    fn default() -> Self {
+        Self { control_plane: "opensandbox-system".into(), sandbox: "opensandbox".into() }
+    }
+}
+
+/// The chart's Git source (a Flux `GitRepository`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChartSource {
+    /// GitRepository name.
+    pub name: String,
+    /// Clone URL (`http`, `https` or `ssh`).
+    pub url: String,
+    /// The ref to check out.
+    #[serde(rename = "ref")]
+    pub git_ref: GitRef,
+    /// Fetch interval.
+    pub interval: String,
+    /// Git operation timeout (`ms`, `s` or `m` only).
+    pub timeout: Option<String>,
+}
+
+impl Default for ChartSource {
+    fn default() -> Self {
+        Self {
+            name: Release::default().name,
+            url: String::new(),
+            git_ref: GitRef::default(),
+            interval: "1h".into(),
+            timeout: None,
+        }
+    }
+}
+
+/// A Git reference (Flux precedence: commit > name > semver > tag > branch).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitRef {
+    /// Branch name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Tag name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Semver range over tags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub semver: Option<String>,
+    /// Full ref name (`refs/pull/1/head`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Commit SHA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+impl GitRef {
+    /// Whether any ref is set (an unset ref follows the default branch: not a pin).
+    #[must_use]
+    pub fn is_set(&self) -> bool {
+        [&self.branch, &self.tag, &self.semver, &self.name, &self.commit].iter().any(|v| v.is_some())
+    }
+}
+
+/// The chart inside the source.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Chart {
+    /// Chart path inside the Git source.
+    pub path: String,
+    /// How often the HelmChart is checked.
+    pub interval: Option<String>,
+    /// `ChartVersion` (default in Flux) or `Revision`.
+    pub reconcile_strategy: Option<ReconcileStrategy>,
+}
+
+impl Default for Chart {
+    fn default() -> Self {
+        Self { path: "./kubernetes/charts/opensandbox".into(), interval: None, reconcile_strategy: None }
+    }
+}
+
+/// HelmChart reconcile strategy.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+pub enum ReconcileStrategy {
+    /// New chart version only.
+    ChartVersion,
+    /// Every source revision.
+    Revision,
+}
+
+/// The Flux HelmRelease.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Release {
+    /// HelmRelease name (and Helm release name unless `releaseName` is set).
+    pub name: String,
+    /// Helm release name.
+    pub release_name: Option<String>,
+    /// Namespace of the HelmRelease object; default the control-plane namespace.
+    pub namespace: Option<String>,
+    /// Helm target namespace; default the control-plane namespace.
+    pub target_namespace: Option<String>,
+    /// Reconcile interval.
+    pub interval: String,
+    /// Timeout of each Helm operation.
+    pub timeout: Option<String>,
+    /// Install strategy.
+    pub install: Option<ActionStrategy>,
+    /// Upgrade strategy.
+    pub upgrade: Option<ActionStrategy>,
+    /// Helm drift detection mode.
+    pub drift_detection: Option<DriftDetection>,
+    /// Name of the values ConfigMap referenced by `valuesFrom`.
+    pub values_config_map: String,
+}
+
+impl Default for Release {
+    fn default() -> Self {
+        Self {
+            name: "opensandbox".into(),
+            release_name: None,
+            namespace: None,
+            target_namespace: None,
+            interval: "30m".into(),
+            timeout: None,
+            install: None,
+            upgrade: None,
+            drift_detection: None,
+            values_config_map: "opensandbox-values".into(),
+        }
+    }
+}
+
+/// Install or upgrade strategy.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ActionStrategy {
+    /// Strategy name.
+    pub strategy: StrategyName,
+    /// Retry interval (only with `RetryOnFailure`).
+    #[serde(default)]
+    pub retry_interval: Option<String>,
+}
+
+/// helm-controller remediation strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum StrategyName {
+    /// Remediate (rollback/uninstall) on failure.
+    RemediateOnFailure,
+    /// Retry the action after `retryInterval` (Flux ≥ 2.7).
+    RetryOnFailure,
+}
+
+/// helm-controller drift detection mode.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriftDetection {
+    /// Detect and correct drift.
+    Enabled,
+    /// Detect and report drift.
+    Warn,
+    /// Off.
+    Disabled,
+}
+
+/// `opensandbox-controller.controller` values.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Controller {
+    /// Controller image (pin it: the chart's default tags move).
+    #[serde(default)]
+    pub image: Option<ImageRef>,
+    /// `--zap-log-level`.
+    #[serde(default)]
+    pub log_level: Option<String>,
+    /// Replica count.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    /// Metrics endpoint.
+    #[serde(default)]
+    pub metrics: Option<Metrics>,
+    /// Resources.
+    #[serde(default)]
+    pub resources: Option<Resources>,
+}
+
+/// Controller metrics endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Metrics {
+    /// Serve metrics.
+    pub enabled: bool,
+    /// Serve them over HTTPS.
+    pub secure: bool,
+    /// Port.
+    pub port: i64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self { enabled: false, secure: false, port: 8080 }
+    }
+}
+
+/// `opensandbox-server` values.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Server {
+    /// Server image.
+    #[serde(default)]
+    pub image: Option<ImageRef>,
+    /// Replica count.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    /// Resources (the chart asks for 1 CPU / 4Gi per replica by default).
+    #[serde(default)]
+    pub resources: Option<Resources>,
+    /// Where the server's API key comes from.
+    pub api_key: ApiKeySource,
+    /// Extra container env (Kubernetes `EnvVar` objects).
+    #[serde(default)]
+    pub env: Vec<Value>,
+    /// The `config.toml` tables (the chart adds `[ingress]` itself).
+    pub config: ServerConfig,
+}
+
+impl Server {
+    /// Whether the server env sets `OPENSANDBOX_INSECURE_SERVER=YES` (start without an API key).
+    #[must_use]
+    pub fn insecure(&self) -> bool {
+        self.env.iter().any(|e| e["name"] == "OPENSANDBOX_INSECURE_SERVER" && e["value"] == "YES")
+    }
+}
+
+/// Where the OpenSandbox API key comes from.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiKeySource {
+    /// Written into `config.toml`, i.e. the values ConfigMap, in clear text.
+    #[serde(default)]
+    pub inline: Option<String>,
+    /// Read from a Secret in the control-plane namespace through `OPENSANDBOX_SERVER_API_KEY`.
+    #[serde(default)]
+    pub secret_ref: Option<SecretKeyRef>,
+}
+
+/// A key of a Secret.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretKeyRef {
+    /// Secret name.
+    pub name: String,
+    /// Key inside the Secret.
+    pub key: String,
+}
+
+impl Default for SecretKeyRef {
+    fn default() -> Self {
+        Self { name: String::new(), key: "api-key".into() }
+    }
+}
+
+/// `opensandbox-node-agent` values.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeAgent {
+    /// Deploy the node agent DaemonSet (not needed for pools).
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// Facts for the OpenSandbox layer README that are not in the objects.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Readme {
+    /// The commit the chart ref resolved to when it was pinned (documentation only).
+    #[serde(default)]
+    pub chart_commit: Option<String>,
+    /// Text appended to the paragraph about the chart.
+    #[serde(default)]
+    pub chart_note: Option<String>,
+    /// Text appended to the paragraph about the pools.
+    #[serde(default)]
+    pub pools_note: Option<String>,
+    /// Paragraphs placed between the pools paragraph and the smoke-test paragraph.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+fn validate(p: &Profile, _layer: Option<usize>, v: &mut Violations) {
+    let o = &p.opensandbox;
+    v.dns_label("opensandbox.namespaces.controlPlane", &o.namespaces.control_plane);
+    v.dns_label("opensandbox.namespaces.sandbox", &o.namespaces.sandbox);
+    v.dns_label("opensandbox.source.name", &o.source.name);
+    if o.source.url.is_empty() {
+        v.missing("opensandbox.source.url");
+    } else if !["http://", "https://", "ssh://"].iter().any(|s| o.source.url.starts_with(s)) {
+        v.push("opensandbox.source.url", format!("{:?} must start with http://, https:// or ssh://", o.source.url));
+    }
+    if !o.source.git_ref.is_set() {
+        v.push("opensandbox.source.ref", "set one of branch, tag, semver, name or commit (pin the chart)");
+    }
+    v.duration("opensandbox.source.interval", &o.source.interval);
+    if let Some(t) = &o.source.timeout {
+        v.duration_in("opensandbox.source.timeout", t, GIT_TIMEOUT_UNITS);
+    }
+    if o.chart.path.trim().is_empty() {
+        v.push("opensandbox.chart.path", "must not be empty");
+    }
+    v.opt_duration("opensandbox.chart.interval", o.chart.interval.as_deref());
+    let rel = &o.release;
+    v.dns_label("opensandbox.release.name", &rel.name);
+    let helm_name = o.helm_name();
+    if helm_name.len() > 53 {
+        v.push("opensandbox.release.releaseName", format!("{helm_name:?} is longer than Helm's 53 characters"));
+    }
+    for (field, ns) in [("namespace", &rel.namespace), ("targetNamespace", &rel.target_namespace)] {
+        if let Some(ns) = ns {
+            v.dns_label(&format!("opensandbox.release.{field}"), ns);
+        }
+    }
+    v.duration("opensandbox.release.interval", &rel.interval);
+    v.opt_duration("opensandbox.release.timeout", rel.timeout.as_deref());
+    for (field, s) in [("install", &rel.install), ("upgrade", &rel.upgrade)] {
+        let Some(s) = s else { continue };
+        if let Some(ri) = &s.retry_interval {
+            let at = format!("opensandbox.release.{field}.retryInterval");
+            if s.strategy == StrategyName::RetryOnFailure {
+                v.duration(&at, ri);
+            } else {
+                v.push(at, "retryInterval is allowed only with strategy RetryOnFailure");
+            }
+        }
+    }
+    v.dns_subdomain("opensandbox.release.valuesConfigMap", &rel.values_config_map);
+    api_key(&o.server.api_key, v);
+    for (field, n) in [("controller.replicas", o.controller.replicas), ("server.replicas", o.server.replicas)] {
+        if n.is_some_and(|n| n < 0) {
+            v.push(format!("opensandbox.{field}"), "must not be negative");
+        }
+    }
+    if o.server.config.runtime.execd_image.trim().is_empty() {
+        v.push("opensandbox.server.config.runtime.execdImage", "must not be empty");
+    }
+}
+
+fn api_key(k: &ApiKeySource, v: &mut Violations) {
+    match (&k.inline, &k.secret_ref) {
+        (Some(_), Some(_)) => v.push("opensandbox.server.apiKey", "set either `inline` or `secretRef`, not both"),
+        (None, None) => {
+            v.push("opensandbox.server.apiKey", "set `secretRef` (a Secret in the control-plane namespace) or `inline`");
+        }
+        (None, Some(s)) => {
+            v.dns_subdomain("opensandbox.server.apiKey.secretRef.name", &s.name);
+            if s.key.is_empty() {
+                v.push("opensandbox.server.apiKey.secretRef.key", "must not be empty");
+            }
+        }
+        (Some(_), None) => {}
+    }
+}
+
+/// `opensandbox`: the section with the values templates should not compute.
+fn view(p: &Profile, ctx: &mut Context) {
+    let o = &p.opensandbox;
+    let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
+    v["releaseNamespace"] = json!(o.release_namespace());
+    v["targetNamespace"] = json!(o.target_namespace());
+    v["releaseName"] = json!(o.helm_name());
+    ctx.insert("opensandbox", &v);
+}

@@ -1,0 +1,353 @@
+//! The `pools` component: the OpenSandbox `Pool`s of the `pools` section, each a runc or Kata
+//! pool inheriting the pod-template fields it does not set from `pools.defaults`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tera::Context;
+
+use super::{Component, kata};
+use crate::profile::values::Resources;
+use crate::profile::{Profile, Violations};
+
+/// The table entry of this component.
+pub static COMPONENT: Component = Component { name: "pools", about: "the OpenSandbox Pools", validate, view };
+
+/// The pools and the pod-template parts they share.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pools {
+    /// Fields every pool inherits unless it sets them itself (lists and maps are replaced whole).
+    #[serde(default)]
+    pub defaults: PoolTemplate,
+    /// The pools.
+    #[serde(default)]
+    pub items: Vec<Pool>,
+}
+
+/// Container runtime of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// The node's default runtime.
+    Runc,
+    /// A Kata Containers VM per pod (needs a RuntimeClass).
+    Kata,
+}
+
+impl Runtime {
+    /// Lower-case name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Runc => "runc",
+            Runtime::Kata => "kata",
+        }
+    }
+}
+
+/// Pod-template fields a pool may set or inherit from `pools.defaults`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolTemplate {
+    /// Pod labels.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Pod annotations.
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Main container name (default [`PoolTemplate::CONTAINER_NAME`]).
+    pub container_name: Option<String>,
+    /// Main container image.
+    pub image: Option<String>,
+    /// Main container image pull policy.
+    pub image_pull_policy: Option<String>,
+    /// Main container command.
+    pub command: Option<Vec<String>>,
+    /// Main container args.
+    pub args: Option<Vec<String>>,
+    /// Main container env (Kubernetes `EnvVar` objects).
+    pub env: Option<Vec<Value>>,
+    /// Main container resources.
+    pub resources: Option<Resources>,
+    /// Main container volume mounts.
+    pub volume_mounts: Option<Vec<Value>>,
+    /// Init containers (Kubernetes `Container` objects).
+    pub init_containers: Option<Vec<Value>>,
+    /// Pod volumes.
+    pub volumes: Option<Vec<Value>>,
+    /// Pod node selector.
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Pod tolerations.
+    pub tolerations: Option<Vec<Value>>,
+    /// Pod service account.
+    pub service_account_name: Option<String>,
+}
+
+impl PoolTemplate {
+    /// The main container's name when neither the pool nor the defaults name it.
+    pub const CONTAINER_NAME: &'static str = "sandbox";
+}
+
+/// One OpenSandbox Pool.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pool {
+    /// Pool name (DNS-1123 label).
+    pub name: String,
+    /// `runc` or `kata`.
+    pub runtime: Runtime,
+    /// RuntimeClass for `kata` (default [`kata::default_runtime_class`]).
+    #[serde(default)]
+    pub runtime_class_name: Option<String>,
+    /// Warm-pool capacity.
+    pub capacity: Capacity,
+    /// Cap on not-ready pods while scaling.
+    #[serde(default)]
+    pub scale_strategy: Option<MaxUnavailable>,
+    /// Rolling replacement of idle pods on template change.
+    #[serde(default)]
+    pub update_strategy: Option<MaxUnavailable>,
+    /// What happens to a pod when its sandbox is released.
+    #[serde(default)]
+    pub recycle_strategy: Option<RecycleStrategy>,
+    /// Pod labels.
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Pod annotations.
+    #[serde(default)]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Main container name (default [`PoolTemplate::CONTAINER_NAME`]).
+    #[serde(default)]
+    pub container_name: Option<String>,
+    /// Main container image.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Main container image pull policy.
+    #[serde(default)]
+    pub image_pull_policy: Option<String>,
+    /// Main container command.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// Main container args.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    /// Main container env.
+    #[serde(default)]
+    pub env: Option<Vec<Value>>,
+    /// Main container resources.
+    #[serde(default)]
+    pub resources: Option<Resources>,
+    /// Main container volume mounts.
+    #[serde(default)]
+    pub volume_mounts: Option<Vec<Value>>,
+    /// Init containers.
+    #[serde(default)]
+    pub init_containers: Option<Vec<Value>>,
+    /// Pod volumes.
+    #[serde(default)]
+    pub volumes: Option<Vec<Value>>,
+    /// Pod node selector.
+    #[serde(default)]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Pod tolerations.
+    #[serde(default)]
+    pub tolerations: Option<Vec<Value>>,
+    /// Pod service account.
+    #[serde(default)]
+    pub service_account_name: Option<String>,
+}
+
+/// Pool capacity. Signed so that a negative number gets a clear validation error.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Capacity {
+    /// Minimum idle pods.
+    pub buffer_min: i64,
+    /// Maximum idle pods.
+    pub buffer_max: i64,
+    /// Minimum total pods.
+    pub pool_min: i64,
+    /// Maximum total pods.
+    pub pool_max: i64,
+}
+
+/// `maxUnavailable` (an int or a percentage).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MaxUnavailable {
+    /// Count or percentage.
+    pub max_unavailable: Value,
+}
+
+/// Pool recycle strategy.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecycleStrategy {
+    /// `Delete`, `Restart` or `Noop`.
+    #[serde(rename = "type")]
+    pub kind: RecycleType,
+}
+
+/// Pool recycle strategy type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RecycleType {
+    /// Delete the pod.
+    Delete,
+    /// Restart its containers.
+    Restart,
+    /// Return it as is.
+    Noop,
+}
+
+/// A pool with `pools.defaults` applied.
+#[derive(Debug, Clone)]
+pub struct EffectivePool<'a> {
+    /// The pool as written.
+    pub pool: &'a Pool,
+    /// The merged pod-template fields.
+    pub template: PoolTemplate,
+    /// The runtime class (`Some` only for Kata pools).
+    pub runtime_class_name: Option<String>,
+}
+
+impl EffectivePool<'_> {
+    /// The main container's name.
+    #[must_use]
+    pub fn container_name(&self) -> &str {
+        self.template.container_name.as_deref().unwrap_or(PoolTemplate::CONTAINER_NAME)
+    }
+
+    /// Whether released pods are deleted (the default recycle strategy).
+    #[must_use]
+    pub fn deletes_released_pods(&self) -> bool {
+        self.pool.recycle_strategy.as_ref().is_none_or(|r| r.kind == RecycleType::Delete)
+    }
+}
+
+impl Pool {
+    /// Its pod template: every field it does not set comes from `d` (lists and maps whole).
+    #[must_use]
+    pub fn with_defaults(&self, d: &PoolTemplate) -> PoolTemplate {
+        fn pick<T: Clone>(own: &Option<T>, fallback: &Option<T>) -> Option<T> {
+            own.as_ref().or(fallback.as_ref()).cloned()
+        }
+        PoolTemplate {
+            labels: pick(&self.labels, &d.labels),
+            annotations: pick(&self.annotations, &d.annotations),
+            container_name: pick(&self.container_name, &d.container_name),
+            image: pick(&self.image, &d.image),
+            image_pull_policy: pick(&self.image_pull_policy, &d.image_pull_policy),
+            command: pick(&self.command, &d.command),
+            args: pick(&self.args, &d.args),
+            env: pick(&self.env, &d.env),
+            resources: pick(&self.resources, &d.resources),
+            volume_mounts: pick(&self.volume_mounts, &d.volume_mounts),
+            init_containers: pick(&self.init_containers, &d.init_containers),
+            volumes: pick(&self.volumes, &d.volumes),
+            node_selector: pick(&self.node_selector, &d.node_selector),
+            tolerations: pick(&self.tolerations, &d.tolerations),
+            service_account_name: pick(&self.service_account_name, &d.service_account_name),
+        }
+    }
+}
+
+impl Pools {
+    /// The pools with defaults applied, in profile order.
+    #[must_use]
+    pub fn effective(&self) -> Vec<EffectivePool<'_>> {
+        self.items
+            .iter()
+            .map(|p| EffectivePool {
+                pool: p,
+                template: p.with_defaults(&self.defaults),
+                runtime_class_name: match p.runtime {
+                    Runtime::Kata => {
+                        Some(p.runtime_class_name.clone().unwrap_or_else(kata::default_runtime_class))
+                    }
+                    Runtime::Runc => None,
+                },
+            })
+            .collect()
+    }
+
+    /// The Kata RuntimeClasses the pools use, sorted and without duplicates.
+    #[must_use]
+    pub fn kata_classes(&self) -> Vec<String> {
+        let set: BTreeSet<String> = self.effective().into_iter().filter_map(|p| p.runtime_class_name).collect();
+        set.into_iter().collect()
+    }
+}
+
+fn validate(p: &Profile, _layer: Option<usize>, v: &mut Violations) {
+    let mut seen = BTreeSet::new();
+    for (i, pool) in p.pools.items.iter().enumerate() {
+        let at = format!("pools.items[{i}]");
+        v.dns_label(&format!("{at}.name"), &pool.name);
+        if !seen.insert(pool.name.as_str()) {
+            v.push(format!("{at}.name"), format!("duplicate pool name {:?}", pool.name));
+        }
+        match (pool.runtime, pool.runtime_class_name.as_deref()) {
+            (Runtime::Kata, Some(rc)) if rc.trim().is_empty() => v.push(
+                format!("{at}.runtimeClassName"),
+                format!("a kata pool needs a runtime class (omit the field for {})", kata::default_runtime_class()),
+            ),
+            (Runtime::Kata, Some(rc)) => v.dns_label(&format!("{at}.runtimeClassName"), rc),
+            (Runtime::Runc, Some(_)) => v.push(
+                format!("{at}.runtimeClassName"),
+                "only kata pools take a runtime class; remove it or set `runtime: kata`",
+            ),
+            _ => {}
+        }
+        capacity(&at, pool.capacity, v);
+        if pool.image.as_ref().or(p.pools.defaults.image.as_ref()).is_none_or(|s| s.trim().is_empty()) {
+            v.push(format!("{at}.image"), "missing image (set it on the pool or in pools.defaults)");
+        }
+    }
+}
+
+fn capacity(at: &str, c: Capacity, v: &mut Violations) {
+    for (name, n) in
+        [("bufferMin", c.buffer_min), ("bufferMax", c.buffer_max), ("poolMin", c.pool_min), ("poolMax", c.pool_max)]
+    {
+        if n < 0 {
+            v.push(format!("{at}.capacity.{name}"), format!("must not be negative (got {n})"));
+        }
+        if n > i64::from(i32::MAX) {
+            v.push(format!("{at}.capacity.{name}"), format!("{n} does not fit the CRD's int32"));
+        }
+    }
+    for (low_name, low, high_name, high) in [
+        ("bufferMin", c.buffer_min, "bufferMax", c.buffer_max),
+        ("poolMin", c.pool_min, "poolMax", c.pool_max),
+        ("bufferMax", c.buffer_max, "poolMax", c.pool_max),
+    ] {
+        if low > high {
+            v.push(format!("{at}.capacity.{low_name}"), format!("{low_name} ({low}) is greater than {high_name} ({high})"));
+        }
+    }
+}
+
+/// `pools`: every pool with its defaults applied and the values templates should not compute.
+fn view(p: &Profile, ctx: &mut Context) {
+    let ns = &p.opensandbox.namespaces.sandbox;
+    let pools: Vec<Value> = p
+        .pools
+        .effective()
+        .into_iter()
+        .map(|e| {
+            let mut v = serde_json::to_value(&e.template).unwrap_or(Value::Null);
+            let pool = e.pool;
+            v["name"] = json!(pool.name);
+            v["namespace"] = json!(ns);
+            v["runtime"] = json!(pool.runtime.as_str());
+            v["runtimeClassName"] = json!(e.runtime_class_name);
+            v["containerName"] = json!(e.container_name());
+            v["capacity"] = serde_json::to_value(pool.capacity).unwrap_or(Value::Null);
+            v["scaleStrategy"] = serde_json::to_value(&pool.scale_strategy).unwrap_or(Value::Null);
+            v["updateStrategy"] = serde_json::to_value(&pool.update_strategy).unwrap_or(Value::Null);
+            v["recycleStrategy"] = serde_json::to_value(&pool.recycle_strategy).unwrap_or(Value::Null);
+            v
+        })
+        .collect();
+    ctx.insert("pools", &pools);
+}

@@ -1,0 +1,153 @@
+//! The `spire-agents` component: SPIRE agents and the SPIFFE CSI driver from the hardened SPIRE
+//! chart (a Flux `HelmRepository` and `HelmRelease`s), joined to an existing SPIRE server: no
+//! second trust root. Owns the `spire` section (the smoke identity is `spire-smoke`'s).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tera::Context;
+
+use super::Component;
+use super::spire_smoke::SpireSmoke;
+use crate::profile::{Profile, Violations};
+
+/// The table entry of this component.
+pub static COMPONENT: Component =
+    Component { name: "spire-agents", about: "SPIRE agents and the SPIFFE CSI driver", validate, view };
+
+/// SPIRE agents (DaemonSet + SPIFFE CSI driver) joined to a SPIRE server elsewhere.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Spire {
+    /// The trust domain (`example.org`).
+    pub trust_domain: String,
+    /// The cluster name the server's `k8s_psat` attestor knows this cluster by (default:
+    /// `cluster.name`).
+    pub cluster_name: Option<String>,
+    /// Namespace of the agents and the HelmRelease.
+    pub namespace: String,
+    /// The hardened SPIRE chart.
+    pub chart: HelmChart,
+    /// The existing SPIRE server the agents join (no second trust root is created).
+    pub server: SpireServer,
+    /// The `className` of the spire-controller-manager that processes this cluster's
+    /// ClusterSPIFFEIDs; the smoke identity carries it.
+    pub class_name: Option<String>,
+    /// The smoke fixture: namespace, ServiceAccount and the identity it gets.
+    pub smoke: SpireSmoke,
+    /// Extra chart values, merged over what osbx sets.
+    pub values: Option<Value>,
+}
+
+impl Default for Spire {
+    fn default() -> Self {
+        Self {
+            trust_domain: String::new(),
+            cluster_name: None,
+            namespace: "spire-system".into(),
+            chart: HelmChart::default(),
+            server: SpireServer::default(),
+            class_name: None,
+            smoke: SpireSmoke::default(),
+            values: None,
+        }
+    }
+}
+
+impl Spire {
+    /// The chart values osbx sets for `cluster` (agents and the CSI driver only: the server, its
+    /// controller manager and the OIDC provider run with the existing trust root), with `values`
+    /// merged over them.
+    #[must_use]
+    pub fn chart_values(&self, cluster: &str) -> Value {
+        let cluster = self.cluster_name.as_deref().unwrap_or(cluster);
+        let mut values = json!({
+            "global": {"spire": {"trustDomain": self.trust_domain, "clusterName": cluster}},
+            "spire-server": {"enabled": false},
+            "spiffe-oidc-discovery-provider": {"enabled": false},
+            "spire-agent": {"enabled": true, "server": {"address": self.server.address, "port": self.server.port}},
+            "spiffe-csi-driver": {"enabled": true},
+        });
+        if let Some(extra) = &self.values {
+            crate::merge::merge(&mut values, extra);
+        }
+        values
+    }
+}
+
+/// A chart in a Helm repository (a Flux `HelmRepository`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct HelmChart {
+    /// Repository URL.
+    pub repository: String,
+    /// Chart name.
+    pub name: String,
+    /// Chart version.
+    pub version: String,
+    /// Fetch interval.
+    pub interval: String,
+}
+
+impl Default for HelmChart {
+    fn default() -> Self {
+        Self {
+            repository: "https://spiffe.github.io/helm-charts-hardened".into(),
+            name: "spire".into(),
+            version: "0.30.0".into(),
+            interval: "1h".into(),
+        }
+    }
+}
+
+/// The SPIRE server the agents join.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpireServer {
+    /// Host name or address.
+    pub address: String,
+    /// Port.
+    pub port: i64,
+}
+
+impl Default for SpireServer {
+    fn default() -> Self {
+        Self { address: String::new(), port: 8081 }
+    }
+}
+
+/// The `spire` section both SPIRE components read; a layer that renders one of them without it
+/// is an error.
+pub(super) fn section<'p>(p: &'p Profile, layer: Option<usize>, v: &mut Violations) -> Option<&'p Spire> {
+    if p.spire.is_none()
+        && let Some(i) = layer
+    {
+        v.push(format!("layers[{i}].component"), "a SPIRE layer needs a top-level `spire` section");
+    }
+    p.spire.as_ref()
+}
+
+fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
+    let Some(s) = section(p, layer, v) else { return };
+    if s.trust_domain.is_empty() {
+        v.missing("spire.trustDomain");
+    } else if s.trust_domain.contains("://") || s.trust_domain.contains('/') {
+        v.push(
+            "spire.trustDomain",
+            format!("{:?} is not a trust domain (a name like example.org, without scheme or path)", s.trust_domain),
+        );
+    }
+    v.dns_label("spire.namespace", &s.namespace);
+    if s.server.address.is_empty() {
+        v.push("spire.server.address", "name the SPIRE server the agents join (osbx creates no second trust root)");
+    }
+    v.duration("spire.chart.interval", &s.chart.interval);
+}
+
+/// `spire`: the section with the chart values.
+fn view(p: &Profile, ctx: &mut Context) {
+    if let Some(s) = &p.spire {
+        let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+        v["chartValues"] = s.chart_values(&p.cluster.name);
+        ctx.insert("spire", &v);
+    }
+}

@@ -1,0 +1,173 @@
+//! The profile document: `apiVersion: osbx.dev/v1alpha1`, `kind: Profile`.
+//!
+//! Every struct denies unknown fields, so a typo is an error with a location, not a silently
+//! ignored setting. Each default is stated once, in the `Default` of its struct; the sections of
+//! the layer components are their modules' (see [`crate::components`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::syntax::normalize_repo_path;
+use super::verify::{SpiffeSmoke, Verify};
+use crate::components::kata::Kata;
+use crate::components::opensandbox::OpenSandbox;
+use crate::components::pools::Pools;
+use crate::components::spire_agents::Spire;
+use crate::components::Component;
+
+/// The only `apiVersion` this build understands.
+pub const API_VERSION: &str = "osbx.dev/v1alpha1";
+/// The only `kind` this build understands.
+pub const KIND: &str = "Profile";
+
+/// A whole profile document.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Profile {
+    /// Must be [`API_VERSION`].
+    pub api_version: String,
+    /// Must be [`KIND`].
+    pub kind: String,
+    /// Name and description of the profile itself.
+    pub metadata: Metadata,
+    /// Where the platform goes: the cluster directory and the Flux objects that sync it.
+    pub cluster: TargetCluster,
+    /// The Flux Kustomization layers, rendered by osbx or only referenced.
+    pub layers: Vec<LayerSpec>,
+    /// The OpenSandbox Helm release and its values ([`components::opensandbox`]).
+    pub opensandbox: OpenSandbox,
+    /// The OpenSandbox Pools ([`components::pools`]).
+    #[serde(default)]
+    pub pools: Pools,
+    /// Kata Containers, for a `kata` layer ([`components::kata`]).
+    #[serde(default)]
+    pub kata: Option<Kata>,
+    /// SPIRE agents and the smoke identity, for `spire-agents` and `spire-smoke` layers
+    /// ([`components::spire_agents`], [`components::spire_smoke`]).
+    #[serde(default)]
+    pub spire: Option<Spire>,
+    /// How `osbx verify` probes the platform.
+    #[serde(default)]
+    pub verify: Verify,
+}
+
+/// Profile metadata.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Metadata {
+    /// Profile name (shown by `osbx profiles`).
+    pub name: String,
+    /// One-line description.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// The cluster the profile renders for.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct TargetCluster {
+    /// Cluster name: the tree goes to `clusters/<name>/`.
+    pub name: String,
+    /// Namespace of the Flux controllers and of every layer Kustomization.
+    pub flux_namespace: String,
+    /// Name of the root `GitRepository` that Flux syncs this repository from.
+    pub source_ref: String,
+}
+
+impl Default for TargetCluster {
+    fn default() -> Self {
+        Self { name: String::new(), flux_namespace: "flux-system".into(), source_ref: "flux-system".into() }
+    }
+}
+
+/// One Flux Kustomization layer of the profile.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct LayerSpec {
+    /// Kustomization name (also `clusters/<cluster>/apps/<name>.yaml`).
+    pub name: String,
+    /// The layer exists in the repository already; osbx only refers to it in `dependsOn`.
+    pub external: bool,
+    /// What osbx renders into the layer (required unless `external`).
+    pub component: Option<&'static Component>,
+    /// Repository path of the layer; default `platform/<name>`.
+    pub path: Option<String>,
+    /// Flux reconcile interval.
+    pub interval: String,
+    /// Flux timeout (defaults to the interval in Flux).
+    pub timeout: Option<String>,
+    /// Flux retry interval after a failure.
+    pub retry_interval: Option<String>,
+    /// Garbage-collect objects removed from the layer.
+    pub prune: bool,
+    /// Health-check everything the layer applies.
+    pub wait: bool,
+    /// Layers (rendered or external) that must be Ready first.
+    pub depends_on: Vec<String>,
+}
+
+impl Default for LayerSpec {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            external: false,
+            component: None,
+            path: None,
+            interval: "10m".into(),
+            timeout: None,
+            retry_interval: None,
+            prune: true,
+            wait: true,
+            depends_on: Vec::new(),
+        }
+    }
+}
+
+impl LayerSpec {
+    /// The path as written, or `platform/<name>`.
+    #[must_use]
+    pub fn raw_path(&self) -> String {
+        self.path.clone().unwrap_or_else(|| format!("platform/{}", self.name))
+    }
+
+    /// The repository path of a rendered layer, normalised (`./platform/x/` → `platform/x`).
+    #[must_use]
+    pub fn repo_path(&self) -> String {
+        let raw = self.raw_path();
+        normalize_repo_path(&raw).unwrap_or(raw)
+    }
+
+    /// The component this layer renders (`None` for an external layer).
+    #[must_use]
+    pub fn renders(&self) -> Option<&'static Component> {
+        if self.external { None } else { self.component }
+    }
+}
+
+impl Profile {
+    /// The layers osbx renders, in profile order.
+    pub fn rendered_layers(&self) -> impl Iterator<Item = &LayerSpec> {
+        self.layers.iter().filter(|l| l.renders().is_some())
+    }
+
+    /// The layer that renders `component`, with its index.
+    #[must_use]
+    pub fn rendering(&self, component: &Component) -> Option<(usize, &LayerSpec)> {
+        self.layers.iter().enumerate().find(|(_, l)| l.renders() == Some(component))
+    }
+
+    /// The SPIFFE smoke identity `osbx verify` checks: `verify.spiffe`, else the one the `spire`
+    /// section defines.
+    #[must_use]
+    pub fn spiffe_smoke(&self) -> Option<SpiffeSmoke> {
+        self.verify.spiffe.clone().or_else(|| {
+            let s = self.spire.as_ref()?;
+            Some(SpiffeSmoke {
+                namespace: s.smoke.namespace.clone(),
+                service_account: s.smoke.service_account.clone(),
+                id: s.smoke.spiffe_id(&s.trust_domain),
+                cluster_spiffe_id: Some(s.smoke.name.clone()),
+                ..SpiffeSmoke::default()
+            })
+        })
+    }
+}

@@ -1,0 +1,207 @@
+//! Rules serde cannot express. Each violated rule names the offending field path; the loader
+//! turns paths into `file:line:column`. The document-level rules (apiVersion, names, layers and
+//! their `dependsOn`) are here; every component checks its own section (see
+//! [`crate::components::Component::validate`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::document::{API_VERSION, KIND, Profile};
+use super::syntax::{FLUX_UNITS, check_dns_label, check_dns_subdomain, is_duration, normalize_repo_path};
+use crate::components;
+
+/// One violated rule: the field path and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Field path, e.g. `pools.items[1].capacity.bufferMin`.
+    pub field: String,
+    /// What is wrong, and the fix where it is not obvious.
+    pub message: String,
+}
+
+/// The violations found so far, with the checks rules share.
+#[derive(Debug, Default)]
+pub struct Violations(Vec<Violation>);
+
+impl Violations {
+    /// Record a violation.
+    pub fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Violation { field: field.into(), message: message.into() });
+    }
+
+    /// A required field that is not set: `missing field `name``, like serde says it.
+    pub fn missing(&mut self, field: &str) {
+        let name = field.rsplit('.').next().unwrap_or(field);
+        self.push(field, format!("missing field `{name}`"));
+    }
+
+    /// The value must be a DNS-1123 label (namespaces, most object names).
+    pub fn dns_label(&mut self, field: &str, value: &str) {
+        if let Err(why) = check_dns_label(value) {
+            self.push(field, format!("{value:?} is not a valid name: {why}"));
+        }
+    }
+
+    /// The value must be a DNS-1123 subdomain (ConfigMap and Secret names).
+    pub fn dns_subdomain(&mut self, field: &str, value: &str) {
+        if let Err(why) = check_dns_subdomain(value) {
+            self.push(field, why);
+        }
+    }
+
+    /// The value must be a Flux duration.
+    pub fn duration(&mut self, field: &str, value: &str) {
+        self.duration_in(field, value, FLUX_UNITS);
+    }
+
+    /// The value must be a duration made of these units only.
+    pub fn duration_in(&mut self, field: &str, value: &str, units: &[&str]) {
+        if !is_duration(value, units) {
+            self.push(
+                field,
+                format!(
+                    "{value:?} is not a valid duration: use a number followed by {} (e.g. 10m, 1h30m)",
+                    units.join(", ")
+                ),
+            );
+        }
+    }
+
+    /// An optional Flux duration.
+    pub fn opt_duration(&mut self, field: &str, value: Option<&str>) {
+        if let Some(v) = value {
+            self.duration(field, v);
+        }
+    }
+}
+
+/// Check a whole profile; an empty list means it is valid.
+#[must_use]
+pub fn validate(p: &Profile) -> Vec<Violation> {
+    let mut v = Violations::default();
+    if p.api_version != API_VERSION {
+        v.push("apiVersion", format!("unsupported apiVersion {:?}: expected {API_VERSION:?}", p.api_version));
+    }
+    if p.kind != KIND {
+        v.push("kind", format!("unsupported kind {:?}: expected {KIND:?}", p.kind));
+    }
+    v.dns_label("metadata.name", &p.metadata.name);
+    if p.cluster.name.is_empty() {
+        v.missing("cluster.name");
+    } else {
+        v.dns_label("cluster.name", &p.cluster.name);
+    }
+    v.dns_label("cluster.fluxNamespace", &p.cluster.flux_namespace);
+    v.dns_label("cluster.sourceRef", &p.cluster.source_ref);
+    layers(p, &mut v);
+    for c in components::ALL {
+        (c.validate)(p, p.rendering(c).map(|(i, _)| i), &mut v);
+    }
+    if let Some(s) = &p.verify.spiffe {
+        if s.id.is_empty() {
+            v.missing("verify.spiffe.id");
+        } else if !s.id.starts_with("spiffe://") {
+            v.push("verify.spiffe.id", format!("{:?} is not a SPIFFE ID (spiffe://<trust domain>/<path>)", s.id));
+        }
+    }
+    v.0
+}
+
+fn layers(p: &Profile, v: &mut Violations) {
+    let names: BTreeSet<&str> = p.layers.iter().map(|l| l.name.as_str()).collect();
+    let mut seen = BTreeSet::new();
+    let mut paths = BTreeMap::new();
+    let mut rendered = BTreeMap::new();
+    for (i, layer) in p.layers.iter().enumerate() {
+        let at = format!("layers[{i}]");
+        if layer.name.is_empty() {
+            v.missing(&format!("{at}.name"));
+        } else {
+            v.dns_label(&format!("{at}.name"), &layer.name);
+        }
+        if !seen.insert(layer.name.as_str()) {
+            v.push(format!("{at}.name"), format!("duplicate layer name {:?}", layer.name));
+        }
+        for (j, dep) in layer.depends_on.iter().enumerate() {
+            let field = format!("{at}.dependsOn[{j}]");
+            if dep == &layer.name {
+                v.push(field, format!("layer {:?} depends on itself", layer.name));
+            } else if !names.contains(dep.as_str()) {
+                v.push(
+                    field,
+                    format!("unknown layer {dep:?}: declare it under layers (use `external: true` for a layer osbx does not render)"),
+                );
+            }
+        }
+        if layer.external {
+            if layer.component.is_some() {
+                v.push(format!("{at}.component"), "an external layer has no component: osbx does not render it");
+            }
+            if layer.path.is_some() {
+                v.push(format!("{at}.path"), "an external layer has no path: osbx does not render it");
+            }
+            continue;
+        }
+        match layer.component {
+            None => v.push(
+                format!("{at}.component"),
+                format!(
+                    "missing field `component` (one of: {}); set `external: true` for a layer osbx does not render",
+                    components::names()
+                ),
+            ),
+            Some(c) => {
+                if let Some(first) = rendered.insert(c.name, i) {
+                    v.push(format!("{at}.component"), format!("component {c:?} is already rendered by layers[{first}]"));
+                }
+            }
+        }
+        v.duration(&format!("{at}.interval"), &layer.interval);
+        v.opt_duration(&format!("{at}.timeout"), layer.timeout.as_deref());
+        v.opt_duration(&format!("{at}.retryInterval"), layer.retry_interval.as_deref());
+        let raw = layer.raw_path();
+        match normalize_repo_path(&raw) {
+            Ok(path) => {
+                if let Some(other) = paths.insert(path.clone(), i) {
+                    v.push(format!("{at}.path"), format!("path {path:?} is already used by layers[{other}]"));
+                }
+            }
+            Err(why) => v.push(format!("{at}.path"), format!("{raw:?} {why}")),
+        }
+    }
+    if let Some(cycle) = find_cycle(p) {
+        v.push("layers", format!("dependsOn cycle: {}", cycle.join(" -> ")));
+    }
+}
+
+/// Depth-first search for a `dependsOn` cycle; returns it as a closed path of layer names.
+fn find_cycle(p: &Profile) -> Option<Vec<String>> {
+    fn visit<'a>(
+        n: &'a str,
+        deps: &BTreeMap<&'a str, Vec<&'a str>>,
+        stack: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|s| *s == n) {
+            let mut cycle: Vec<String> = stack[at..].iter().map(|s| (*s).to_owned()).collect();
+            cycle.push(n.to_owned());
+            return Some(cycle);
+        }
+        if !done.insert(n) {
+            return None;
+        }
+        stack.push(n);
+        for d in deps.get(n).into_iter().flatten() {
+            if *d != n
+                && let Some(c) = visit(d, deps, stack, done)
+            {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        None
+    }
+    let deps: BTreeMap<&str, Vec<&str>> =
+        p.layers.iter().map(|l| (l.name.as_str(), l.depends_on.iter().map(String::as_str).collect())).collect();
+    let mut done = BTreeSet::new();
+    deps.keys().find_map(|n| visit(n, &deps, &mut Vec::new(), &mut done))
+}

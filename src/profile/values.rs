@@ -1,0 +1,51 @@
+//! Value types several profile sections share: resources, quantities and image references.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Resource requests and limits; quantities are kept as strings (`"2"`, `500m`, `4Gi`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Resources {
+    /// Requests.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, Quantity>,
+    /// Limits.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, Quantity>,
+}
+
+/// A Kubernetes quantity; YAML numbers are accepted and kept as their text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Quantity(pub String);
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            I(i64),
+            F(f64),
+        }
+        Ok(Quantity(match Raw::deserialize(d)? {
+            Raw::S(s) => s,
+            Raw::I(i) => i.to_string(),
+            Raw::F(f) => f.to_string(),
+        }))
+    }
+}
+
+/// A container image reference split as the charts expect it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageRef {
+    /// Repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// Tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}

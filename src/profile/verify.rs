@@ -1,0 +1,75 @@
+//! The `verify` section: probe images, host paths and the SPIFFE smoke identity.
+
+use serde::{Deserialize, Serialize};
+
+use crate::components::spire_smoke::SpireSmoke;
+
+/// `osbx verify` settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Verify {
+    /// Image of in-sandbox probes (needs `sh`, `uname`, `grep`, `awk`).
+    pub probe_image: String,
+    /// Image of host probes (needs `python3`; runs privileged on the node).
+    pub host_probe_image: String,
+    /// `activeDeadlineSeconds` of every probe pod.
+    pub probe_deadline_seconds: i64,
+    /// Where the node's containerd keeps task bundles (`<dir>/<containerID>/config.json`).
+    pub containerd_task_dir: String,
+    /// The Kata runtime-rs sandbox directory (`<dir>/<sandboxID>/ch-api.sock`).
+    pub kata_run_dir: String,
+    /// The SPIFFE smoke identity; without it (and without a `spire` section) the SPIFFE checks
+    /// are skipped.
+    pub spiffe: Option<SpiffeSmoke>,
+}
+
+impl Default for Verify {
+    fn default() -> Self {
+        Self {
+            probe_image: "busybox:1.37".into(),
+            host_probe_image: "python:3.13-alpine".into(),
+            probe_deadline_seconds: 180,
+            containerd_task_dir: "/run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io".into(),
+            kata_run_dir: "/run/kata".into(),
+            spiffe: None,
+        }
+    }
+}
+
+/// The SPIFFE identity a smoke ServiceAccount must get, and a wrong one must not.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpiffeSmoke {
+    /// Namespace of the smoke ServiceAccount (probe pods run there).
+    pub namespace: String,
+    /// The smoke ServiceAccount.
+    pub service_account: String,
+    /// The SPIFFE ID it must get exactly.
+    pub id: String,
+    /// Image with the `spire-agent` binary at `/opt/spire/bin/spire-agent`.
+    pub image: String,
+    /// CSI driver that exposes the Workload API socket.
+    pub csi_driver: String,
+    /// Socket file name inside the CSI volume.
+    pub socket: String,
+    /// The ClusterSPIFFEID that gives the smoke identity (read to explain a missing identity).
+    pub cluster_spiffe_id: Option<String>,
+    /// How long the positive probe retries (the agent syncs entries every 5 s).
+    pub retry_seconds: u64,
+}
+
+impl Default for SpiffeSmoke {
+    fn default() -> Self {
+        let fixture = SpireSmoke::default();
+        Self {
+            namespace: fixture.namespace,
+            service_account: fixture.service_account,
+            id: String::new(),
+            image: "ghcr.io/spiffe/spire-agent:1.15.3".into(),
+            csi_driver: "csi.spiffe.io".into(),
+            socket: "spire-agent.sock".into(),
+            cluster_spiffe_id: None,
+            retry_seconds: 90,
+        }
+    }
+}
