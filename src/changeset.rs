@@ -1,11 +1,12 @@
 //! The change set: what apply, diff and prune did (or would do) to each object.
 //!
-//! One value flows through apply, diff, wait and the printer; it prints as one
-//! `Kind/namespace/name action` line per object.
+//! One value flows through apply, diff, wait and the printer; each change prints as a
+//! `Kind/namespace/name action` line.
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
 
 use crate::object::ObjectRef;
 
@@ -38,30 +39,48 @@ impl fmt::Display for Action {
 }
 
 /// One object and its action.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Change {
     /// The object.
-    #[serde(rename = "object")]
-    pub subject: String,
-    /// Its identity.
-    #[serde(rename = "ref")]
-    pub object: ObjectRef,
+    pub id: ObjectRef,
     /// What happened.
     pub action: Action,
     /// Why it was skipped, or other detail.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Unified diff (live → merged) for `configured`, and the whole object for `created`; with
     /// Secret data masked.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
 }
 
 impl Change {
     /// A change without detail.
     #[must_use]
-    pub fn new(object: ObjectRef, action: Action) -> Self {
-        Self { subject: object.to_string(), object, action, reason: None, diff: None }
+    pub fn new(id: ObjectRef, action: Action) -> Self {
+        Self { id, action, reason: None, diff: None }
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.id, self.action)
+    }
+}
+
+/// `{"object": "Kind/ns/name", "ref": {...}, "action": …, "reason"?, "diff"?}`.
+impl Serialize for Change {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let fields = 3 + usize::from(self.reason.is_some()) + usize::from(self.diff.is_some());
+        let mut st = s.serialize_struct("Change", fields)?;
+        st.serialize_field("object", &self.id.to_string())?;
+        st.serialize_field("ref", &self.id)?;
+        st.serialize_field("action", &self.action)?;
+        if let Some(reason) = &self.reason {
+            st.serialize_field("reason", reason)?;
+        }
+        if let Some(diff) = &self.diff {
+            st.serialize_field("diff", diff)?;
+        }
+        st.end()
     }
 }
 
@@ -74,11 +93,6 @@ impl ChangeSet {
     /// Add a change.
     pub fn push(&mut self, change: Change) {
         self.0.push(change);
-    }
-
-    /// Append another change set.
-    pub fn extend(&mut self, other: ChangeSet) {
-        self.0.extend(other.0);
     }
 
     /// How many changes have `action`.
@@ -94,16 +108,15 @@ impl ChangeSet {
     }
 
     /// The objects, in order.
-    pub fn refs(&self) -> impl Iterator<Item = &ObjectRef> {
-        self.0.iter().map(|c| &c.object)
+    pub fn ids(&self) -> impl Iterator<Item = &ObjectRef> {
+        self.0.iter().map(|c| &c.id)
     }
-}
 
-impl fmt::Display for ChangeSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in &self.0 {
-            writeln!(f, "{} {}", c.subject, c.action)?;
-        }
-        Ok(())
+    /// `N created, N configured, N unchanged, N deleted, N skipped`.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        [Action::Created, Action::Configured, Action::Unchanged, Action::Deleted, Action::Skipped]
+            .map(|a| format!("{} {a}", self.count(a)))
+            .join(", ")
     }
 }

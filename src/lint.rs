@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::components::pools::Runtime;
 use crate::components::spire_smoke;
-use crate::profile::{LoadedProfile, Pos};
+use crate::object::ObjectRef;
+use crate::profile::{Diagnostic, LoadedProfile, Pos};
 use crate::render::{Rendered, RenderedObject};
 
 /// How bad a finding is.
@@ -160,10 +161,10 @@ fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Option<&Value
         }
     }
     let pin = p.opensandbox.source.git_ref.tag.clone().unwrap_or_default();
-    for (i, o) in objects.iter().filter(|o| o.object["kind"] == "Pool").enumerate() {
-        let spec = o.object["spec"].as_object().cloned().unwrap_or_default();
+    for (i, o) in objects.iter().filter(|o| o.object.id.kind() == "Pool").enumerate() {
+        let spec = o.object.value["spec"].as_object().cloned().unwrap_or_default();
         let unknown: Vec<String> = match pool_crd {
-            Some(crd) => unknown_fields(&o.object["spec"], &crd_spec_schema(crd), "spec"),
+            Some(crd) => unknown_fields(&o.object.value["spec"], &crd_spec_schema(crd), "spec"),
             None => STALE_POOL_CRDS
                 .iter()
                 .filter(|(v, _)| *v == pin)
@@ -175,7 +176,7 @@ fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Option<&Value
                 "pool.unknown-field",
                 Severity::Error,
                 &format!("pools.items[{i}]"),
-                format!("Pool {} sets {field}, which the Pool CRD of {} does not know: the API server drops it silently and the Pool drifts forever", o.object["metadata"]["name"].as_str().unwrap_or_default(), if pool_crd.is_some() { "the given CRD".to_owned() } else { pin.clone() }),
+                format!("Pool {} sets {field}, which the Pool CRD of {} does not know: the API server drops it silently and the Pool drifts forever", o.object.id.name, if pool_crd.is_some() { "the given CRD".to_owned() } else { pin.clone() }),
                 "remove the field, or pin a chart whose Pool CRD has it",
             );
         }
@@ -303,13 +304,11 @@ fn spire(l: &mut Linter<'_>) {
 }
 
 fn duplicates(l: &mut Linter<'_>, objects: &[RenderedObject]) {
-    let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut owners: BTreeMap<&ObjectRef, Vec<&str>> = BTreeMap::new();
     for o in objects {
-        if let Ok(r) = crate::object::ObjectRef::of(&o.object) {
-            let layers = owners.entry(r.to_string()).or_default();
-            if !layers.contains(&o.layer) {
-                layers.push(o.layer.clone());
-            }
+        let layers = owners.entry(&o.object.id).or_default();
+        if !layers.contains(&o.layer.as_str()) {
+            layers.push(&o.layer);
         }
     }
     for (object, layers) in owners.into_iter().filter(|(_, l)| l.len() > 1) {
@@ -323,6 +322,51 @@ fn duplicates(l: &mut Linter<'_>, objects: &[RenderedObject]) {
             ),
             "render it in one layer only (e.g. put shared namespaces in one layer)",
         );
+    }
+}
+
+/// Lint errors: `render` refuses to write.
+#[derive(Debug, thiserror::Error)]
+#[error("lint found errors; nothing written (run `osbx lint` for details):\n{}", .0.iter().map(|f| format!("  {f}")).collect::<Vec<_>>().join("\n"))]
+pub struct LintErrors(pub Vec<Finding>);
+
+/// The gate `render` passes through: errors refuse the render, warnings are returned.
+///
+/// # Errors
+/// [`LintErrors`] with every error found.
+pub fn gate(loaded: &LoadedProfile, rendered: &Rendered) -> Result<Vec<Finding>, LintErrors> {
+    let (errors, warnings): (Vec<Finding>, Vec<Finding>) =
+        lint(loaded, rendered, None).into_iter().partition(|f| f.severity == Severity::Error);
+    if errors.is_empty() { Ok(warnings) } else { Err(LintErrors(errors)) }
+}
+
+/// The same finding for many clusters of a fleet (one from the base profile) once, with the
+/// number of other clusters it applies to; in first-seen order.
+#[must_use]
+pub fn group(findings: &[Finding]) -> Vec<(&Finding, usize)> {
+    let mut groups: Vec<(&Finding, usize)> = Vec::new();
+    for f in findings {
+        match groups.iter_mut().find(|(g, _)| (g.id, &g.field, &g.message) == (f.id, &f.field, &f.message)) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((f, 0)),
+        }
+    }
+    groups
+}
+
+impl From<Diagnostic> for Finding {
+    /// An invalid profile as a lint result.
+    fn from(d: Diagnostic) -> Self {
+        Finding {
+            id: "profile.invalid",
+            severity: Severity::Error,
+            file: d.file,
+            line: d.pos.line,
+            column: d.pos.column,
+            field: d.field.unwrap_or_default(),
+            message: d.message,
+            fix: "see the message".into(),
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! Object identity and apply order.
 //!
-//! [`ObjectRef`] names an object as `Kind/namespace/name` (the subject of every message) and
-//! orders objects the way they must be applied: cluster definitions first (CRDs, Namespaces,
-//! ClusterRoles), then class kinds, then service accounts, RBAC, config, workloads, and webhooks
-//! last. Deletes use the reverse order.
+//! [`Gvk`] names a kind; [`ObjectRef`] names an object as `Kind/namespace/name` (the subject of
+//! every message) and orders objects the way they must be applied: cluster definitions first
+//! (CRDs, Namespaces, ClusterRoles), then class kinds, then service accounts, RBAC, config,
+//! workloads, and webhooks last. Deletes use the reverse order. [`Object`] is a rendered object
+//! with its identity, computed once and carried from the render to the report.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -11,15 +12,71 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Identity of one Kubernetes object.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ObjectRef {
+/// A kind at an API version.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Gvk {
     /// API group (`""` for the core group).
     pub group: String,
     /// API version.
     pub version: String,
     /// Kind.
     pub kind: String,
+}
+
+impl Gvk {
+    /// A kind from its parts.
+    #[must_use]
+    pub fn new(group: &str, version: &str, kind: &str) -> Self {
+        Self { group: group.to_owned(), version: version.to_owned(), kind: kind.to_owned() }
+    }
+
+    /// The kind of an object given as JSON.
+    ///
+    /// # Errors
+    /// [`NotAnObject`] when `apiVersion` or `kind` is missing.
+    pub fn of(obj: &Value) -> Result<Self, NotAnObject> {
+        let api_version = obj["apiVersion"].as_str().ok_or(NotAnObject("missing apiVersion"))?;
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        Ok(Self::new(group, version, obj["kind"].as_str().ok_or(NotAnObject("missing kind"))?))
+    }
+
+    /// `group/version`, or `version` for the core group.
+    #[must_use]
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// Whether this is one of Flux's kinds (`*.toolkit.fluxcd.io`).
+    #[must_use]
+    pub fn is_flux(&self) -> bool {
+        self.group.ends_with(".toolkit.fluxcd.io")
+    }
+
+    /// The apply stage of this kind.
+    #[must_use]
+    pub fn stage(&self) -> Stage {
+        Stage::of(&self.group, &self.kind)
+    }
+
+    /// An object of this kind.
+    #[must_use]
+    pub fn object(&self, namespace: Option<&str>, name: &str) -> ObjectRef {
+        ObjectRef { gvk: self.clone(), namespace: namespace.map(str::to_owned), name: name.to_owned() }
+    }
+}
+
+impl fmt::Display for Gvk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.api_version(), self.kind)
+    }
+}
+
+/// Identity of one Kubernetes object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ObjectRef {
+    /// Its kind.
+    #[serde(flatten)]
+    pub gvk: Gvk,
     /// Namespace (`None` for cluster-scoped objects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -38,39 +95,45 @@ impl ObjectRef {
     /// # Errors
     /// [`NotAnObject`] when `apiVersion`, `kind` or `metadata.name` is missing.
     pub fn of(obj: &Value) -> Result<Self, NotAnObject> {
-        let api_version = obj["apiVersion"].as_str().ok_or(NotAnObject("missing apiVersion"))?;
-        let (group, version) = match api_version.split_once('/') {
-            Some((g, v)) => (g.to_owned(), v.to_owned()),
-            None => (String::new(), api_version.to_owned()),
-        };
         Ok(Self {
-            group,
-            version,
-            kind: obj["kind"].as_str().ok_or(NotAnObject("missing kind"))?.to_owned(),
+            gvk: Gvk::of(obj)?,
             namespace: obj["metadata"]["namespace"].as_str().map(str::to_owned),
             name: obj["metadata"]["name"].as_str().ok_or(NotAnObject("missing metadata.name"))?.to_owned(),
         })
     }
 
-    /// `group/version` or `version` for the core group.
+    /// Its kind's name.
     #[must_use]
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
-    }
-
-    /// The apply stage of this object.
-    #[must_use]
-    pub fn stage(&self) -> Stage {
-        Stage::of(&self.group, &self.kind)
+    pub fn kind(&self) -> &str {
+        &self.gvk.kind
     }
 }
 
 impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.namespace {
-            Some(ns) => write!(f, "{}/{ns}/{}", self.kind, self.name),
-            None => write!(f, "{}/{}", self.kind, self.name),
+            Some(ns) => write!(f, "{}/{ns}/{}", self.gvk.kind, self.name),
+            None => write!(f, "{}/{}", self.gvk.kind, self.name),
         }
+    }
+}
+
+/// A Kubernetes object and its identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// Its identity.
+    pub id: ObjectRef,
+    /// The object.
+    pub value: Value,
+}
+
+impl Object {
+    /// An object given as JSON, with its identity.
+    ///
+    /// # Errors
+    /// [`NotAnObject`] when `apiVersion`, `kind` or `metadata.name` is missing.
+    pub fn new(value: Value) -> Result<Self, NotAnObject> {
+        Ok(Self { id: ObjectRef::of(&value)?, value })
     }
 }
 
@@ -142,13 +205,10 @@ fn kind_rank(kind: &str) -> usize {
 
 impl Ord for ObjectRef {
     fn cmp(&self, other: &Self) -> Ordering {
-        (kind_rank(&self.kind), &self.group, &self.kind, &self.namespace, &self.name).cmp(&(
-            kind_rank(&other.kind),
-            &other.group,
-            &other.kind,
-            &other.namespace,
-            &other.name,
-        ))
+        fn key(r: &ObjectRef) -> (usize, &str, &str, Option<&str>, &str, &str) {
+            (kind_rank(&r.gvk.kind), &r.gvk.group, &r.gvk.kind, r.namespace.as_deref(), &r.name, &r.gvk.version)
+        }
+        key(self).cmp(&key(other))
     }
 }
 

@@ -7,6 +7,8 @@
 
 use console::{Style, Term};
 
+use crate::progress::Phase;
+
 /// When to colour output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ColorChoice {
@@ -109,6 +111,18 @@ impl Printer {
     pub fn object_diff(&self, subject: &str, action: &str, diff: &str) {
         println!("{}", self.out_style(Style::new().bold()).apply_to(format!("► {subject} {action}")));
         self.diff_text(diff);
+    }
+
+    /// Lint warnings on stderr; one shared by several clusters of a fleet is printed once, with
+    /// the number of other clusters (see [`crate::lint::group`]).
+    pub fn lint_warnings(&self, groups: &[(&crate::lint::Finding, usize)]) {
+        for (w, more) in groups {
+            if *more == 0 {
+                self.warn(&w.to_string());
+            } else {
+                self.warn(&format!("{w} [and {more} more cluster(s) with the same warning]"));
+            }
+        }
     }
 
     /// A JSON document on stdout.
@@ -216,16 +230,16 @@ impl Drop for ProgressView {
 }
 
 impl crate::progress::Progress for ProgressView {
-    fn layer(&self, layer: &str, phase: &str) {
-        if let Some(bar) = self.bar(layer) {
-            if phase == "ready" {
+    fn phase(&self, unit: &str, phase: Phase) {
+        if let Some(bar) = self.bar(unit) {
+            if phase == Phase::Ready {
                 bar.finish_with_message(format!("{} ready", self.style(Style::new().green()).apply_to("✔")));
             } else {
-                bar.set_message(phase.to_owned());
+                bar.set_message(phase.to_string());
             }
         } else {
-            let glyph = if phase == "ready" { "✔" } else { "►" };
-            self.line(&format!("{} layer {layer}: {phase}", self.style(Style::new().cyan()).apply_to(glyph)));
+            let glyph = if phase == Phase::Ready { "✔" } else { "►" };
+            self.line(&format!("{} layer {unit}: {phase}", self.style(Style::new().cyan()).apply_to(glyph)));
         }
     }
 

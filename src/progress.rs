@@ -3,23 +3,47 @@
 //! Domain code reports what happens through this trait and never prints; the printer implements
 //! it (spinners on a terminal, plain lines otherwise) and tests can record it.
 
-use crate::changeset::Change;
+use std::fmt;
+
 use crate::cluster::status::StatusResult;
 use crate::object::ObjectRef;
 
+/// Where a unit of work (a layer, a verify check) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the layers it depends on.
+    WaitingForDependencies,
+    /// Planning (a dry run).
+    Planning,
+    /// Writing.
+    Applying,
+    /// Waiting for readiness.
+    Waiting,
+    /// Running (a verify check).
+    Running,
+    /// Finished.
+    Ready,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::WaitingForDependencies => "waiting for dependencies",
+            Phase::Planning => "planning",
+            Phase::Applying => "applying",
+            Phase::Waiting => "waiting",
+            Phase::Running => "running",
+            Phase::Ready => "ready",
+        })
+    }
+}
+
 /// Receiver of progress events. Every method has an empty default.
 pub trait Progress: Sync {
-    /// A phase of a layer starts (`applying`, `waiting`) or ends (`ready`).
-    fn layer(&self, _layer: &str, _phase: &str) {}
-    /// An object was applied (or planned).
-    fn change(&self, _change: &Change) {}
+    /// A unit of work (a layer, a check) enters a phase.
+    fn phase(&self, _unit: &str, _phase: Phase) {}
     /// An object's readiness changed while waiting.
     fn status(&self, _object: &ObjectRef, _status: &StatusResult) {}
     /// A warning worth showing.
     fn warn(&self, _message: &str) {}
 }
-
-/// Progress that goes nowhere.
-pub struct Silent;
-
-impl Progress for Silent {}

@@ -8,52 +8,38 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::apply::FIELD_MANAGER;
+use super::ssa::FIELD_MANAGER;
 use super::{Cluster, ClusterError};
-use crate::object::ObjectRef;
+use crate::object::{Gvk, ObjectRef};
 
 const KEY: &str = "inventory.json";
 
-/// One inventory entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    /// The object.
+/// One inventory entry as stored: the object's identity and whether osbx created it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
     #[serde(flatten)]
-    pub object: ObjectRef,
-    /// osbx created it (only such objects are ever pruned).
-    pub created: bool,
+    id: ObjectRef,
+    created: bool,
 }
 
 /// The inventory of one profile on one cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inventory {
-    /// ConfigMap namespace.
-    pub namespace: String,
-    /// ConfigMap name.
-    pub name: String,
-    /// Entries by subject, sorted.
-    pub entries: BTreeMap<String, Entry>,
+    /// Its ConfigMap.
+    pub config_map: ObjectRef,
+    /// Every object osbx applied, and whether osbx created it (only such objects are ever
+    /// pruned).
+    pub entries: BTreeMap<ObjectRef, bool>,
 }
 
 impl Inventory {
-    /// The ConfigMap name for a profile and cluster.
+    /// The inventory ConfigMap of a profile on a cluster: `osbx-inventory-<profile>-<cluster>` in
+    /// `namespace`.
     #[must_use]
-    pub fn name_for(profile: &str, cluster: &str) -> String {
+    pub fn config_map(namespace: &str, profile: &str, cluster: &str) -> ObjectRef {
         let mut name = format!("osbx-inventory-{profile}-{cluster}");
         name.truncate(253);
-        name
-    }
-
-    /// The inventory's ConfigMap as an object (for access reviews).
-    #[must_use]
-    pub fn config_map(namespace: &str, name: &str) -> ObjectRef {
-        ObjectRef {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            namespace: Some(namespace.to_owned()),
-            name: name.to_owned(),
-        }
+        Gvk::new("", "v1", "ConfigMap").object(Some(namespace), &name)
     }
 
     fn api(cluster: &Cluster, namespace: &str) -> Api<DynamicObject> {
@@ -64,37 +50,36 @@ impl Inventory {
         )
     }
 
+    fn namespace(&self) -> &str {
+        self.config_map.namespace.as_deref().unwrap_or_default()
+    }
+
     /// Read the inventory (empty when the ConfigMap does not exist).
     ///
     /// # Errors
-    /// [`ClusterError::Api`] when the read fails or the ConfigMap is unreadable.
-    pub async fn load(cluster: &Cluster, namespace: &str, name: &str) -> Result<Self, ClusterError> {
-        let subject = format!("ConfigMap/{namespace}/{name}");
-        let cm = Self::api(cluster, namespace)
-            .get_opt(name)
+    /// [`ClusterError::Api`] when the read fails.
+    pub async fn load(cluster: &Cluster, config_map: ObjectRef) -> Result<Self, ClusterError> {
+        let mut inventory = Self { config_map, entries: BTreeMap::new() };
+        let cm = Self::api(cluster, inventory.namespace())
+            .get_opt(&inventory.config_map.name)
             .await
-            .map_err(|source| ClusterError::Api { subject: subject.clone(), source })?;
-        let entries: Vec<Entry> = cm
+            .map_err(|source| ClusterError::Api { subject: inventory.config_map.to_string(), source })?;
+        let stored: Vec<Entry> = cm
             .and_then(|cm| cm.data.get("data").and_then(|d| d.get(KEY)).and_then(Value::as_str).map(str::to_owned))
             .map(|text| serde_json::from_str(&text).unwrap_or_default())
             .unwrap_or_default();
-        Ok(Self {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            entries: entries.into_iter().map(|e| (e.object.to_string(), e)).collect(),
-        })
+        inventory.entries = stored.into_iter().map(|e| (e.id, e.created)).collect();
+        Ok(inventory)
     }
 
-    /// Record applied objects; an object osbx ever created stays marked as created.
-    pub fn record(&mut self, object: &ObjectRef, created: bool) {
-        let key = object.to_string();
-        let created = created || self.entries.get(&key).is_some_and(|e| e.created);
-        self.entries.insert(key, Entry { object: object.clone(), created });
+    /// Record an applied object; an object osbx ever created stays marked as created.
+    pub fn record(&mut self, id: &ObjectRef, created: bool) {
+        *self.entries.entry(id.clone()).or_default() |= created;
     }
 
     /// Forget an object (after it was pruned).
-    pub fn forget(&mut self, object: &ObjectRef) {
-        self.entries.remove(&object.to_string());
+    pub fn forget(&mut self, id: &ObjectRef) {
+        self.entries.remove(id);
     }
 
     /// Entries osbx created that are not in `current`, in reverse apply order (for deletion).
@@ -102,9 +87,9 @@ impl Inventory {
     pub fn stale(&self, current: &[ObjectRef]) -> Vec<ObjectRef> {
         let mut stale: Vec<ObjectRef> = self
             .entries
-            .values()
-            .filter(|e| e.created && !current.contains(&e.object))
-            .map(|e| e.object.clone())
+            .iter()
+            .filter(|(id, created)| **created && !current.contains(id))
+            .map(|(id, _)| id.clone())
             .collect();
         stale.sort();
         stale.reverse();
@@ -116,26 +101,20 @@ impl Inventory {
     /// # Errors
     /// [`ClusterError::Api`] when the write fails.
     pub async fn write(&self, cluster: &Cluster) -> Result<(), ClusterError> {
-        let entries: Vec<&Entry> = self.entries.values().collect();
+        let mut entries: Vec<Entry> =
+            self.entries.iter().map(|(id, created)| Entry { id: id.clone(), created: *created }).collect();
+        // Stored sorted by subject (the order readers have always seen).
+        entries.sort_by_cached_key(|e| e.id.to_string());
         let cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": self.name, "namespace": self.namespace,
+            "metadata": {"name": self.config_map.name, "namespace": self.namespace(),
                          "labels": {"app.kubernetes.io/managed-by": "osbx"}},
             "data": {KEY: serde_json::to_string(&entries).unwrap_or_default()},
         });
-        Self::api(cluster, &self.namespace)
-            .patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&cm))
+        Self::api(cluster, self.namespace())
+            .patch(&self.config_map.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&cm))
             .await
-            .map_err(|source| ClusterError::Api {
-                subject: format!("ConfigMap/{}/{}", self.namespace, self.name),
-                source,
-            })?;
+            .map_err(|source| ClusterError::Api { subject: self.config_map.to_string(), source })?;
         Ok(())
     }
-}
-
-/// Whether the field manager `osbx` owns fields of a live object.
-#[must_use]
-pub fn managed_by_osbx(live: &Value) -> bool {
-    live["metadata"]["managedFields"].as_array().is_some_and(|m| m.iter().any(|f| f["manager"] == FIELD_MANAGER))
 }

@@ -5,13 +5,13 @@
 //! client for the whole run: one HTTP/2 connection (see `http2`), a QPS limit, a bound on
 //! requests in flight and request counters.
 
-pub mod apply;
 pub mod diff;
 mod http2;
 pub mod inventory;
 mod meter;
 pub mod preflight;
 mod resolve;
+pub mod ssa;
 pub mod status;
 pub mod wait;
 
@@ -38,12 +38,6 @@ pub struct ConnectOptions {
     pub concurrency: usize,
     /// Per-request timeout.
     pub request_timeout: Duration,
-}
-
-impl Default for ConnectOptions {
-    fn default() -> Self {
-        Self { kubeconfig: None, context: None, qps: 1000, concurrency: 16, request_timeout: Duration::from_secs(30) }
-    }
 }
 
 /// Why the cluster cannot be used.
@@ -142,9 +136,9 @@ impl Cluster {
     ///
     /// # Errors
     /// [`ClusterError::Api`] when discovery or the read fails.
-    pub async fn get(&self, r: &crate::object::ObjectRef) -> Result<Option<serde_json::Value>, ClusterError> {
-        let Some(api) = self.resolver.api(r).await? else { return Ok(None) };
-        let obj = api.get_opt(&r.name).await.map_err(|source| ClusterError::Api { subject: r.to_string(), source })?;
+    pub async fn get(&self, id: &crate::object::ObjectRef) -> Result<Option<serde_json::Value>, ClusterError> {
+        let Some(api) = self.resolver.api(id).await? else { return Ok(None) };
+        let obj = api.get_opt(&id.name).await.map_err(|source| ClusterError::Api { subject: id.to_string(), source })?;
         Ok(obj.map(|o| serde_json::to_value(o).unwrap_or(serde_json::Value::Null)))
     }
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessR
 use kube::api::{Api, PostParams};
 
 use super::{Cluster, ClusterError};
-use crate::object::ObjectRef;
+use crate::object::{Gvk, ObjectRef};
 
 /// Why the apply cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +17,7 @@ pub enum PreflightError {
     /// The cluster does not answer or refuses the credentials.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
-    /// Flux (at the API versions osbx renders) is not installed.
+    /// Flux (at the API versions osbx renders) is not installed, or lacks a controller's kinds.
     #[error(
         "Flux is not installed on this cluster, or is too old: it does not serve {}.\nInstall Flux ≥ 2.7 first: `flux install` (or `flux bootstrap …`), then rerun",
         .0.join(", ")
@@ -40,13 +40,6 @@ pub struct Report {
     pub version: String,
 }
 
-/// The Flux kinds osbx renders, at the versions it renders them.
-pub const FLUX_KINDS: &[(&str, &str, &str)] = &[
-    ("source.toolkit.fluxcd.io", "v1", "GitRepository"),
-    ("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
-    ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
-];
-
 /// The first requests of a run, made while the profile renders: the server version (which
 /// proves the cluster answers and accepts the credentials), then discovery. One after the other:
 /// until the first connection has negotiated HTTP/2, a second request would open a second one.
@@ -59,9 +52,11 @@ pub async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
     Ok(Report { version })
 }
 
-/// Checks before the first write of an apply whose plan needs `needs`: Flux serves the API
-/// versions of the `used` objects, the Flux namespace exists, and the caller may make every
-/// write (one SelfSubjectAccessReview per resource, namespace and verb; none for a no-op).
+/// Checks before the first write of an apply whose plan needs `needs`: Flux serves every Flux
+/// kind among the `used` objects at the version they use (taken from the render, so a layer that
+/// renders an `OCIRepository` needs it served), the Flux namespace exists, and the caller may
+/// make every write (one SelfSubjectAccessReview per resource, namespace and verb; none for a
+/// no-op).
 ///
 /// # Errors
 /// [`PreflightError`] for the first failing check.
@@ -71,11 +66,11 @@ pub async fn check(
     needs: &[(ObjectRef, &'static str)],
     flux_ns: &str,
 ) -> Result<(), PreflightError> {
+    let flux_kinds: BTreeSet<&Gvk> = used.iter().map(|o| &o.gvk).filter(|k| k.is_flux()).collect();
     let mut missing = Vec::new();
-    for (group, version, kind) in FLUX_KINDS {
-        let used = used.iter().any(|o| o.group == *group && o.kind == *kind);
-        if used && !cluster.resolver.serves(group, version, kind).await? {
-            missing.push(format!("{group}/{version} {kind}"));
+    for kind in flux_kinds {
+        if !cluster.resolver.serves(kind).await? {
+            missing.push(kind.to_string());
         }
     }
     if !missing.is_empty() {
@@ -100,22 +95,15 @@ pub async fn check(
 pub async fn access_all(
     cluster: &Cluster,
     objects: &[ObjectRef],
-    (inventory_ns, inventory_name): (&str, &str),
+    inventory: &ObjectRef,
     prune: bool,
 ) -> Result<(), PreflightError> {
     let verbs: &[&'static str] =
         if prune { &["get", "list", "create", "patch", "delete"] } else { &["get", "list", "create", "patch"] };
     let mut needs: Vec<(ObjectRef, &'static str)> =
         objects.iter().flat_map(|o| verbs.iter().map(move |v| (o.clone(), *v))).collect();
-    let inventory = super::inventory::Inventory::config_map(inventory_ns, inventory_name);
     needs.extend(["get", "create", "patch"].map(|v| (inventory.clone(), v)));
-    let namespace = ObjectRef {
-        group: String::new(),
-        version: "v1".into(),
-        kind: "Namespace".into(),
-        namespace: None,
-        name: inventory_ns.to_owned(),
-    };
+    let namespace = Gvk::new("", "v1", "Namespace").object(None, inventory.namespace.as_deref().unwrap_or_default());
     needs.push((namespace, "get"));
     access(cluster, &needs).await
 }

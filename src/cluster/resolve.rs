@@ -11,7 +11,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
 use tokio::sync::RwLock;
 
-use crate::object::ObjectRef;
+use crate::object::{Gvk, ObjectRef};
 
 use super::ClusterError;
 
@@ -74,8 +74,8 @@ impl Resolver {
     ///
     /// # Errors
     /// [`ClusterError::Api`] when discovery fails.
-    pub async fn resolve(&self, r: &ObjectRef) -> Result<Option<(ApiResource, Scope)>, ClusterError> {
-        self.resolve_gvk(&GroupVersionKind::gvk(&r.group, &r.version, &r.kind)).await
+    pub async fn resolve(&self, id: &ObjectRef) -> Result<Option<(ApiResource, Scope)>, ClusterError> {
+        self.resolve_gvk(&GroupVersionKind::gvk(&id.gvk.group, &id.gvk.version, &id.gvk.kind)).await
     }
 
     /// Resolve a kind; a miss refreshes discovery (at most every 500 ms) before answering `None`,
@@ -113,7 +113,7 @@ impl Resolver {
     ///
     /// # Errors
     /// [`ClusterError::Api`] when discovery fails.
-    pub async fn serves(&self, group: &str, version: &str, kind: &str) -> Result<bool, ClusterError> {
-        Ok(self.resolve_gvk(&GroupVersionKind::gvk(group, version, kind)).await?.is_some())
+    pub async fn serves(&self, kind: &Gvk) -> Result<bool, ClusterError> {
+        Ok(self.resolve_gvk(&GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind)).await?.is_some())
     }
 }

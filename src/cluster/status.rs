@@ -12,6 +12,8 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::object::Gvk;
+
 /// Readiness of an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Status {
@@ -95,10 +97,8 @@ pub fn compute(obj: &Value) -> StatusResult {
     {
         return result(Status::InProgress, format!("generation {g} not yet observed (observed {o})"));
     }
-    let api_version = obj["apiVersion"].as_str().unwrap_or("");
-    let kind = obj["kind"].as_str().unwrap_or("");
-    let group = api_version.split_once('/').map_or("", |(g, _)| g);
-    if group.ends_with(".toolkit.fluxcd.io")
+    let gvk = Gvk::of(obj).unwrap_or_else(|_| Gvk::new("", "", ""));
+    if gvk.is_flux()
         && let Some(r) = flux_guard(obj, generation, observed)
     {
         return r;
@@ -109,7 +109,7 @@ pub fn compute(obj: &Value) -> StatusResult {
     if cond_is(obj, "Stalled", "True") {
         return result(Status::Failed, non_empty(cond_message(obj, "Stalled"), "stalled"));
     }
-    if let Some(r) = by_kind(group, kind, obj) {
+    if let Some(r) = by_kind(&gvk.group, &gvk.kind, obj) {
         return r;
     }
     if let Some(ready) = condition(obj, "Ready") {

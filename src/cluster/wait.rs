@@ -57,7 +57,7 @@ pub type Observed = (StatusResult, Option<Value>);
 pub async fn status_of(cluster: &Cluster, r: &ObjectRef) -> Result<Observed, ClusterError> {
     let Some(api) = cluster.resolver.api(r).await? else {
         return Ok((
-            StatusResult { status: Status::NotFound, message: format!("kind {} is not served", r.kind) },
+            StatusResult { status: Status::NotFound, message: format!("kind {} is not served", r.gvk.kind) },
             None,
         ));
     };

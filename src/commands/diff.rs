@@ -2,10 +2,11 @@
 
 use serde_json::json;
 
+use super::ExitStatus;
+use super::session::{prepare, runtime, start_connect};
+use super::settings::DiffSettings;
 use crate::changeset::Action;
-use crate::cli::{DiffArgs, Output};
-use crate::commands::ExitStatus;
-use crate::commands::cluster::{prepare, runtime, start_connect};
+use crate::cli::Output;
 use crate::deploy;
 use crate::printer::Printer;
 
@@ -13,24 +14,17 @@ use crate::printer::Printer;
 ///
 /// # Errors
 /// Profile, render, connection or dry-run errors (exit 2).
-pub fn run(args: &DiffArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub fn run(settings: &DiffSettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
-    let connecting = start_connect(&rt, &args.cluster);
-    let mut prepared = prepare(&args.profile)?;
-    if let Some(key) = crate::commands::cluster::api_key_from(None)? {
-        deploy::add_api_key_secret(&prepared.loaded.profile, &mut prepared.layers, &key)?;
+    let connecting = start_connect(&rt, &settings.connect);
+    let mut prepared = prepare(&settings.profile)?;
+    if let Some(key) = &settings.api_key {
+        deploy::add_api_key_secret(&prepared.loaded.profile, &mut prepared.layers, key);
     }
     rt.block_on(async {
         let (cluster, _) = connecting.await??;
         let changes = deploy::diff(&cluster, &prepared.loaded.profile, &prepared.layers).await?;
-        let summary = format!(
-            "{} to create, {} to change, {} unchanged, {} to prune",
-            changes.count(Action::Created),
-            changes.count(Action::Configured),
-            changes.count(Action::Unchanged),
-            changes.count(Action::Deleted)
-        );
-        match args.output {
+        match settings.output {
             Output::Json => printer.json(&json!({
                 "changes": changes,
                 "summary": {
@@ -44,10 +38,16 @@ pub fn run(args: &DiffArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             Output::Text => {
                 for c in &changes.0 {
                     if let Some(diff) = &c.diff {
-                        printer.object_diff(&c.subject, &c.action.to_string(), diff);
+                        printer.object_diff(&c.id.to_string(), &c.action.to_string(), diff);
                     }
                 }
-                printer.data(&summary);
+                printer.data(&format!(
+                    "{} to create, {} to change, {} unchanged, {} to prune",
+                    changes.count(Action::Created),
+                    changes.count(Action::Configured),
+                    changes.count(Action::Unchanged),
+                    changes.count(Action::Deleted)
+                ));
             }
         }
         Ok(if changes.has_changes() { ExitStatus::Failure } else { ExitStatus::Success })

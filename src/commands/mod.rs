@@ -1,14 +1,22 @@
-//! One module per command: turn arguments into options, call the domain, print the result.
+//! One module per command: settings in, the domain called, the result printed. Settings are
+//! resolved from the arguments in one place ([`settings`]); what several commands share is in
+//! [`session`], never in another command's module.
 
 pub mod apply;
-pub mod cluster;
 pub mod diff;
 pub mod lint;
 pub mod profiles;
 pub mod render;
+pub mod session;
+pub mod settings;
 pub mod verify;
 
 use std::process::ExitCode;
+
+use clap::CommandFactory;
+
+use crate::cli::{Cli, Command};
+use crate::printer::Printer;
 
 /// How a command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +35,26 @@ impl From<ExitStatus> for ExitCode {
             ExitStatus::Success => ExitCode::SUCCESS,
             ExitStatus::Failure => ExitCode::from(1),
             ExitStatus::Error => ExitCode::from(2),
+        }
+    }
+}
+
+/// Run the command the arguments name.
+///
+/// # Errors
+/// Any error the command reports; the caller prints it and exits 2.
+pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    match cli.command {
+        Command::Render(args) => render::run(&args.into(), printer),
+        Command::Diff(args) => diff::run(&(&args).try_into()?, printer),
+        Command::Apply(args) => apply::run(&(&args).try_into()?, printer),
+        Command::Verify(args) => verify::run(&(&args).try_into()?, printer),
+        Command::Lint(args) => lint::run(&(&args).try_into()?, printer),
+        Command::Profiles => Ok(profiles::run(printer)),
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "osbx", &mut std::io::stdout());
+            Ok(ExitStatus::Success)
         }
     }
 }

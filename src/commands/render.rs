@@ -1,71 +1,42 @@
 //! `osbx render`: profile → files in a Flux repository (`--check`, `--commit`, `--force`).
 
-use std::path::PathBuf;
-
 use anyhow::Context as _;
 
-use crate::commands::ExitStatus;
-use crate::fleet;
+use super::ExitStatus;
+use super::settings::{RenderSettings, Source};
 use crate::printer::Printer;
-use crate::profile::{self, ProfileSource};
 use crate::render::Renderer;
-use crate::repo;
-
-/// What to render.
-#[derive(Debug, Clone)]
-pub enum Source {
-    /// One profile.
-    Profile(ProfileSource),
-    /// Every cluster of a fleet file.
-    Fleet(PathBuf),
-}
-
-/// Resolved `render` options.
-#[derive(Debug, Clone)]
-pub struct RenderOptions {
-    /// Which profile or fleet.
-    pub source: Source,
-    /// Repository root.
-    pub out: PathBuf,
-    /// Template overrides.
-    pub templates: Option<PathBuf>,
-    /// Compare only.
-    pub check: bool,
-    /// Commit with this message.
-    pub commit: Option<String>,
-    /// Adopt foreign files.
-    pub force: bool,
-}
+use crate::{fleet, lint, profile, repo};
 
 /// Run `osbx render`.
 ///
 /// # Errors
 /// Any failure to load, render, write or commit; nothing is written when the profile or the
 /// templates are invalid.
-pub fn run(opts: &RenderOptions, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub fn run(opts: &RenderSettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let renderer = Renderer::new(opts.templates.as_deref())?;
     let (rendered, name) = match &opts.source {
         Source::Profile(source) => {
             let loaded = profile::load(source)?;
             let rendered = renderer.render(&loaded)?;
-            super::lint::print_warnings(&super::lint::gate(&loaded, &rendered)?, printer);
+            printer.lint_warnings(&lint::group(&lint::gate(&loaded, &rendered)?));
             (rendered, format!("profile {}", loaded.profile.metadata.name))
         }
         Source::Fleet(path) => {
             let fleet = fleet::load(path)?;
             let mut warnings = Vec::new();
             let rendered = fleet::render_checked(&fleet, &renderer, |m, r| {
-                warnings.extend(super::lint::gate(m, r)?);
+                warnings.extend(lint::gate(m, r)?);
                 Ok::<_, anyhow::Error>(())
             })?;
-            super::lint::print_warnings(&warnings, printer);
+            printer.lint_warnings(&lint::group(&warnings));
             (rendered, format!("fleet {} ({} clusters)", fleet.name, fleet.members.len()))
         }
     };
     let name = &name;
     // --check compares everything, owned or not.
-    let plan = repo::plan(&opts.out, &rendered, &renderer, opts.force || opts.check)?;
-    let changed: Vec<_> = plan.changed().collect();
+    let staged = repo::stage(&opts.out, &rendered, &renderer, opts.force || opts.check)?;
+    let changed: Vec<_> = staged.changed().collect();
 
     if opts.check {
         for f in &changed {
@@ -93,11 +64,11 @@ pub fn run(opts: &RenderOptions, printer: &Printer) -> anyhow::Result<ExitStatus
             printer.created(&format!("{} created", f.path));
         }
     }
-    let written = repo::write(&plan).with_context(|| format!("writing into {}", opts.out.display()))?;
+    let written = repo::write(&staged).with_context(|| format!("writing into {}", opts.out.display()))?;
     printer.success(&format!(
         "rendered {name}: {} file(s) written, {} unchanged",
         written.len(),
-        plan.files.len() - written.len()
+        staged.files.len() - written.len()
     ));
 
     if let Some(message) = &opts.commit {

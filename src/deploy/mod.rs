@@ -1,26 +1,29 @@
 //! Apply and diff a rendered profile against a cluster, layer by layer.
 //!
-//! Layers go in `dependsOn` order (see [`layers`]); how an apply is planned and carried out is in
-//! `apply`. Before a layer is applied, the Flux Kustomizations of the external layers it depends
-//! on must be Ready (Flux would wait for them too). Inside a layer the apply is staged: CRDs,
-//! Namespaces and ClusterRoles first, then `*Class` kinds, each waited for (Established/Active),
-//! then everything else. After a layer, its objects (including its Flux Kustomization) are waited
-//! for, so the next layer finds what it needs, e.g. the Pool CRD the chart of the previous layer
-//! installs. An inventory of what osbx created is kept in the cluster for `--prune`.
+//! Layers go in `dependsOn` order (see [`layers`]). An apply is planned before anything is
+//! written ([`plan`]: the inventory and every object's live state, read in one wave) and then
+//! carried out ([`execute`]): before a layer is applied, the Flux Kustomizations of the external
+//! layers it depends on must be Ready (Flux would wait for them too); inside a layer the apply is
+//! staged: CRDs, Namespaces and ClusterRoles first, then `*Class` kinds, each waited for
+//! (Established/Active), then everything else. After a layer, its objects (including its Flux
+//! Kustomization) are waited for, so the next layer finds what it needs, e.g. the Pool CRD the
+//! chart of the previous layer installs. An inventory of what osbx created is kept in the
+//! cluster for `--prune`.
 
-mod apply;
+mod execute;
+mod plan;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
-
-pub use self::apply::{ApplyOptions, ApplyReport, Plan, execute, plan};
-use crate::changeset::{Action, Change, ChangeSet};
-use crate::cluster::apply::{self as ssa, ApplyError, PlanOptions};
-use crate::cluster::inventory::{self, Inventory};
+pub use self::execute::{ApplyReport, execute};
+pub use self::plan::{ApplyOptions, Plan, plan};
+use crate::changeset::{Action, ChangeSet};
+use crate::cluster::inventory::Inventory;
+use crate::cluster::ssa::{self, ApplyError, PlanOptions};
 use crate::cluster::wait::WaitError;
 use crate::cluster::{Cluster, ClusterError};
-use crate::object::ObjectRef;
+use crate::components::opensandbox;
+use crate::object::{Object, ObjectRef};
 use crate::profile::Profile;
 use crate::render::Rendered;
 
@@ -32,17 +35,17 @@ pub struct Layer {
     /// External layers it depends on (their Kustomizations must be Ready first).
     pub external_deps: Vec<String>,
     /// Its objects, its Flux Kustomization included, in apply order.
-    pub objects: Vec<(ObjectRef, Value)>,
+    pub objects: Vec<Object>,
 }
 
 /// Every object of `layers`, in apply order.
 #[must_use]
-pub fn refs(layers: &[Layer]) -> Vec<ObjectRef> {
-    layers.iter().flat_map(|l| l.objects.iter().map(|(r, _)| r.clone())).collect()
+pub fn ids(layers: &[Layer]) -> Vec<ObjectRef> {
+    objects(layers).map(|o| o.id.clone()).collect()
 }
 
-pub(super) fn values(layers: &[Layer]) -> Vec<Value> {
-    layers.iter().flat_map(|l| l.objects.iter().map(|(_, v)| v.clone())).collect()
+fn objects(layers: &[Layer]) -> impl Iterator<Item = &Object> {
+    layers.iter().flat_map(|l| &l.objects)
 }
 
 /// Why a deploy could not be planned or applied.
@@ -54,12 +57,6 @@ pub enum DeployError {
     /// The cluster failed.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
-    /// A rendered file is not valid.
-    #[error(transparent)]
-    Render(#[from] crate::render::RenderError),
-    /// A rendered value is not an object.
-    #[error(transparent)]
-    NotAnObject(#[from] crate::object::NotAnObject),
     /// Definitions (CRDs, Namespaces) did not become ready.
     #[error("{0}")]
     Definitions(WaitError),
@@ -74,50 +71,47 @@ impl DeployError {
         match self {
             DeployError::Apply(ApplyError::Forbidden { .. }) => true,
             DeployError::Apply(ApplyError::Cluster(e)) | DeployError::Cluster(e) => api_403(e),
-            _ => false,
+            DeployError::Apply(_) | DeployError::Definitions(_) => false,
         }
     }
 }
 
 /// The layers of a render in `dependsOn` order (Kahn's algorithm; ties in profile order).
-///
-/// # Errors
-/// [`DeployError`] when a rendered file does not parse.
-pub fn layers(profile: &Profile, rendered: &Rendered) -> Result<Vec<Layer>, DeployError> {
-    let rendered_names: Vec<&str> = profile.layers.iter().filter(|l| !l.external).map(|l| l.name.as_str()).collect();
-    let mut by_layer: BTreeMap<String, Vec<(ObjectRef, Value)>> = BTreeMap::new();
+#[must_use]
+pub fn layers(profile: &Profile, rendered: &Rendered) -> Vec<Layer> {
+    let rendered_names: Vec<&str> = profile.rendered_layers().map(|l| l.name.as_str()).collect();
+    let mut by_layer: BTreeMap<String, Vec<Object>> = BTreeMap::new();
     for o in rendered.objects() {
-        by_layer.entry(o.layer.clone()).or_default().push((ObjectRef::of(&o.object)?, o.object));
+        by_layer.entry(o.layer).or_default().push(o.object);
     }
     let mut done: BTreeSet<&str> = BTreeSet::new();
     let mut out = Vec::new();
     while out.len() < rendered_names.len() {
-        let next =
-            profile.layers.iter().filter(|l| !l.external && !done.contains(l.name.as_str())).find(|l| {
-                l.depends_on.iter().all(|d| done.contains(d.as_str()) || !rendered_names.contains(&d.as_str()))
-            });
+        let next = profile.rendered_layers().filter(|l| !done.contains(l.name.as_str())).find(|l| {
+            l.depends_on.iter().all(|d| done.contains(d.as_str()) || !rendered_names.contains(&d.as_str()))
+        });
         // Validation rejects cycles; stop rather than loop if one slipped through.
         let Some(layer) = next else { break };
         done.insert(&layer.name);
         let mut objects = by_layer.remove(&layer.name).unwrap_or_default();
-        objects.sort_by(|a, b| a.0.cmp(&b.0));
+        objects.sort_by(|a, b| a.id.cmp(&b.id));
         out.push(Layer {
             name: layer.name.clone(),
             external_deps: layer.depends_on.iter().filter(|d| !rendered_names.contains(&d.as_str())).cloned().collect(),
             objects,
         });
     }
-    Ok(out)
+    out
 }
 
 /// Add the API key Secret the profile names (`opensandbox.server.apiKey.secretRef`) to the layer
 /// that renders OpenSandbox, so that apply creates or rotates it like any other object (and diff
 /// masks it). The key is never part of the render, so it never reaches git.
-pub fn add_api_key_secret(profile: &Profile, layers: &mut [Layer], key: &str) -> Result<(), DeployError> {
-    let Some(secret_ref) = &profile.opensandbox.server.api_key.secret_ref else { return Ok(()) };
-    let Some((_, spec)) = profile.rendering(&crate::components::opensandbox::COMPONENT) else { return Ok(()) };
-    let Some(layer) = layers.iter_mut().find(|l| l.name == spec.name) else { return Ok(()) };
-    let mut data = std::collections::BTreeMap::new();
+pub fn add_api_key_secret(profile: &Profile, layers: &mut [Layer], key: &str) {
+    let Some(secret_ref) = &profile.opensandbox.server.api_key.secret_ref else { return };
+    let Some((_, spec)) = profile.rendering(&opensandbox::COMPONENT) else { return };
+    let Some(layer) = layers.iter_mut().find(|l| l.name == spec.name) else { return };
+    let mut data = BTreeMap::new();
     data.insert(secret_ref.key.clone(), k8s_openapi::ByteString(key.as_bytes().to_vec()));
     let secret = k8s_openapi::api::core::v1::Secret {
         metadata: kube::api::ObjectMeta {
@@ -130,41 +124,19 @@ pub fn add_api_key_secret(profile: &Profile, layers: &mut [Layer], key: &str) ->
         type_: Some("Opaque".into()),
         ..Default::default()
     };
-    let mut value = serde_json::to_value(&secret).unwrap_or(Value::Null);
-    value["apiVersion"] = Value::String("v1".into());
-    value["kind"] = Value::String("Secret".into());
-    let r = ObjectRef::of(&value)?;
-    layer.objects.push((r, value));
-    layer.objects.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(())
+    let mut value = serde_json::to_value(&secret).unwrap_or_default();
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "Secret".into();
+    if let Ok(object) = Object::new(value) {
+        layer.objects.push(object);
+        layer.objects.sort_by(|a, b| a.id.cmp(&b.id));
+    }
 }
 
-/// The inventory of a profile on a cluster.
+/// The inventory ConfigMap of a profile on its cluster.
 #[must_use]
-pub fn inventory_ref(profile: &Profile) -> (String, String) {
-    (profile.cluster.flux_namespace.clone(), Inventory::name_for(&profile.metadata.name, &profile.cluster.name))
-}
-
-async fn prune_one(cluster: &Cluster, r: &ObjectRef, dry_run: bool) -> Result<Option<Change>, DeployError> {
-    let Some(live) = cluster.get(r).await? else { return Ok(None) };
-    if !inventory::managed_by_osbx(&live) {
-        let mut c = Change::new(r.clone(), Action::Skipped);
-        c.reason = Some("not pruned: osbx no longer manages any of its fields".into());
-        return Ok(Some(c));
-    }
-    if !dry_run && let Some(api) = cluster.resolver.api(r).await? {
-        let params = kube::api::DeleteParams {
-            propagation_policy: Some(kube::api::PropagationPolicy::Background),
-            ..Default::default()
-        };
-        match api.delete(&r.name, &params).await {
-            // Gone meanwhile (or a repeated request found it deleted): what pruning wanted.
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(source) => return Err(ClusterError::Api { subject: r.to_string(), source }.into()),
-        }
-    }
-    Ok(Some(Change::new(r.clone(), Action::Deleted)))
+pub fn inventory(profile: &Profile) -> ObjectRef {
+    Inventory::config_map(&profile.cluster.flux_namespace, &profile.metadata.name, &profile.cluster.name)
 }
 
 /// Diff every rendered object against the cluster (server-side dry-run), plus the objects osbx
@@ -173,15 +145,13 @@ async fn prune_one(cluster: &Cluster, r: &ObjectRef, dry_run: bool) -> Result<Op
 /// # Errors
 /// [`DeployError`] when a dry-run is refused or the cluster fails.
 pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<ChangeSet, DeployError> {
-    let objects = values(layers);
-    let (inv_ns, inv_name) = inventory_ref(profile);
     let (planned, inventory) = futures::try_join!(
         async {
-            ssa::plan_all(cluster, &objects, PlanOptions { dry_run_new: true, force_conflicts: true })
+            ssa::plan_all(cluster, objects(layers), PlanOptions { dry_run_new: true, force_conflicts: true })
                 .await
                 .map_err(DeployError::from)
         },
-        async { Inventory::load(cluster, &inv_ns, &inv_name).await.map_err(DeployError::from) },
+        async { Inventory::load(cluster, inventory(profile)).await.map_err(DeployError::from) },
     )?;
     let mut changes = ChangeSet::default();
     for p in &planned {
@@ -189,17 +159,16 @@ pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Res
         if p.action == Action::Skipped {
             // Its CRD comes from another layer: show it as it would be created.
             change.action = Action::Created;
-            change.diff = Some(crate::cluster::diff::unified(&change.subject, None, &p.desired));
+            change.diff = Some(crate::cluster::diff::unified(&change.id.to_string(), None, &p.desired));
         }
         changes.push(change);
     }
-    let current: Vec<ObjectRef> = planned.iter().map(|p| p.object.clone()).collect();
+    let current: Vec<ObjectRef> = planned.iter().map(|p| p.id.clone()).collect();
     for stale in inventory.stale(&current) {
-        if let Some(mut change) = prune_one(cluster, &stale, true).await?
+        if let Some(mut change) = ssa::prune(cluster, &stale, true).await?
             && change.action == Action::Deleted
         {
-            change.diff =
-                Some(format!("{} will be deleted (osbx created it and no longer renders it)\n", change.subject));
+            change.diff = Some(format!("{} will be deleted (osbx created it and no longer renders it)\n", change.id));
             changes.push(change);
         }
     }
@@ -210,23 +179,22 @@ pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Res
 mod tests {
     use super::*;
 
-    fn order(profile: &str) -> Vec<String> {
+    fn layers_of(profile: &str) -> Vec<Layer> {
         let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded(profile.into())).unwrap();
         let rendered = crate::render::Renderer::new(None).unwrap().render(&loaded).unwrap();
-        layers(&loaded.profile, &rendered).unwrap().into_iter().map(|l| l.name).collect()
+        layers(&loaded.profile, &rendered)
     }
 
     #[test]
     fn layers_follow_depends_on() {
+        let order = |p| layers_of(p).into_iter().map(|l| l.name).collect::<Vec<_>>();
         assert_eq!(order("fresh-cluster"), ["kata", "spire-agents", "spire-smoke", "opensandbox", "opensandbox-pools"]);
         assert_eq!(order("homelab"), ["opensandbox", "opensandbox-pools"]);
     }
 
     #[test]
     fn external_dependencies_are_waited_for() {
-        let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded("homelab".into())).unwrap();
-        let rendered = crate::render::Renderer::new(None).unwrap().render(&loaded).unwrap();
-        let l = layers(&loaded.profile, &rendered).unwrap();
+        let l = layers_of("homelab");
         assert_eq!(l[0].external_deps, ["kata", "spire-agents"]);
         assert!(l[1].external_deps.is_empty());
     }

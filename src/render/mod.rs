@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use tera::{Context, Tera};
 
 use crate::embedded;
-use crate::profile::{LoadedProfile, Profile};
+use crate::object::Object;
+use crate::profile::LoadedProfile;
 
 /// The first line of every file osbx owns; a file without it is never overwritten unless forced.
 pub const MARKER: &str = "Managed by osbx";
@@ -42,7 +43,8 @@ pub enum RenderError {
         /// Tera's error chain, joined.
         message: String,
     },
-    /// A template produced YAML that does not parse.
+    /// A template produced YAML that does not parse, or a document that is not a Kubernetes
+    /// object.
     #[error("template {name} produced invalid YAML: {message}")]
     InvalidYaml {
         /// Template name.
@@ -61,9 +63,9 @@ pub struct RenderedFile {
     pub layer: String,
     /// Full content, ownership marker included.
     pub content: String,
-    /// The YAML documents of the content (parsed once, when the render checked them; empty for
-    /// files that are not YAML).
-    pub docs: Arc<[serde_json::Value]>,
+    /// The Kubernetes objects in the content (parsed once, when the render checked the YAML;
+    /// kustomize `Kustomization` files and files that are not YAML have none).
+    pub objects: Arc<[Object]>,
 }
 
 /// Everything a render produces.
@@ -92,24 +94,19 @@ pub struct RenderedObject {
     /// The layer it belongs to.
     pub layer: String,
     /// The object.
-    pub object: serde_json::Value,
+    pub object: Object,
 }
 
 impl Rendered {
-    /// The Kubernetes objects the files deploy, in file order (kustomize `Kustomization` files
-    /// and non-YAML files are not objects).
+    /// The Kubernetes objects the files deploy, in file order.
     #[must_use]
     pub fn objects(&self) -> Vec<RenderedObject> {
-        let mut out = Vec::new();
-        for f in &self.files {
-            for object in f.docs.iter().filter(|d| d.is_object()) {
-                if object["apiVersion"].as_str().is_some_and(|v| v.starts_with("kustomize.config.k8s.io/")) {
-                    continue;
-                }
-                out.push(RenderedObject { path: f.path.clone(), layer: f.layer.clone(), object: object.clone() });
-            }
-        }
-        out
+        self.files
+            .iter()
+            .flat_map(|f| {
+                f.objects.iter().map(|o| RenderedObject { path: f.path.clone(), layer: f.layer.clone(), object: o.clone() })
+            })
+            .collect()
     }
 }
 
@@ -117,8 +114,8 @@ impl Rendered {
 pub struct Renderer {
     tera: Tera,
     names: Vec<String>,
-    /// Rendered YAML text → its documents: the clusters of a fleet render mostly the same files.
-    parsed: Mutex<HashMap<String, Arc<[serde_json::Value]>>>,
+    /// Rendered YAML text → its objects: the clusters of a fleet render mostly the same files.
+    parsed: Mutex<HashMap<String, Arc<[Object]>>>,
 }
 
 impl Renderer {
@@ -156,7 +153,8 @@ impl Renderer {
             let mut ctx = base.clone();
             ctx.insert("layer", &view::layer(layer));
             let app = format!("apps/{}.yaml", layer.name);
-            self.push(&mut files, "cluster/layer.yaml", &ctx, (format!("{cluster_dir}/{app}"), &layer.name), p)?;
+            let (owner, profile) = (&layer.name, &p.metadata.name);
+            files.extend(self.file("cluster/layer.yaml", &ctx, format!("{cluster_dir}/{app}"), owner, profile)?);
             entries.push(app);
             let dir = layer.repo_path();
             let prefix = format!("{}/", component.name);
@@ -165,7 +163,7 @@ impl Renderer {
                 if file.contains('/') || file.starts_with('_') {
                     continue;
                 }
-                self.push(&mut files, name, &ctx, (format!("{dir}/{file}"), &layer.name), p)?;
+                files.extend(self.file(name, &ctx, format!("{dir}/{file}"), owner, profile)?);
             }
         }
         Ok(Rendered {
@@ -184,43 +182,46 @@ impl Renderer {
         self.render_one("cluster/kustomization.yaml", &ctx)
     }
 
-    fn push(
+    /// The file `template` renders at `path`, owned by `layer` of `profile` (`None` when it
+    /// renders to blank text).
+    fn file(
         &self,
-        files: &mut Vec<RenderedFile>,
         template: &str,
         ctx: &Context,
-        (path, layer): (String, &str),
-        p: &Profile,
-    ) -> Result<(), RenderError> {
+        path: String,
+        layer: &str,
+        profile: &str,
+    ) -> Result<Option<RenderedFile>, RenderError> {
         let body = self.render_one(template, ctx)?;
         if body.trim().is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let docs = if Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml") {
+        let objects = if Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml") {
             self.parse_yaml(template, &body)?
         } else {
             Arc::from([])
         };
-        files.push(RenderedFile {
-            content: with_marker(&path, &body, &p.metadata.name),
-            path,
-            layer: layer.to_owned(),
-            docs,
-        });
-        Ok(())
+        Ok(Some(RenderedFile { content: with_marker(&path, &body, profile), path, layer: layer.to_owned(), objects }))
     }
 
-    /// The documents of rendered YAML (every template's output is checked to parse).
-    fn parse_yaml(&self, template: &str, body: &str) -> Result<Arc<[serde_json::Value]>, RenderError> {
+    /// The Kubernetes objects of rendered YAML (every template's output is checked to parse;
+    /// kustomize's own `Kustomization` is not an object of the cluster).
+    fn parse_yaml(&self, template: &str, body: &str) -> Result<Arc<[Object]>, RenderError> {
         let lock = || self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(docs) = lock().get(body) {
-            return Ok(docs.clone());
+        if let Some(objects) = lock().get(body) {
+            return Ok(objects.clone());
         }
-        let docs: Arc<[serde_json::Value]> = serde_saphyr::from_str_multiple::<serde_json::Value, Vec<_>>(body)
-            .map_err(|e| RenderError::InvalidYaml { name: template.to_owned(), message: e.to_string() })?
-            .into();
-        lock().insert(body.to_owned(), docs.clone());
-        Ok(docs)
+        let invalid = |message: String| RenderError::InvalidYaml { name: template.to_owned(), message };
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_str_multiple(body).map_err(|e| invalid(e.to_string()))?;
+        let objects: Arc<[Object]> = docs
+            .into_iter()
+            .filter(|d| d.is_object())
+            .filter(|d| !d["apiVersion"].as_str().is_some_and(|v| v.starts_with("kustomize.config.k8s.io/")))
+            .map(|d| Object::new(d).map_err(|e| invalid(e.to_string())))
+            .collect::<Result<_, _>>()?;
+        lock().insert(body.to_owned(), objects.clone());
+        Ok(objects)
     }
 
     fn render_one(&self, name: &str, ctx: &Context) -> Result<String, RenderError> {

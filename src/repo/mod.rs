@@ -1,8 +1,8 @@
 //! The Flux repository on disk: what would change, atomic writes, ownership and git.
 //!
-//! A render becomes a [`Plan`]: for every file, its text on disk and the text osbx wants. The
-//! plan refuses files osbx does not own (no ownership marker) unless forced, and it is applied as
-//! one transaction: every new file is first written next to its target and synced, then all are
+//! A render is staged ([`stage`]): for every file, its text on disk and the text osbx wants.
+//! Staging refuses files osbx does not own (no ownership marker) unless forced, and the staged
+//! files are written as one transaction ([`write`]): every new file is first written next to its target and synced, then all are
 //! renamed into place; if any step fails, the renames already done are undone, so the tree is the
 //! old one or the new one, never a mix.
 
@@ -62,7 +62,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RepoError + '_ {
     move |source| RepoError::Io { path: path.display().to_string(), source }
 }
 
-/// One file of the plan.
+/// One staged file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileChange {
     /// Repository-relative path.
@@ -83,14 +83,14 @@ impl FileChange {
 
 /// Every file osbx writes for a render, compared with the disk.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct Staged {
     /// Repository root.
     pub root: PathBuf,
     /// All files (changed or not), in render order.
     pub files: Vec<FileChange>,
 }
 
-impl Plan {
+impl Staged {
     /// The files that differ from the disk.
     pub fn changed(&self) -> impl Iterator<Item = &FileChange> {
         self.files.iter().filter(|f| f.changed())
@@ -102,7 +102,7 @@ impl Plan {
 /// # Errors
 /// [`RepoError`] when a file cannot be read, a path is blocked, the cluster kustomization cannot
 /// be merged, or (unless `force`) a target file is not owned by osbx.
-pub fn plan(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool) -> Result<Plan, RepoError> {
+pub fn stage(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool) -> Result<Staged, RepoError> {
     let mut files = Vec::new();
     let mut foreign = Vec::new();
     for f in &rendered.files {
@@ -121,7 +121,7 @@ pub fn plan(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool) 
     for index in &rendered.clusters {
         files.push(cluster_index(root, index, renderer)?);
     }
-    Ok(Plan { root: root.to_path_buf(), files })
+    Ok(Staged { root: root.to_path_buf(), files })
 }
 
 /// The cluster kustomization: created when missing, else osbx's entries merged in.
@@ -170,16 +170,17 @@ fn failpoint(renamed: usize) -> std::io::Result<()> {
     if hit { Err(std::io::Error::other("injected failure (OSBX_FAILPOINT)")) } else { Ok(()) }
 }
 
-/// Write every changed file of the plan as one transaction; returns the paths written.
+/// Write every changed file as one transaction; returns the paths written.
 ///
 /// # Errors
 /// [`RepoError::Io`] naming the file that failed; the tree on disk is then unchanged.
-pub fn write(plan: &Plan) -> Result<Vec<String>, RepoError> {
-    let changed: Vec<&FileChange> = plan.changed().collect();
+pub fn write(staged: &Staged) -> Result<Vec<String>, RepoError> {
+    let changed: Vec<&FileChange> = staged.changed().collect();
     let mut created_dirs = Vec::new();
-    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let result = stage(plan, &changed, &mut created_dirs, &mut staged).and_then(|()| commit_renames(&staged));
-    for (tmp, _) in &staged {
+    let mut temps: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let result =
+        write_temps(&staged.root, &changed, &mut created_dirs, &mut temps).and_then(|()| commit_renames(&temps));
+    for (tmp, _) in &temps {
         let _ = fs::remove_file(tmp);
     }
     if let Err(e) = result {
@@ -191,20 +192,22 @@ pub fn write(plan: &Plan) -> Result<Vec<String>, RepoError> {
     Ok(changed.iter().map(|f| f.path.clone()).collect())
 }
 
-fn stage(
-    plan: &Plan,
+/// Write each file next to its target (synced), recording the directories it had to create and
+/// each temporary file with its target.
+fn write_temps(
+    root: &Path,
     changed: &[&FileChange],
     created_dirs: &mut Vec<PathBuf>,
-    staged: &mut Vec<(PathBuf, PathBuf)>,
+    temps: &mut Vec<(PathBuf, PathBuf)>,
 ) -> Result<(), RepoError> {
     for f in changed {
-        let target = plan.root.join(&f.path);
-        let parent = target.parent().unwrap_or(&plan.root).to_path_buf();
+        let target = root.join(&f.path);
+        let parent = target.parent().unwrap_or(root).to_path_buf();
         create_dirs(&parent, created_dirs)?;
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = parent.join(format!(".{name}.osbx-tmp"));
         let mut file = fs::File::create(&tmp).map_err(io(&tmp))?;
-        staged.push((tmp.clone(), target));
+        temps.push((tmp.clone(), target));
         file.write_all(f.new.as_bytes()).map_err(io(&tmp))?;
         file.sync_all().map_err(io(&tmp))?;
     }

@@ -1,36 +1,30 @@
 //! Reaching the OpenSandbox Lifecycle API: through the API server's service proxy (default; no
 //! port-forward needed) or at a URL. The API key is sent as `OPEN-SANDBOX-API-KEY` and never
-//! shown: [`ApiKey`] prints as `***`.
+//! shown: [`ApiKeyValue`] prints as `***`.
 
 use http_body_util::BodyExt;
 use kube::Client;
 use serde_json::Value;
 
-/// An API key that never prints.
+/// The value of an API key (a secret): it never prints, not even in debug output.
 #[derive(Clone, Default)]
-pub struct ApiKey(Option<String>);
+pub struct ApiKeyValue(Option<String>);
 
-impl ApiKey {
-    /// Wrap a key (`None`: no key configured).
+impl ApiKeyValue {
+    /// Wrap a key (`None` or empty: no key).
     #[must_use]
     pub fn new(key: Option<String>) -> Self {
         Self(key.filter(|k| !k.is_empty()))
     }
 
-    /// Whether a key is configured.
-    #[must_use]
-    pub fn is_set(&self) -> bool {
-        self.0.is_some()
-    }
-
-    fn value(&self) -> Option<&str> {
+    pub(super) fn value(&self) -> Option<&str> {
         self.0.as_deref()
     }
 }
 
-impl std::fmt::Debug for ApiKey {
+impl std::fmt::Debug for ApiKeyValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "ApiKey(***)" } else { "ApiKey(none)" })
+        f.write_str(if self.0.is_some() { "ApiKeyValue(***)" } else { "ApiKeyValue(none)" })
     }
 }
 
@@ -44,7 +38,7 @@ pub enum Endpoint {
         /// The proxy path prefix.
         base: String,
         /// The key.
-        key: ApiKey,
+        key: ApiKeyValue,
     },
     /// A URL (`--server-url`).
     Direct {
@@ -53,7 +47,7 @@ pub enum Endpoint {
         /// Base URL without a trailing slash.
         base: String,
         /// The key.
-        key: ApiKey,
+        key: ApiKeyValue,
     },
 }
 
@@ -71,7 +65,7 @@ pub struct Response {
 impl Endpoint {
     /// Through the service proxy of `service` in `namespace`.
     #[must_use]
-    pub fn proxy(client: Client, namespace: &str, service: &str, port: u16, key: ApiKey) -> Self {
+    pub fn proxy(client: Client, namespace: &str, service: &str, port: u16, key: ApiKeyValue) -> Self {
         Endpoint::Proxy { client, base: format!("/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy"), key }
     }
 
@@ -79,7 +73,7 @@ impl Endpoint {
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
-    pub fn direct(url: &str, key: ApiKey, timeout: std::time::Duration) -> Result<Self, reqwest::Error> {
+    pub fn direct(url: &str, key: ApiKeyValue, timeout: std::time::Duration) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder().timeout(timeout).build()?;
         Ok(Endpoint::Direct { http, base: url.trim_end_matches('/').to_owned(), key })
     }

@@ -12,6 +12,7 @@ pub mod endpoint;
 pub mod probe;
 pub mod report;
 mod scripts;
+pub mod session;
 
 use std::time::{Duration, Instant};
 
@@ -20,9 +21,9 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::profile::Profile;
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 
-pub use endpoint::{ApiKey, Endpoint};
+pub use endpoint::{ApiKeyValue, Endpoint};
 
 /// The verdict of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -168,7 +169,7 @@ pub async fn run(
     let runs = checks.iter().filter(|c| c.ids().iter().any(|id| selection.selects(id))).map(|check| async move {
         let ids = check.ids();
         let label = ids.join(", ");
-        progress.layer(&label, "running");
+        progress.phase(&label, Phase::Running);
         let start = Instant::now();
         let started_ms = start.duration_since(run_start).as_millis();
         let verdicts = match tokio::time::timeout(check.timeout(), check.run(ctx)).await {
@@ -181,7 +182,7 @@ pub async fn run(
                 .collect(),
         };
         let elapsed = start.elapsed().as_millis();
-        progress.layer(&label, "ready");
+        progress.phase(&label, Phase::Ready);
         ids.into_iter()
             .zip(verdicts)
             .filter(|(id, _)| selection.selects(id))

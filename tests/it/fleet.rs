@@ -174,9 +174,9 @@ async fn every_clusters_objects_are_accepted_by_the_api_server() {
         let objects = renderer.render(member).unwrap().objects();
         cluster::ensure_namespaces(&client, &objects).await;
         for o in &objects {
-            let (api, name) = api_for(&client, &o.object).await;
-            api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object)).await.unwrap_or_else(
-                |e| panic!("{}: {} {name} rejected: {e}", member.profile.cluster.name, o.object["kind"]),
+            let (api, name) = api_for(&client, &o.object.value).await;
+            api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object.value)).await.unwrap_or_else(
+                |e| panic!("{}: {} {name} rejected: {e}", member.profile.cluster.name, o.object.value["kind"]),
             );
         }
     }

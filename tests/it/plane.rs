@@ -56,15 +56,15 @@ async fn every_rendered_object_passes_a_server_side_dry_run_apply() {
         // Namespaces first, for real (namespaced dry-runs need them), then everything dry-run.
         cluster::ensure_namespaces(&client, &objects).await;
         for o in &objects {
-            let (api, name) = api_for(&client, &o.object).await;
-            let result = api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object)).await;
+            let (api, name) = api_for(&client, &o.object.value).await;
+            let result = api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object.value)).await;
             let live =
-                result.unwrap_or_else(|e| panic!("{profile}: {} {}/{name} rejected: {e}", o.path, o.object["kind"]));
+                result.unwrap_or_else(|e| panic!("{profile}: {} {}/{name} rejected: {e}", o.path, o.object.value["kind"]));
             let mut lost = Vec::new();
             let live = serde_json::to_value(&live).unwrap();
-            dropped(&o.object["spec"], &live["spec"], "spec", &mut lost);
-            dropped(&o.object["data"], &live["data"], "data", &mut lost);
-            assert!(lost.is_empty(), "{profile}: {} {}/{name}: the server dropped {lost:?}", o.path, o.object["kind"]);
+            dropped(&o.object.value["spec"], &live["spec"], "spec", &mut lost);
+            dropped(&o.object.value["data"], &live["data"], "data", &mut lost);
+            assert!(lost.is_empty(), "{profile}: {} {}/{name}: the server dropped {lost:?}", o.path, o.object.value["kind"]);
         }
     }
 }
@@ -75,8 +75,8 @@ async fn pools_and_batchsandboxes_from_rendered_objects_round_trip() {
     cluster::install_all_crds().await;
     let ns = cluster::namespace(&client, "roundtrip").await;
     for profile in ["default", "homelab"] {
-        for o in render(profile).into_iter().filter(|o| o.object["kind"] == "Pool") {
-            let mut pool = o.object.clone();
+        for o in render(profile).into_iter().filter(|o| o.object.value["kind"] == "Pool") {
+            let mut pool = o.object.value.clone();
             let name = format!("{profile}-{}", pool["metadata"]["name"].as_str().unwrap());
             pool["metadata"] = json!({"name": name, "namespace": ns});
             // Every optional Pool field the render supports, so that a schema drop shows.

@@ -7,7 +7,8 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::nodes::kata_nodes;
-use super::{kata_classes, list};
+use super::list;
+use crate::object::Gvk;
 use crate::verify::probe::{self, ProbeEnd};
 use crate::verify::{Check, Ctx, Verdict, scripts};
 
@@ -68,7 +69,7 @@ fn stuck_verdict(what: &str, diagnosis: &str) -> Verdict {
 }
 
 async fn node_kernel(ctx: &Ctx, node: &str) -> Option<String> {
-    let n = super::get(&ctx.cluster, &super::obj_ref("", "v1", "Node", None, node)).await.ok()??;
+    let n = ctx.cluster.get(&Gvk::new("", "v1", "Node").object(None, node)).await.ok()??;
     n["status"]["nodeInfo"]["kernelVersion"].as_str().map(str::to_owned)
 }
 
@@ -81,7 +82,7 @@ impl Check for GuestKernel {
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let Some(class) = kata_classes(&ctx.profile).into_iter().next() else {
+            let Some(class) = ctx.profile.pools.kata_classes().into_iter().next() else {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             };
             let spec = scripts::guest_kernel(&ctx.run, &ctx.profile.verify.probe_image, &class);
@@ -136,10 +137,10 @@ impl Check for HostKvm {
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            if kata_classes(&ctx.profile).is_empty() {
+            if ctx.profile.pools.kata_classes().is_empty() {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             }
-            let nodes = match list(&ctx.cluster, "", "v1", "Node", None, None).await {
+            let nodes = match list(&ctx.cluster, &Gvk::new("", "v1", "Node"), None, None).await {
                 Ok(n) => n,
                 Err(e) => return vec![Verdict::error("listing nodes", e.to_string())],
             };
@@ -201,7 +202,7 @@ impl Check for VmmSharedMemory {
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let Some(class) = kata_classes(&ctx.profile).into_iter().next() else {
+            let Some(class) = ctx.profile.pools.kata_classes().into_iter().next() else {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             };
             let v = &ctx.profile.verify;

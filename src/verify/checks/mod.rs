@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::Check;
 use crate::cluster::{Cluster, ClusterError};
-use crate::object::ObjectRef;
+use crate::object::{Gvk, ObjectRef};
 use crate::profile::Profile;
 
 /// Every check for a profile, in report order.
@@ -34,33 +34,15 @@ pub fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<Box<dyn
     checks
 }
 
-/// The Kata runtime classes the profile's pools use.
-fn kata_classes(profile: &Profile) -> Vec<String> {
-    profile.pools.kata_classes()
-}
-
-/// Read any object (`None` when it does not exist or its kind is not served).
-async fn get(cluster: &Cluster, r: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-    cluster.get(r).await
-}
-
-/// List objects of a kind in a namespace (empty when the kind is not served).
+/// List objects of a kind (in a namespace, when given and the kind is namespaced; empty when
+/// the kind is not served).
 async fn list(
     cluster: &Cluster,
-    group: &str,
-    version: &str,
-    kind: &str,
+    kind: &Gvk,
     ns: Option<&str>,
     labels: Option<&str>,
 ) -> Result<Vec<Value>, ClusterError> {
-    let r = ObjectRef {
-        group: group.into(),
-        version: version.into(),
-        kind: kind.into(),
-        namespace: ns.map(str::to_owned),
-        name: String::new(),
-    };
-    let Some((ar, scope)) = cluster.resolver.resolve(&r).await? else { return Ok(Vec::new()) };
+    let Some((ar, scope)) = cluster.resolver.resolve(&kind.object(ns, "")).await? else { return Ok(Vec::new()) };
     let api: Api<DynamicObject> = match (scope, ns) {
         (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(cluster.client.clone(), ns, &ar),
         _ => Api::all_with(cluster.client.clone(), &ar),
@@ -69,16 +51,9 @@ async fn list(
     if let Some(l) = labels {
         lp = lp.labels(l);
     }
-    let items = api.list(&lp).await.map_err(|source| ClusterError::Api { subject: format!("{kind} list"), source })?;
+    let items = api
+        .list(&lp)
+        .await
+        .map_err(|source| ClusterError::Api { subject: format!("{} list", kind.kind), source })?;
     Ok(items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)).collect())
-}
-
-fn obj_ref(group: &str, version: &str, kind: &str, ns: Option<&str>, name: &str) -> ObjectRef {
-    ObjectRef {
-        group: group.into(),
-        version: version.into(),
-        kind: kind.into(),
-        namespace: ns.map(str::to_owned),
-        name: name.into(),
-    }
 }

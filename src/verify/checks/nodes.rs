@@ -3,7 +3,8 @@
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::{get, kata_classes, list, obj_ref};
+use super::list;
+use crate::object::Gvk;
 use crate::verify::{Check, Ctx, Verdict};
 
 /// The label kata-deploy sets to `true` on nodes that can run Kata.
@@ -27,7 +28,7 @@ impl Check for NodesReady {
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let nodes = match list(&ctx.cluster, "", "v1", "Node", None, None).await {
+            let nodes = match list(&ctx.cluster, &Gvk::new("", "v1", "Node"), None, None).await {
                 Ok(n) => n,
                 Err(e) => return vec![Verdict::error("listing nodes", e.to_string())],
             };
@@ -48,7 +49,7 @@ impl Check for NodesReady {
                     problems.push(format!("{} is cordoned", name(n)));
                 }
             }
-            let classes = kata_classes(&ctx.profile);
+            let classes = ctx.profile.pools.kata_classes();
             let kata = kata_nodes(&nodes);
             let mut notes = Vec::new();
             if !classes.is_empty() {
@@ -109,14 +110,14 @@ impl Check for RuntimeClasses {
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let classes = kata_classes(&ctx.profile);
+            let classes = ctx.profile.pools.kata_classes();
             if classes.is_empty() {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             }
             let mut ok = Vec::new();
             let mut problems = Vec::new();
             for class in &classes {
-                match get(&ctx.cluster, &obj_ref("node.k8s.io", "v1", "RuntimeClass", None, class)).await {
+                match ctx.cluster.get(&Gvk::new("node.k8s.io", "v1", "RuntimeClass").object(None, class)).await {
                     Err(e) => return vec![Verdict::error(format!("reading RuntimeClass {class}"), e.to_string())],
                     Ok(None) => problems.push(format!("RuntimeClass {class} not found: kata-deploy's runtimeClasses.enabled is off, the shim is disabled, or a multiInstallSuffix renamed it")),
                     Ok(Some(rc)) => {

@@ -8,9 +8,11 @@ use futures::future::BoxFuture;
 use http::Method;
 use serde_json::{Value, json};
 
-use super::{get, list, obj_ref};
+use super::list;
 use crate::cluster::status::{self, Status};
+use crate::components::opensandbox::OpenSandbox;
 use crate::components::pools::EffectivePool;
+use crate::object::Gvk;
 use crate::verify::{Check, Ctx, Verdict};
 
 const SANDBOX_GROUP: &str = "sandbox.opensandbox.io";
@@ -25,13 +27,14 @@ impl Check for Server {
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
             let ns = &ctx.profile.opensandbox.namespaces.control_plane;
+            let server = OpenSandbox::SERVER_SERVICE;
             let mut evidence = Vec::new();
             if ctx.endpoint.is_proxy() {
-                match get(&ctx.cluster, &obj_ref("apps", "v1", "Deployment", Some(ns), "opensandbox-server")).await {
+                match ctx.cluster.get(&Gvk::new("apps", "v1", "Deployment").object(Some(ns), server)).await {
                     Err(e) => return vec![Verdict::error("reading the server Deployment", e.to_string())],
                     Ok(None) => {
                         return vec![Verdict::fail(
-                            "no Deployment/opensandbox-server",
+                            format!("no Deployment/{server}"),
                             format!("the chart has not installed the server in {ns}"),
                         )];
                     }
@@ -39,7 +42,7 @@ impl Check for Server {
                         let s = status::compute(&d);
                         if s.status != Status::Current {
                             return vec![Verdict::fail(format!("Deployment {}: {}", s.status, s.message), "the server is not Available")
-                                .with_fix("kubectl -n opensandbox-system logs deploy/opensandbox-server (look for `Startup blocked: server.api_key is empty`)")];
+                                .with_fix(format!("kubectl -n {ns} logs deploy/{server} (look for `Startup blocked: server.api_key is empty`)"))];
                         }
                         evidence.push("Deployment Available".to_owned());
                     }
@@ -87,7 +90,7 @@ impl Check for Pools {
             let mut problems = Vec::new();
             for p in ctx.profile.pools.effective() {
                 let name = &p.pool.name;
-                let pool = match get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "Pool", Some(ns), name)).await {
+                let pool = match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "Pool").object(Some(ns), name)).await {
                     Err(e) => return vec![Verdict::error(format!("reading Pool {name}"), e.to_string())],
                     Ok(None) => {
                         problems.push(format!("Pool {ns}/{name} does not exist"));
@@ -103,9 +106,7 @@ impl Check for Pools {
                 if let Some(class) = &p.runtime_class_name {
                     let pods = list(
                         &ctx.cluster,
-                        "",
-                        "v1",
-                        "Pod",
+                        &Gvk::new("", "v1", "Pod"),
                         Some(ns),
                         Some(&format!("sandbox.opensandbox.io/pool-name={name}")),
                     )
@@ -150,7 +151,7 @@ impl Check for Lifecycle {
 /// Create a sandbox from `pool`, see it Running and bound to the pool, delete it, see it gone.
 async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
     let ns = &ctx.profile.opensandbox.namespaces.sandbox;
-    let pool_obj = match get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "Pool", Some(ns), pool)).await {
+    let pool_obj = match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "Pool").object(Some(ns), pool)).await {
         Ok(p) => p,
         Err(e) => return Verdict::error(format!("reading Pool {pool}"), e.to_string()),
     };
@@ -225,7 +226,7 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
             "the sandbox never became Running",
         );
     }
-    let bsbx = match get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "BatchSandbox", Some(ns), id)).await {
+    let bsbx = match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "BatchSandbox").object(Some(ns), id)).await {
         Ok(Some(b)) => b,
         Ok(None) => return Verdict::fail(format!("sandbox {id} Running"), format!("no BatchSandbox {ns}/{id}")),
         Err(e) => return Verdict::error("reading the BatchSandbox", e.to_string()),
@@ -256,7 +257,7 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
     }
     let start = Instant::now();
     loop {
-        let left = get(&ctx.cluster, &obj_ref(SANDBOX_GROUP, "v1alpha1", "BatchSandbox", Some(ns), id)).await;
+        let left = ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "BatchSandbox").object(Some(ns), id)).await;
         match left {
             Ok(None) => break,
             Ok(Some(b)) if start.elapsed() > limit => {
@@ -276,7 +277,7 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
     let mut left_pods = Vec::new();
     if ctx.profile.pools.effective().iter().find(|p| p.pool.name == pool).is_none_or(EffectivePool::deletes_released_pods) {
         for pod in &pods {
-            if let Ok(Some(p)) = get(&ctx.cluster, &obj_ref("", "v1", "Pod", Some(ns), pod)).await
+            if let Ok(Some(p)) = ctx.cluster.get(&Gvk::new("", "v1", "Pod").object(Some(ns), pod)).await
                 && p["metadata"]["deletionTimestamp"].is_null()
             {
                 left_pods.push(pod.clone());

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-use super::kata_classes;
+use crate::object::Gvk;
 use crate::profile::SpiffeSmoke;
 use crate::verify::probe::{self, ProbeEnd};
 use crate::verify::{Check, Ctx, Verdict, scripts};
@@ -136,14 +136,8 @@ impl Spiffe {
     /// leaves it empty.
     async fn ignored(ctx: &Ctx, smoke: &SpiffeSmoke) -> Option<String> {
         let name = smoke.cluster_spiffe_id.as_deref()?;
-        let r = crate::object::ObjectRef {
-            group: "spire.spiffe.io".into(),
-            version: "v1alpha1".into(),
-            kind: "ClusterSPIFFEID".into(),
-            namespace: None,
-            name: name.to_owned(),
-        };
-        let Ok(found) = super::get(&ctx.cluster, &r).await else { return None };
+        let id = Gvk::new("spire.spiffe.io", "v1alpha1", "ClusterSPIFFEID").object(None, name);
+        let Ok(found) = ctx.cluster.get(&id).await else { return None };
         let Some(obj) = found else {
             return Some(format!("ClusterSPIFFEID {name} does not exist: the spire-smoke layer has not been applied"));
         };
@@ -207,7 +201,7 @@ impl Check for Spiffe {
                     Verdict::skip("no verify.spiffe in the profile"),
                 ];
             };
-            let class = kata_classes(&ctx.profile).into_iter().next();
+            let class = ctx.profile.pools.kata_classes().into_iter().next();
             let issued = Self::issued(ctx, &smoke, class.as_deref()).await;
             let denied = if issued.outcome == crate::verify::Outcome::Pass {
                 Self::denied(ctx, &smoke, class.as_deref()).await

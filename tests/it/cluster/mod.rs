@@ -294,7 +294,7 @@ fn server_of(kubeconfig: &std::path::Path) -> String {
 /// namespaced server-side dry-runs can run.
 pub async fn ensure_namespaces(client: &Client, objects: &[osbx::render::RenderedObject]) {
     let namespaces: std::collections::BTreeSet<&str> =
-        objects.iter().filter_map(|o| o.object["metadata"]["namespace"].as_str()).collect();
+        objects.iter().filter_map(|o| o.object.value["metadata"]["namespace"].as_str()).collect();
     for ns in namespaces {
         let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         let (api, name) = api_for(client, &obj).await;

@@ -1,18 +1,21 @@
-//! Server-side apply of one object and of a staged set (after Flux's `ssa` resource manager).
+//! Server-side apply and delete of objects (after Flux's `ssa` resource manager).
 //!
-//! Per object: GET the live object; if it exists (or a preview is asked for), server-side
-//! dry-run the apply and compare with the live object after removing server noise. Unchanged
-//! objects are **not written**, so a no-op apply makes zero write requests. Writes use the field
-//! manager `osbx`; a conflict with another manager fails with the manager and fields unless
-//! `force_conflicts` takes ownership.
+//! Planning an object reads its live state (one LIST per kind and namespace where that saves
+//! requests); when it exists (or a preview is asked for), a server-side dry-run of the apply is
+//! compared with it after removing server noise. Unchanged objects are **not written**, so a
+//! no-op apply makes zero write requests. Writes use the field manager `osbx`; a conflict with
+//! another manager fails with the manager and fields unless `force_conflicts` takes ownership.
+//! A prune deletes only what osbx still manages.
+
+use std::collections::{BTreeMap, HashMap};
 
 use futures::stream::{self, StreamExt};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::Value;
 
 use super::{Cluster, ClusterError, describe};
 use crate::changeset::{Action, Change};
-use crate::object::{NotAnObject, ObjectRef};
+use crate::object::{Gvk, Object, ObjectRef};
 
 /// The field manager of every osbx write.
 pub const FIELD_MANAGER: &str = "osbx";
@@ -34,7 +37,6 @@ pub fn applied_hash(desired: &Value) -> String {
 }
 
 /// The object osbx sends: the render plus its applied-hash annotation `hash`.
-#[must_use]
 fn with_hash(desired: &Value, hash: &str) -> Value {
     let mut v = desired.clone();
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -58,23 +60,29 @@ pub fn subset(want: &Value, have: &Value) -> bool {
     }
 }
 
-/// Why an object could not be applied.
+/// Whether the field manager `osbx` owns fields of a live object.
+#[must_use]
+pub fn managed_by_osbx(live: &Value) -> bool {
+    live["metadata"]["managedFields"].as_array().is_some_and(|m| m.iter().any(|f| f["manager"] == FIELD_MANAGER))
+}
+
+/// Why an object could not be applied or deleted.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// Another field manager owns fields osbx sets.
     #[error("{subject}: {message}; rerun with --force-conflicts to take ownership of these fields")]
     Conflict {
-        /// `Kind/ns/name`.
-        subject: String,
+        /// The object.
+        subject: ObjectRef,
         /// The server's message (names the manager and the fields).
         message: String,
     },
     /// The server refused the object (schema, admission, RBAC).
     #[error("{subject}: {action} failed: {message}")]
     Rejected {
-        /// `Kind/ns/name`.
-        subject: String,
-        /// `dry-run` or `apply`.
+        /// The object.
+        subject: ObjectRef,
+        /// `dry-run`, `apply` or `delete`.
         action: &'static str,
         /// Why.
         message: String,
@@ -82,27 +90,38 @@ pub enum ApplyError {
     /// The caller may not read or write the object (403).
     #[error("{subject}: {action} failed: {message}")]
     Forbidden {
-        /// `Kind/ns/name`.
-        subject: String,
-        /// `read`, `list`, `dry-run` or `apply`.
+        /// The object.
+        subject: ObjectRef,
+        /// `read`, `list`, `dry-run`, `apply` or `delete`.
         action: &'static str,
         /// The server's message.
         message: String,
     },
-    /// The rendered value is not an object.
-    #[error(transparent)]
-    NotAnObject(#[from] NotAnObject),
     /// Discovery or transport failed.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+}
+
+fn api_error(subject: &ObjectRef, action: &'static str, e: kube::Error) -> ApplyError {
+    let subject = subject.clone();
+    match &e {
+        kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict" => {
+            ApplyError::Conflict { subject, message: s.message.clone() }
+        }
+        kube::Error::Api(s) if s.code == 403 => ApplyError::Forbidden { subject, action, message: describe(&e) },
+        kube::Error::Api(s) if matches!(s.code, 400 | 404 | 422) => {
+            ApplyError::Rejected { subject, action, message: describe(&e) }
+        }
+        _ => ApplyError::Cluster(ClusterError::Api { subject: subject.to_string(), source: e }),
+    }
 }
 
 /// The plan for one object.
 #[derive(Debug, Clone)]
 pub struct Planned {
     /// Identity.
-    pub object: ObjectRef,
-    /// The rendered object.
+    pub id: ObjectRef,
+    /// The rendered object, as osbx sends it (with its applied hash).
     pub desired: Value,
     /// The live object, when it exists.
     pub live: Option<Value>,
@@ -115,14 +134,24 @@ pub struct Planned {
 }
 
 impl Planned {
+    fn new(id: ObjectRef, desired: Value, action: Action) -> Self {
+        Self { id, desired, live: None, merged: None, action, reason: None }
+    }
+
+    /// Whether applying it writes anything.
+    #[must_use]
+    pub fn writes(&self) -> bool {
+        matches!(self.action, Action::Created | Action::Configured)
+    }
+
     /// The change for the change set (with a diff when `with_diff`).
     #[must_use]
     pub fn change(&self, with_diff: bool) -> Change {
-        let mut c = Change::new(self.object.clone(), self.action);
+        let mut c = Change::new(self.id.clone(), self.action);
         c.reason.clone_from(&self.reason);
-        if with_diff && matches!(self.action, Action::Created | Action::Configured) {
+        if with_diff && self.writes() {
             let merged = self.merged.as_ref().unwrap_or(&self.desired);
-            c.diff = Some(super::diff::unified(&c.subject, self.live.as_ref(), merged));
+            c.diff = Some(super::diff::unified(&c.id.to_string(), self.live.as_ref(), merged));
         }
         c
     }
@@ -148,96 +177,57 @@ fn params(force: bool, dry_run: bool) -> PatchParams {
     p
 }
 
-fn api_error(subject: &str, action: &'static str, e: kube::Error) -> ApplyError {
-    match &e {
-        kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict" => {
-            ApplyError::Conflict { subject: subject.to_owned(), message: s.message.clone() }
-        }
-        kube::Error::Api(s) if s.code == 403 => {
-            ApplyError::Forbidden { subject: subject.to_owned(), action, message: describe(&e) }
-        }
-        kube::Error::Api(s) if matches!(s.code, 400 | 404 | 422) => {
-            ApplyError::Rejected { subject: subject.to_owned(), action, message: describe(&e) }
-        }
-        _ => ApplyError::Cluster(ClusterError::Api { subject: subject.to_owned(), source: e }),
-    }
-}
-
 /// Plan one object; `prefetched` is its live state when a LIST already read it.
 ///
 /// # Errors
 /// [`ApplyError`] when the server refuses the dry-run or a read fails.
 pub async fn plan(
     cluster: &Cluster,
-    desired: &Value,
+    object: &Object,
     opts: PlanOptions,
     prefetched: Option<Option<Value>>,
 ) -> Result<Planned, ApplyError> {
-    let hash = applied_hash(desired);
-    let desired = &with_hash(desired, &hash);
-    let object = ObjectRef::of(desired)?;
-    let subject = object.to_string();
-    let Some(api) = cluster.resolver.api(&object).await? else {
-        let reason = format!("kind {} ({}) is not served by the cluster yet", object.kind, object.api_version());
-        return Ok(Planned {
-            object,
-            desired: desired.clone(),
-            live: None,
-            merged: None,
-            action: Action::Skipped,
-            reason: Some(reason),
-        });
+    let hash = applied_hash(&object.value);
+    let desired = with_hash(&object.value, &hash);
+    let id = object.id.clone();
+    let Some(api) = cluster.resolver.api(&id).await? else {
+        let reason = format!("kind {} is not served by the cluster yet", id.gvk);
+        return Ok(Planned { reason: Some(reason), ..Planned::new(id, desired, Action::Skipped) });
     };
     let live = match prefetched {
         Some(live) => live,
         None => api
-            .get_opt(&object.name)
+            .get_opt(&id.name)
             .await
-            .map_err(|e| api_error(&subject, "read", e))?
+            .map_err(|e| api_error(&id, "read", e))?
             .map(|l| serde_json::to_value(l).unwrap_or(Value::Null)),
     };
     // Applied by osbx from this very render, and nobody changed what osbx set: unchanged.
     if let Some(l) = &live
         && l["metadata"]["annotations"][APPLIED_HASH] == hash.as_str()
-        && subset(desired, l)
+        && subset(&desired, l)
     {
-        return Ok(Planned {
-            object,
-            desired: desired.clone(),
-            live,
-            merged: None,
-            action: Action::Unchanged,
-            reason: None,
-        });
+        return Ok(Planned { live, ..Planned::new(id, desired, Action::Unchanged) });
     }
     // A new object needs no dry-run to know it will be created (saves a request per object).
-    let created = |object| Planned {
-        object,
-        desired: desired.clone(),
-        live: None,
-        merged: None,
-        action: Action::Created,
-        reason: None,
-    };
     if live.is_none() && !opts.dry_run_new {
-        return Ok(created(object));
+        return Ok(Planned::new(id, desired, Action::Created));
     }
     // Without --force-conflicts the dry-run reports conflicts before anything is written.
-    let merged = match api.patch(&object.name, &params(opts.force_conflicts, true), &Patch::Apply(desired)).await {
-        Ok(m) => m,
+    let merged = match api.patch(&id.name, &params(opts.force_conflicts, true), &Patch::Apply(&desired)).await {
+        Ok(m) => serde_json::to_value(m).unwrap_or(Value::Null),
         // A new object in a namespace this same plan creates: nothing to compare, shown as rendered.
         Err(kube::Error::Api(s)) if live.is_none() && s.code == 404 && s.message.starts_with("namespaces ") => {
-            return Ok(created(object));
+            return Ok(Planned::new(id, desired, Action::Created));
         }
-        Err(e) => return Err(api_error(&subject, "dry-run", e)),
+        Err(e) => return Err(api_error(&id, "dry-run", e)),
     };
-    let merged = serde_json::to_value(merged).unwrap_or(Value::Null);
     let action = match &live {
         None => Action::Created,
         Some(l) if super::diff::drifted(l, &merged) => Action::Configured,
         Some(_) => Action::Unchanged,
     };
-    Ok(Planned { object, desired: desired.clone(), live, merged: Some(merged), action, reason: None })
+    Ok(Planned { live, merged: Some(merged), ..Planned::new(id, desired, action) })
 }
 
 /// Plan many objects concurrently (bounded); results keep the input order. Every live object is
@@ -245,66 +235,60 @@ pub async fn plan(
 ///
 /// # Errors
 /// The first [`ApplyError`].
-pub async fn plan_all(cluster: &Cluster, objects: &[Value], opts: PlanOptions) -> Result<Vec<Planned>, ApplyError> {
-    let live = prefetch(cluster, objects).await?;
-    stream::iter(objects.iter().map(|o| {
-        let key = ObjectRef::of(o).map(|r| r.to_string()).unwrap_or_default();
-        let prefetched = live.get(&key).cloned();
-        plan(cluster, o, opts, prefetched)
-    }))
-    .buffered(cluster.concurrency)
-    .collect::<Vec<_>>()
-    .await
-    .into_iter()
-    .collect()
+pub async fn plan_all<'o>(
+    cluster: &Cluster,
+    objects: impl IntoIterator<Item = &'o Object>,
+    opts: PlanOptions,
+) -> Result<Vec<Planned>, ApplyError> {
+    let objects: Vec<&Object> = objects.into_iter().collect();
+    let live = prefetch(cluster, objects.iter().map(|o| &o.id)).await?;
+    stream::iter(objects.into_iter().map(|o| plan(cluster, o, opts, live.get(&o.id).cloned())))
+        .buffered(cluster.concurrency)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
 }
 
-/// Group key for one LIST: group, version, kind, namespace.
-type ListKey = (String, String, String, Option<String>);
-
-/// Read the live state of `objects` in one concurrent wave: one LIST per (kind, namespace) with
-/// at least `MIN_LIST` objects, a GET for each of the others. Returns subject → live state
+/// Read the live state of objects in one concurrent wave: one LIST per (kind, namespace) with
+/// at least `MIN_LIST` objects, a GET for each of the others. Returns each object's live state
 /// (`None`: absent). Kinds that are not served are left to `plan`.
 async fn prefetch(
     cluster: &Cluster,
-    objects: &[Value],
-) -> Result<std::collections::HashMap<String, Option<Value>>, ApplyError> {
+    ids: impl Iterator<Item = &ObjectRef>,
+) -> Result<HashMap<ObjectRef, Option<Value>>, ApplyError> {
     const MIN_LIST: usize = 4;
-    let mut groups: std::collections::BTreeMap<ListKey, Vec<ObjectRef>> = std::collections::BTreeMap::new();
-    for o in objects {
-        let r = ObjectRef::of(o)?;
-        groups.entry((r.group.clone(), r.version.clone(), r.kind.clone(), r.namespace.clone())).or_default().push(r);
+    let mut groups: BTreeMap<(&Gvk, Option<&str>), Vec<&ObjectRef>> = BTreeMap::new();
+    for id in ids {
+        groups.entry((&id.gvk, id.namespace.as_deref())).or_default().push(id);
     }
-    let (lists, singles): (Vec<Vec<ObjectRef>>, Vec<Vec<ObjectRef>>) =
+    let (lists, singles): (Vec<Vec<&ObjectRef>>, Vec<Vec<&ObjectRef>>) =
         groups.into_values().partition(|g| g.len() >= MIN_LIST);
-    let lists = lists.into_iter().map(|refs| async move {
-        let Some(api) = cluster.resolver.api(&refs[0]).await? else { return Ok(Vec::new()) };
-        let list = api
-            .list(&kube::api::ListParams::default())
-            .await
-            .map_err(|e| api_error(&refs[0].to_string(), "list", e))?;
-        let mut by_name: std::collections::HashMap<String, Value> = list
+    let lists = lists.into_iter().map(|ids| async move {
+        let first = ids[0];
+        let Some(api) = cluster.resolver.api(first).await? else { return Ok(Vec::new()) };
+        let list = api.list(&ListParams::default()).await.map_err(|e| api_error(first, "list", e))?;
+        let mut by_name: HashMap<String, Value> = list
             .items
             .into_iter()
             .filter_map(|o| {
                 let name = o.metadata.name.clone()?;
                 let mut v = serde_json::to_value(o).ok()?;
                 // LIST items carry no type meta; add it so the object compares like a GET.
-                v["apiVersion"] = Value::String(refs[0].api_version());
-                v["kind"] = Value::String(refs[0].kind.clone());
+                v["apiVersion"] = Value::String(first.gvk.api_version());
+                v["kind"] = Value::String(first.gvk.kind.clone());
                 Some((name, v))
             })
             .collect();
-        Ok::<_, ApplyError>(refs.into_iter().map(|r| (r.to_string(), by_name.remove(&r.name))).collect::<Vec<_>>())
+        Ok::<_, ApplyError>(ids.into_iter().map(|id| (id.clone(), by_name.remove(&id.name))).collect::<Vec<_>>())
     });
-    let gets = singles.into_iter().flatten().map(|r| async move {
-        let Some(api) = cluster.resolver.api(&r).await? else { return Ok(Vec::new()) };
-        let subject = r.to_string();
-        let live = api.get_opt(&r.name).await.map_err(|e| api_error(&subject, "read", e))?;
-        Ok::<_, ApplyError>(vec![(subject, live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null)))])
+    let gets = singles.into_iter().flatten().map(|id| async move {
+        let Some(api) = cluster.resolver.api(id).await? else { return Ok(Vec::new()) };
+        let live = api.get_opt(&id.name).await.map_err(|e| api_error(id, "read", e))?;
+        Ok::<_, ApplyError>(vec![(id.clone(), live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null)))])
     });
     let (lists, gets) = futures::join!(futures::future::join_all(lists), futures::future::join_all(gets));
-    let mut out = std::collections::HashMap::new();
+    let mut out = HashMap::new();
     for found in lists.into_iter().chain(gets) {
         out.extend(found?);
     }
@@ -317,19 +301,18 @@ async fn prefetch(
 /// # Errors
 /// [`ApplyError`] when the server refuses the apply.
 pub async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool) -> Result<Option<String>, ApplyError> {
-    if !matches!(p.action, Action::Created | Action::Configured) {
+    if !p.writes() {
         return Ok(None);
     }
-    let subject = p.object.to_string();
-    let api: Api<DynamicObject> = cluster.resolver.api(&p.object).await?.ok_or_else(|| ApplyError::Rejected {
-        subject: subject.clone(),
+    let api: Api<DynamicObject> = cluster.resolver.api(&p.id).await?.ok_or_else(|| ApplyError::Rejected {
+        subject: p.id.clone(),
         action: "apply",
         message: "kind is no longer served".into(),
     })?;
     let request = kube::core::Request::new(api.resource_url())
-        .patch(&p.object.name, &params(force_conflicts, false), &Patch::Apply(&p.desired))
-        .map_err(|e| api_error(&subject, "apply", kube::Error::BuildRequest(e)))?;
-    let stored = cluster.client.request_text(request).await.map_err(|e| api_error(&subject, "apply", e))?;
+        .patch(&p.id.name, &params(force_conflicts, false), &Patch::Apply(&p.desired))
+        .map_err(|e| api_error(&p.id, "apply", kube::Error::BuildRequest(e)))?;
+    let stored = cluster.client.request_text(request).await.map_err(|e| api_error(&p.id, "apply", e))?;
     Ok(Some(stored))
 }
 
@@ -349,4 +332,29 @@ pub async fn write_all(
         .await
         .into_iter()
         .collect()
+}
+
+/// Prune one object osbx created and no longer renders: deleted (background propagation) when
+/// osbx still manages fields of it, skipped when it does not, nothing when it is gone. With
+/// `dry_run`, only what would happen.
+///
+/// # Errors
+/// [`ApplyError`] when the read or the delete fails.
+pub async fn prune(cluster: &Cluster, id: &ObjectRef, dry_run: bool) -> Result<Option<Change>, ApplyError> {
+    let Some(live) = cluster.get(id).await? else { return Ok(None) };
+    if !managed_by_osbx(&live) {
+        let mut c = Change::new(id.clone(), Action::Skipped);
+        c.reason = Some("not pruned: osbx no longer manages any of its fields".into());
+        return Ok(Some(c));
+    }
+    if !dry_run && let Some(api) = cluster.resolver.api(id).await? {
+        let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+        match api.delete(&id.name, &params).await {
+            // Gone meanwhile (or a repeated request found it deleted): what pruning wanted.
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(api_error(id, "delete", e)),
+        }
+    }
+    Ok(Some(Change::new(id.clone(), Action::Deleted)))
 }

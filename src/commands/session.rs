@@ -1,0 +1,119 @@
+//! What the cluster commands share: load and render the profile, connect (while the profile
+//! renders), and run and report a verify run (`verify`, `apply --verify`).
+
+use anyhow::Context as _;
+
+use super::ExitStatus;
+use super::settings::{ProfileSettings, VerifyRunSettings};
+use crate::cli::Output;
+use crate::cluster::{Cluster, ConnectOptions, preflight};
+use crate::deploy::{self, Layer};
+use crate::printer::Printer;
+use crate::profile::{self, LoadedProfile};
+use crate::render::Renderer;
+use crate::verify::{self, report, session::Session};
+
+/// The profile, rendered into layers.
+pub struct Prepared {
+    /// The profile.
+    pub loaded: LoadedProfile,
+    /// Its layers in apply order.
+    pub layers: Vec<Layer>,
+}
+
+/// Load, validate and render a profile (no cluster needed).
+///
+/// # Errors
+/// Profile, template or render errors.
+pub fn prepare(settings: &ProfileSettings) -> anyhow::Result<Prepared> {
+    // The templates compile while the profile loads.
+    let (loaded, renderer) = std::thread::scope(|scope| {
+        let renderer = scope.spawn(|| Renderer::new(settings.templates.as_deref()));
+        let loaded = profile::load(&settings.source);
+        (loaded, renderer.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+    });
+    let loaded = loaded?;
+    let rendered = renderer?.render(&loaded)?;
+    let layers = deploy::layers(&loaded.profile, &rendered);
+    Ok(Prepared { loaded, layers })
+}
+
+/// A runtime for this command.
+///
+/// # Errors
+/// When the runtime cannot start.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+/// Connecting, started on `rt` so that it runs while the caller renders the profile: the
+/// kubeconfig, then the server version and discovery (see [`preflight::warm_up`]). Dropping the
+/// runtime (a profile error) abandons it.
+pub fn start_connect(
+    rt: &tokio::runtime::Runtime,
+    options: &ConnectOptions,
+) -> tokio::task::JoinHandle<anyhow::Result<(Cluster, preflight::Report)>> {
+    let options = options.clone();
+    rt.spawn(async move {
+        let cluster = Cluster::connect(&options).await?;
+        let report = preflight::warm_up(&cluster).await?;
+        Ok((cluster, report))
+    })
+}
+
+/// Run the acceptance checks and print the report; 0 when every check passed, 1 when not.
+///
+/// # Errors
+/// When the run cannot start, is interrupted or runs out of time (exit 2).
+pub async fn verify(
+    cluster: &Cluster,
+    prepared: &Prepared,
+    settings: &VerifyRunSettings,
+    output: Output,
+    printer: &Printer,
+) -> anyhow::Result<ExitStatus> {
+    let flux_objects = deploy::ids(&prepared.layers).into_iter().filter(|id| id.gvk.is_flux()).collect();
+    let session = Session::start(cluster, &prepared.loaded.profile, flux_objects, settings.run.clone()).await?;
+    if !session.swept.is_empty() {
+        printer.warn(&format!("removed what earlier interrupted runs left: {}", session.swept.join(", ")));
+    }
+    printer.action(&format!("verify run {} (probe namespace {})", session.id(), session.namespace()));
+    let run_id = session.id().to_owned();
+    let progress = printer.progress();
+    let results = session.run(&progress, interrupted()).await;
+    progress.finish();
+    let results = results?;
+    if let Some(path) = &settings.junit {
+        std::fs::write(path, report::junit(&results)).with_context(|| format!("writing {}", path.display()))?;
+    }
+    match output {
+        Output::Json => printer.json(&report::json(&run_id, &results)),
+        Output::Text => {
+            for line in report::table(&results) {
+                printer.data(&line);
+            }
+            printer.data(&report::summary(&results));
+        }
+    }
+    Ok(if verify::all_passed(&results) { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            let _ = ctrl_c.await;
+            return;
+        };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

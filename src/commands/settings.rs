@@ -1,0 +1,248 @@
+//! Every command's settings, resolved from its arguments and the environment in one place:
+//! the commands themselves never see clap, and the domain never sees either.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use crate::cli::{ApplyArgs, ClusterArgs, DiffArgs, LintArgs, Output, ProfileArgs, RenderArgs, VerifyArgs, VerifyFlags};
+use crate::cluster::ConnectOptions;
+use crate::deploy::ApplyOptions;
+use crate::profile::ProfileSource;
+use crate::verify::session;
+use crate::verify::{ApiKeyValue, Selection};
+
+/// Which profile, and which templates render it.
+#[derive(Debug, Clone)]
+pub struct ProfileSettings {
+    /// The profile.
+    pub source: ProfileSource,
+    /// Templates that replace embedded ones.
+    pub templates: Option<PathBuf>,
+}
+
+impl From<&ProfileArgs> for ProfileSettings {
+    fn from(a: &ProfileArgs) -> Self {
+        Self { source: ProfileSource::from_arg(a.profile.as_deref()), templates: a.templates.clone() }
+    }
+}
+
+impl From<&ClusterArgs> for ConnectOptions {
+    fn from(a: &ClusterArgs) -> Self {
+        Self {
+            kubeconfig: a.kubeconfig.clone(),
+            context: a.context.clone(),
+            qps: a.qps,
+            concurrency: a.concurrency,
+            request_timeout: a.request_timeout,
+        }
+    }
+}
+
+/// What to render: one profile or every cluster of a fleet.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// One profile.
+    Profile(ProfileSource),
+    /// Every cluster of a fleet file.
+    Fleet(PathBuf),
+}
+
+/// `osbx render`.
+#[derive(Debug, Clone)]
+pub struct RenderSettings {
+    /// Which profile or fleet.
+    pub source: Source,
+    /// Repository root.
+    pub out: PathBuf,
+    /// Template overrides.
+    pub templates: Option<PathBuf>,
+    /// Compare only.
+    pub check: bool,
+    /// Commit with this message.
+    pub commit: Option<String>,
+    /// Adopt foreign files.
+    pub force: bool,
+}
+
+impl From<RenderArgs> for RenderSettings {
+    fn from(a: RenderArgs) -> Self {
+        Self {
+            source: match a.fleet {
+                Some(path) => Source::Fleet(path),
+                None => Source::Profile(ProfileSource::from_arg(a.profile.as_deref())),
+            },
+            out: a.out,
+            templates: a.templates,
+            check: a.check,
+            commit: a.commit.then(|| a.message.unwrap_or_else(|| "osbx: render the OpenSandbox platform".to_owned())),
+            force: a.force,
+        }
+    }
+}
+
+/// `osbx diff`.
+#[derive(Debug, Clone)]
+pub struct DiffSettings {
+    /// The profile.
+    pub profile: ProfileSettings,
+    /// The cluster.
+    pub connect: ConnectOptions,
+    /// Output format.
+    pub output: Output,
+    /// The API key Secret's value to compare (`OSBX_API_KEY`), if given.
+    pub api_key: Option<String>,
+}
+
+impl TryFrom<&DiffArgs> for DiffSettings {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &DiffArgs) -> anyhow::Result<Self> {
+        Ok(Self {
+            profile: (&a.profile).into(),
+            connect: (&a.cluster).into(),
+            output: a.output,
+            api_key: api_key(None)?,
+        })
+    }
+}
+
+/// `osbx apply`.
+#[derive(Debug, Clone)]
+pub struct ApplySettings {
+    /// The profile.
+    pub profile: ProfileSettings,
+    /// The cluster.
+    pub connect: ConnectOptions,
+    /// How to apply.
+    pub apply: ApplyOptions,
+    /// The Flux repository checked for uncommitted or unpushed changes.
+    pub repo: PathBuf,
+    /// Output format.
+    pub output: Output,
+    /// The API key to write to the profile's Secret (`--api-key-file`, `OSBX_API_KEY`).
+    pub api_key: Option<String>,
+    /// Verify after the apply is ready (`--verify`).
+    pub verify: Option<VerifyRunSettings>,
+}
+
+impl TryFrom<&ApplyArgs> for ApplySettings {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &ApplyArgs) -> anyhow::Result<Self> {
+        let key = api_key(a.verify_flags.api_key_file.as_deref())?;
+        let verify = VerifyRunSettings::new(&a.verify_flags, key.clone());
+        Ok(Self {
+            profile: (&a.profile).into(),
+            connect: (&a.cluster).into(),
+            apply: ApplyOptions {
+                dry_run: a.dry_run,
+                prune: a.prune,
+                wait: !a.no_wait,
+                timeout: a.timeout,
+                interval: Duration::from_secs(2),
+                force_conflicts: a.force_conflicts,
+            },
+            repo: a.repo.clone(),
+            output: a.output,
+            api_key: key,
+            verify: (a.verify && !a.dry_run).then_some(verify),
+        })
+    }
+}
+
+/// A verify run and its report (`osbx verify`, `osbx apply --verify`).
+#[derive(Debug, Clone)]
+pub struct VerifyRunSettings {
+    /// The run.
+    pub run: session::Settings,
+    /// Write a JUnit report here.
+    pub junit: Option<PathBuf>,
+}
+
+impl VerifyRunSettings {
+    fn new(f: &VerifyFlags, api_key: Option<String>) -> Self {
+        Self {
+            run: session::Settings {
+                selection: Selection { only: f.only.clone(), skip: f.skip.clone() },
+                server_url: f.server_url.clone(),
+                api_key: ApiKeyValue::new(api_key),
+                timeout: f.verify_timeout,
+            },
+            junit: f.junit.clone(),
+        }
+    }
+}
+
+/// `osbx verify`.
+#[derive(Debug, Clone)]
+pub struct VerifySettings {
+    /// The profile.
+    pub profile: ProfileSettings,
+    /// The cluster.
+    pub connect: ConnectOptions,
+    /// The run.
+    pub verify: VerifyRunSettings,
+    /// Output format.
+    pub output: Output,
+}
+
+impl TryFrom<&VerifyArgs> for VerifySettings {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &VerifyArgs) -> anyhow::Result<Self> {
+        Ok(Self {
+            profile: (&a.profile).into(),
+            connect: (&a.cluster).into(),
+            verify: VerifyRunSettings::new(&a.verify, api_key(a.verify.api_key_file.as_deref())?),
+            output: a.output,
+        })
+    }
+}
+
+/// `osbx lint`.
+#[derive(Debug, Clone)]
+pub struct LintSettings {
+    /// Which profile or fleet.
+    pub source: Source,
+    /// Template overrides.
+    pub templates: Option<PathBuf>,
+    /// The Pool CRD of the pinned chart, parsed.
+    pub pool_crd: Option<Value>,
+    /// Output format.
+    pub output: Output,
+}
+
+impl TryFrom<&LintArgs> for LintSettings {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &LintArgs) -> anyhow::Result<Self> {
+        Ok(Self {
+            source: match &a.fleet {
+                Some(path) => Source::Fleet(path.clone()),
+                None => Source::Profile(ProfileSource::from_arg(a.profile.profile.as_deref())),
+            },
+            templates: a.profile.templates.clone(),
+            pool_crd: a.pool_crd.as_deref().map(read_yaml).transpose()?,
+            output: a.output,
+        })
+    }
+}
+
+fn read_yaml(path: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_saphyr::from_str(&text).with_context(|| format!("{} is not a YAML document", path.display()))
+}
+
+/// The API key given to this run: `--api-key-file`, else `OSBX_API_KEY` (never an argument
+/// value, which would show in `ps`).
+fn api_key(file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    if let Some(path) = file {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading --api-key-file {}", path.display()))?;
+        return Ok(Some(text.trim().to_owned()).filter(|k| !k.is_empty()));
+    }
+    Ok(std::env::var("OSBX_API_KEY").ok().filter(|k| !k.is_empty()))
+}

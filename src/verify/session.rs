@@ -1,0 +1,157 @@
+//! One verify run from start to cleanup: the API key, the Lifecycle API endpoint, the probe
+//! namespace (after sweeping what interrupted runs left), the checks under an overall deadline,
+//! and cleanup however the run ends. `osbx verify` and `osbx apply --verify` both use it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+
+use super::{CheckResult, Ctx, Endpoint, Selection, checks, probe};
+use crate::cluster::{Cluster, ClusterError};
+use crate::components::opensandbox::OpenSandbox;
+use crate::object::ObjectRef;
+use crate::profile::Profile;
+use crate::progress::Progress;
+use crate::verify::ApiKeyValue;
+
+/// How to run the checks.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Which checks.
+    pub selection: Selection,
+    /// The Lifecycle API's URL (default: through the API server's service proxy).
+    pub server_url: Option<String>,
+    /// The API key given to this run (`--api-key-file`, `OSBX_API_KEY`); else the profile's.
+    pub api_key: ApiKeyValue,
+    /// The whole run's time limit.
+    pub timeout: Duration,
+}
+
+/// Why a verify run could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The cluster refused or failed a request the run needs.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The Lifecycle API client could not be built.
+    #[error("cannot reach the Lifecycle API at {url}: {reason}")]
+    Endpoint {
+        /// The URL given.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// Interrupted (Ctrl-C, SIGTERM); what the run created was removed.
+    #[error("interrupted: removed the probe namespace {0} and everything the run created")]
+    Interrupted(String),
+    /// The overall time limit passed; what the run created was removed.
+    #[error("the verify run did not finish within {0:?}")]
+    TimedOut(Duration),
+}
+
+/// A run whose probe namespace exists.
+pub struct Session {
+    ctx: Ctx,
+    settings: Settings,
+    flux_objects: Vec<ObjectRef>,
+    /// Namespaces outside the run's own where it creates probes (the SPIFFE smoke namespace).
+    extra_namespaces: Vec<String>,
+    /// What earlier interrupted runs left and this one removed.
+    pub swept: Vec<String>,
+}
+
+impl Session {
+    /// Prepare a run: find the API key, sweep what interrupted runs left, create the probe
+    /// namespace. `flux_objects` are the Flux objects the profile renders.
+    ///
+    /// # Errors
+    /// [`VerifyError`] when the namespace cannot be created or the endpoint is unusable.
+    pub async fn start(
+        cluster: &Cluster,
+        profile: &Profile,
+        flux_objects: Vec<ObjectRef>,
+        settings: Settings,
+    ) -> Result<Self, VerifyError> {
+        let key = api_key(cluster, profile, &settings.api_key).await;
+        let os = &profile.opensandbox;
+        let endpoint = match &settings.server_url {
+            Some(url) => Endpoint::direct(url, key, Duration::from_secs(300))
+                .map_err(|e| VerifyError::Endpoint { url: url.clone(), reason: e.to_string() })?,
+            None => Endpoint::proxy(
+                cluster.client.clone(),
+                &os.namespaces.control_plane,
+                OpenSandbox::SERVER_SERVICE,
+                OpenSandbox::SERVER_PORT,
+                key,
+            ),
+        };
+        let run = probe::Run::new(profile.verify.probe_deadline_seconds, settings.timeout);
+        let extra_namespaces: Vec<String> = profile.spiffe_smoke().into_iter().map(|s| s.namespace).collect();
+        let swept = probe::sweep(cluster, &run, &extra_namespaces).await;
+        run.create_namespace(cluster).await?;
+        let ctx = Ctx { cluster: cluster.clone(), profile: profile.clone(), run, endpoint };
+        Ok(Self { ctx, settings, flux_objects, extra_namespaces, swept })
+    }
+
+    /// This run's id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.ctx.run.id
+    }
+
+    /// This run's probe namespace.
+    #[must_use]
+    pub fn namespace(&self) -> &str {
+        &self.ctx.run.namespace
+    }
+
+    /// Run the selected checks concurrently until they finish, the run's time limit passes, or
+    /// `interrupted` resolves; then delete everything the run created.
+    ///
+    /// # Errors
+    /// [`VerifyError::Interrupted`] or [`VerifyError::TimedOut`].
+    pub async fn run(
+        self,
+        progress: &dyn Progress,
+        interrupted: impl Future<Output = ()>,
+    ) -> Result<Vec<CheckResult>, VerifyError> {
+        let catalogue = checks::catalogue(&self.ctx.profile, self.flux_objects.clone());
+        let timeout = self.settings.timeout;
+        let checks = super::run(&self.ctx, &catalogue, &self.settings.selection, progress);
+        let outcome = tokio::select! {
+            results = tokio::time::timeout(timeout, checks) => Some(results),
+            () = interrupted => None,
+        };
+        self.ctx.run.cleanup(&self.ctx.cluster, &self.extra_namespaces).await;
+        match outcome {
+            None => Err(VerifyError::Interrupted(self.ctx.run.namespace.clone())),
+            Some(Err(_)) => Err(VerifyError::TimedOut(timeout)),
+            Some(Ok(results)) => Ok(results),
+        }
+    }
+}
+
+/// The API key: the one given to the run, else the profile's inline key, else the Secret the
+/// profile names (unreadable or missing: none, and the checks that need it say so).
+async fn api_key(cluster: &Cluster, profile: &Profile, given: &ApiKeyValue) -> ApiKeyValue {
+    if given.value().is_some() {
+        return given.clone();
+    }
+    let os = &profile.opensandbox;
+    if let Some(inline) = &os.server.api_key.inline {
+        return ApiKeyValue::new(Some(inline.clone()));
+    }
+    let Some(secret_ref) = &os.server.api_key.secret_ref else { return ApiKeyValue::default() };
+    let secret = Api::<Secret>::namespaced(cluster.client.clone(), &os.namespaces.control_plane)
+        .get_opt(&secret_ref.name)
+        .await;
+    ApiKeyValue::new(
+        secret
+            .ok()
+            .flatten()
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(&secret_ref.key).map(|v| String::from_utf8_lossy(&v.0).trim().to_owned())),
+    )
+}
