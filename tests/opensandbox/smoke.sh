@@ -51,7 +51,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- plane, CRDs, namespace, Pool ----------------------------------------------------------------
-bin=$("$root/tests/cluster/build")
+bin=$("$root/tests/cluster/build" plane)
 kc=$("$root/tests/cluster/up" --watch-pid $$ "$work/plane" 2>"$work/plane-up.log" | tail -n1)
 k() { "$bin/kubectl" --kubeconfig "$kc" "$@"; }
 k apply --server-side -f "$crds" >/dev/null
