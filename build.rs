@@ -1,6 +1,7 @@
 //! Embeds `templates/` and `profiles/` into the binary so that a single `osbx` file works
 //! anywhere. Generates `$OUT_DIR/embedded.rs` with one `include_str!` per file, sorted by path.
 
+use std::fmt::Write as _;
 use std::{env, fs, path::Path};
 
 fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) {
@@ -26,7 +27,7 @@ fn table(name: &str, dir: &str) -> String {
     for rel in files {
         let abs = root.join(&rel);
         println!("cargo:rerun-if-changed={}", abs.display());
-        code.push_str(&format!("    ({rel:?}, include_str!({:?})),\n", abs.display().to_string()));
+        let _ = writeln!(code, "    ({rel:?}, include_str!({:?})),", abs.display().to_string());
     }
     code.push_str("];\n");
     code

@@ -6,12 +6,12 @@ include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 
 /// Embedded templates, keyed by their path under `templates/`.
 #[must_use]
-pub fn templates() -> &'static [(&'static str, &'static str)] {
+pub(crate) fn templates() -> &'static [(&'static str, &'static str)] {
     TEMPLATES
 }
 
 /// Embedded profiles, keyed by their file name under `profiles/`.
 #[must_use]
-pub fn profiles() -> &'static [(&'static str, &'static str)] {
+pub(crate) fn profiles() -> &'static [(&'static str, &'static str)] {
     PROFILES
 }

@@ -12,6 +12,8 @@
 //!
 //! Domain modules return values and errors; only [`printer`] writes to the terminal.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod changeset;
 pub mod cli;
 pub mod cluster;

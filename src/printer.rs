@@ -46,11 +46,11 @@ impl Printer {
         Self { color_out, color_err, quiet }
     }
 
-    fn err_style(&self, style: Style) -> Style {
+    fn err_style(self, style: Style) -> Style {
         if self.color_err { style.force_styling(true) } else { style.force_styling(false) }
     }
 
-    fn out_style(&self, style: Style) -> Style {
+    fn out_style(self, style: Style) -> Style {
         if self.color_out { style.force_styling(true) } else { style.force_styling(false) }
     }
 
@@ -139,7 +139,7 @@ impl Printer {
         ProgressView::new(self.quiet, self.color_err)
     }
 
-    fn diff_text(&self, text: &str) {
+    fn diff_text(self, text: &str) {
         let (add, del, hunk, head) = (
             self.out_style(Style::new().green()),
             self.out_style(Style::new().red()),

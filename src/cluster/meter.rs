@@ -62,7 +62,7 @@ impl RequestStats {
 
 /// Layer that counts requests into shared [`RequestStats`].
 #[derive(Clone)]
-pub struct CountLayer(pub Arc<RequestStats>);
+pub(super) struct CountLayer(pub Arc<RequestStats>);
 
 impl<S> Layer<S> for CountLayer {
     type Service = Count<S>;
@@ -74,7 +74,7 @@ impl<S> Layer<S> for CountLayer {
 
 /// See [`CountLayer`].
 #[derive(Clone)]
-pub struct Count<S> {
+pub(super) struct Count<S> {
     inner: S,
     stats: Arc<RequestStats>,
 }

@@ -138,7 +138,8 @@ impl Cluster {
     /// [`ClusterError::Api`] when discovery or the read fails.
     pub async fn get(&self, id: &crate::object::ObjectRef) -> Result<Option<serde_json::Value>, ClusterError> {
         let Some(api) = self.resolver.api(id).await? else { return Ok(None) };
-        let obj = api.get_opt(&id.name).await.map_err(|source| ClusterError::Api { subject: id.to_string(), source })?;
+        let obj =
+            api.get_opt(&id.name).await.map_err(|source| ClusterError::Api { subject: id.to_string(), source })?;
         Ok(obj.map(|o| serde_json::to_value(o).unwrap_or(serde_json::Value::Null)))
     }
 

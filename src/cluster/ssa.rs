@@ -348,7 +348,8 @@ pub async fn prune(cluster: &Cluster, id: &ObjectRef, dry_run: bool) -> Result<O
         return Ok(Some(c));
     }
     if !dry_run && let Some(api) = cluster.resolver.api(id).await? {
-        let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+        let params =
+            DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
         match api.delete(&id.name, &params).await {
             // Gone meanwhile (or a repeated request found it deleted): what pruning wanted.
             Ok(_) => {}

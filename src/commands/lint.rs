@@ -3,11 +3,11 @@
 use super::ExitStatus;
 use super::settings::{LintSettings, Source};
 use crate::cli::Output;
+use crate::fleet;
 use crate::lint::{self, Finding, Severity};
 use crate::printer::Printer;
 use crate::profile::{self, ProfileError};
 use crate::render::Renderer;
-use crate::fleet;
 
 /// Run `osbx lint`.
 ///

@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::Value;
 
-use crate::cli::{ApplyArgs, ClusterArgs, DiffArgs, LintArgs, Output, ProfileArgs, RenderArgs, VerifyArgs, VerifyFlags};
+use crate::cli::{
+    ApplyArgs, ClusterArgs, DiffArgs, LintArgs, Output, ProfileArgs, RenderArgs, VerifyArgs, VerifyFlags,
+};
 use crate::cluster::ConnectOptions;
 use crate::deploy::ApplyOptions;
 use crate::profile::ProfileSource;

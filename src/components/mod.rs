@@ -71,7 +71,8 @@ impl Serialize for Component {
 impl<'de> Deserialize<'de> for &'static Component {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
-        named(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown component `{name}`, expected one of {}", names())))
+        named(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown component `{name}`, expected one of {}", names())))
     }
 }
 

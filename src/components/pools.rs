@@ -228,25 +228,25 @@ impl Pool {
     /// Its pod template: every field it does not set comes from `d` (lists and maps whole).
     #[must_use]
     pub fn with_defaults(&self, d: &PoolTemplate) -> PoolTemplate {
-        fn pick<T: Clone>(own: &Option<T>, fallback: &Option<T>) -> Option<T> {
-            own.as_ref().or(fallback.as_ref()).cloned()
+        fn pick<T: Clone>(own: Option<&T>, fallback: Option<&T>) -> Option<T> {
+            own.or(fallback).cloned()
         }
         PoolTemplate {
-            labels: pick(&self.labels, &d.labels),
-            annotations: pick(&self.annotations, &d.annotations),
-            container_name: pick(&self.container_name, &d.container_name),
-            image: pick(&self.image, &d.image),
-            image_pull_policy: pick(&self.image_pull_policy, &d.image_pull_policy),
-            command: pick(&self.command, &d.command),
-            args: pick(&self.args, &d.args),
-            env: pick(&self.env, &d.env),
-            resources: pick(&self.resources, &d.resources),
-            volume_mounts: pick(&self.volume_mounts, &d.volume_mounts),
-            init_containers: pick(&self.init_containers, &d.init_containers),
-            volumes: pick(&self.volumes, &d.volumes),
-            node_selector: pick(&self.node_selector, &d.node_selector),
-            tolerations: pick(&self.tolerations, &d.tolerations),
-            service_account_name: pick(&self.service_account_name, &d.service_account_name),
+            labels: pick(self.labels.as_ref(), d.labels.as_ref()),
+            annotations: pick(self.annotations.as_ref(), d.annotations.as_ref()),
+            container_name: pick(self.container_name.as_ref(), d.container_name.as_ref()),
+            image: pick(self.image.as_ref(), d.image.as_ref()),
+            image_pull_policy: pick(self.image_pull_policy.as_ref(), d.image_pull_policy.as_ref()),
+            command: pick(self.command.as_ref(), d.command.as_ref()),
+            args: pick(self.args.as_ref(), d.args.as_ref()),
+            env: pick(self.env.as_ref(), d.env.as_ref()),
+            resources: pick(self.resources.as_ref(), d.resources.as_ref()),
+            volume_mounts: pick(self.volume_mounts.as_ref(), d.volume_mounts.as_ref()),
+            init_containers: pick(self.init_containers.as_ref(), d.init_containers.as_ref()),
+            volumes: pick(self.volumes.as_ref(), d.volumes.as_ref()),
+            node_selector: pick(self.node_selector.as_ref(), d.node_selector.as_ref()),
+            tolerations: pick(self.tolerations.as_ref(), d.tolerations.as_ref()),
+            service_account_name: pick(self.service_account_name.as_ref(), d.service_account_name.as_ref()),
         }
     }
 }
@@ -261,9 +261,7 @@ impl Pools {
                 pool: p,
                 template: p.with_defaults(&self.defaults),
                 runtime_class_name: match p.runtime {
-                    Runtime::Kata => {
-                        Some(p.runtime_class_name.clone().unwrap_or_else(kata::default_runtime_class))
-                    }
+                    Runtime::Kata => Some(p.runtime_class_name.clone().unwrap_or_else(kata::default_runtime_class)),
                     Runtime::Runc => None,
                 },
             })
@@ -322,7 +320,10 @@ fn capacity(at: &str, c: Capacity, v: &mut Violations) {
         ("bufferMax", c.buffer_max, "poolMax", c.pool_max),
     ] {
         if low > high {
-            v.push(format!("{at}.capacity.{low_name}"), format!("{low_name} ({low}) is greater than {high_name} ({high})"));
+            v.push(
+                format!("{at}.capacity.{low_name}"),
+                format!("{low_name} ({low}) is greater than {high_name} ({high})"),
+            );
         }
     }
 }

@@ -143,8 +143,7 @@ fn covers_every_object(layers: &[Layer], changes: &ChangeSet) -> bool {
 }
 
 fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
-    Gvk::new("kustomize.toolkit.fluxcd.io", "v1", "Kustomization")
-        .object(Some(&profile.cluster.flux_namespace), name)
+    Gvk::new("kustomize.toolkit.fluxcd.io", "v1", "Kustomization").object(Some(&profile.cluster.flux_namespace), name)
 }
 
 impl Run<'_> {

@@ -87,9 +87,10 @@ pub fn layers(profile: &Profile, rendered: &Rendered) -> Vec<Layer> {
     let mut done: BTreeSet<&str> = BTreeSet::new();
     let mut out = Vec::new();
     while out.len() < rendered_names.len() {
-        let next = profile.rendered_layers().filter(|l| !done.contains(l.name.as_str())).find(|l| {
-            l.depends_on.iter().all(|d| done.contains(d.as_str()) || !rendered_names.contains(&d.as_str()))
-        });
+        let next = profile
+            .rendered_layers()
+            .filter(|l| !done.contains(l.name.as_str()))
+            .find(|l| l.depends_on.iter().all(|d| done.contains(d.as_str()) || !rendered_names.contains(&d.as_str())));
         // Validation rejects cycles; stop rather than loop if one slipped through.
         let Some(layer) = next else { break };
         done.insert(&layer.name);

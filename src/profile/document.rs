@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use super::syntax::normalize_repo_path;
 use super::verify::{SpiffeSmoke, Verify};
+use crate::components::Component;
 use crate::components::kata::Kata;
 use crate::components::opensandbox::OpenSandbox;
 use crate::components::pools::Pools;
 use crate::components::spire_agents::Spire;
-use crate::components::Component;
 
 /// The only `apiVersion` this build understands.
 pub const API_VERSION: &str = "osbx.dev/v1alpha1";

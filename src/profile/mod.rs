@@ -40,7 +40,13 @@ impl ProfileSource {
     pub fn from_arg(arg: Option<&str>) -> Self {
         match arg {
             None => ProfileSource::Embedded(DEFAULT_PROFILE.into()),
-            Some(a) if Path::new(a).is_file() || a.contains('/') || a.ends_with(".yaml") || a.ends_with(".yml") => {
+            Some(a)
+                if Path::new(a).is_file()
+                    || a.contains('/')
+                    || Path::new(a)
+                        .extension()
+                        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml")) =>
+            {
                 ProfileSource::File(PathBuf::from(a))
             }
             Some(a) => ProfileSource::Embedded(a.to_owned()),

@@ -151,7 +151,10 @@ fn layers(p: &Profile, v: &mut Violations) {
             ),
             Some(c) => {
                 if let Some(first) = rendered.insert(c.name, i) {
-                    v.push(format!("{at}.component"), format!("component {c:?} is already rendered by layers[{first}]"));
+                    v.push(
+                        format!("{at}.component"),
+                        format!("component {c:?} is already rendered by layers[{first}]"),
+                    );
                 }
             }
         }

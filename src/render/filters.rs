@@ -10,7 +10,7 @@ use serde_json::Value;
 use tera::{Error, Result, Tera};
 
 /// Register every filter on `tera`.
-pub fn register(tera: &mut Tera) {
+pub(super) fn register(tera: &mut Tera) {
     tera.register_filter("yaml", yaml);
     tera.register_filter("scalar", scalar);
     tera.register_filter("flow", flow);

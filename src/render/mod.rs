@@ -104,7 +104,11 @@ impl Rendered {
         self.files
             .iter()
             .flat_map(|f| {
-                f.objects.iter().map(|o| RenderedObject { path: f.path.clone(), layer: f.layer.clone(), object: o.clone() })
+                f.objects.iter().map(|o| RenderedObject {
+                    path: f.path.clone(),
+                    layer: f.layer.clone(),
+                    object: o.clone(),
+                })
             })
             .collect()
     }
@@ -148,7 +152,7 @@ impl Renderer {
         let cluster_dir = format!("clusters/{}", p.cluster.name);
         let mut files = Vec::new();
         let mut entries = Vec::new();
-        for layer in p.layers.iter() {
+        for layer in &p.layers {
             let Some(component) = layer.renders() else { continue };
             let mut ctx = base.clone();
             ctx.insert("layer", &view::layer(layer));
@@ -212,11 +216,10 @@ impl Renderer {
             return Ok(objects.clone());
         }
         let invalid = |message: String| RenderError::InvalidYaml { name: template.to_owned(), message };
-        let docs: Vec<serde_json::Value> =
-            serde_saphyr::from_str_multiple(body).map_err(|e| invalid(e.to_string()))?;
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(body).map_err(|e| invalid(e.to_string()))?;
         let objects: Arc<[Object]> = docs
             .into_iter()
-            .filter(|d| d.is_object())
+            .filter(serde_json::Value::is_object)
             .filter(|d| !d["apiVersion"].as_str().is_some_and(|v| v.starts_with("kustomize.config.k8s.io/")))
             .map(|d| Object::new(d).map_err(|e| invalid(e.to_string())))
             .collect::<Result<_, _>>()?;
@@ -269,7 +272,11 @@ fn chain(e: &dyn std::error::Error) -> String {
 #[must_use]
 pub fn with_marker(path: &str, content: &str, profile: &str) -> String {
     let note = format!("{MARKER} (profile {profile}): edit the profile and re-render, not this file.");
-    if path.ends_with(".md") { format!("<!-- {note} -->\n\n{content}") } else { format!("# {note}\n{content}") }
+    if Path::new(path).extension().is_some_and(|e| e.eq_ignore_ascii_case("md")) {
+        format!("<!-- {note} -->\n\n{content}")
+    } else {
+        format!("# {note}\n{content}")
+    }
 }
 
 /// Whether file text carries the ownership marker on its first line.

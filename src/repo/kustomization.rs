@@ -116,7 +116,7 @@ fn collect_items<'a>(
 ///
 /// # Errors
 /// [`MergeError`] when the file does not parse or uses a layout osbx does not edit.
-pub fn merge(text: &str, entries: &[String]) -> Result<String, MergeError> {
+pub(super) fn merge(text: &str, entries: &[String]) -> Result<String, MergeError> {
     let found = find_resources(text)?;
     let present: Vec<&str> = found.as_ref().map(|r| r.items.iter().map(String::as_str).collect()).unwrap_or_default();
     let missing: Vec<&String> = entries.iter().filter(|e| !present.contains(&e.as_str())).collect();

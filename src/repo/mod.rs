@@ -128,18 +128,16 @@ pub fn stage(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool)
 fn cluster_index(root: &Path, index: &ClusterIndex, renderer: &Renderer) -> Result<FileChange, RepoError> {
     let path = &index.path;
     let old = read_existing(root, path)?;
-    let new = match &old {
-        Some(text) => kustomization::merge(text, &index.entries)
-            .map_err(|source| RepoError::Merge { path: path.clone(), source })?,
-        None => {
-            let mut resources = Vec::new();
-            let dir = Path::new(path).parent().unwrap_or(Path::new(""));
-            if root.join(dir).join("flux-system").is_dir() {
-                resources.push("flux-system".to_owned());
-            }
-            resources.extend(index.entries.iter().cloned());
-            renderer.cluster_kustomization(&resources)?
+    let new = if let Some(text) = &old {
+        kustomization::merge(text, &index.entries).map_err(|source| RepoError::Merge { path: path.clone(), source })?
+    } else {
+        let mut resources = Vec::new();
+        let dir = Path::new(path).parent().unwrap_or(Path::new(""));
+        if root.join(dir).join("flux-system").is_dir() {
+            resources.push("flux-system".to_owned());
         }
+        resources.extend(index.entries.iter().cloned());
+        renderer.cluster_kustomization(&resources)?
     };
     Ok(FileChange { path: path.clone(), old, new })
 }

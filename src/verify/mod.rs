@@ -104,9 +104,9 @@ pub struct CheckResult {
     /// Stable id (`kata.guest-kernel`).
     pub id: String,
     /// When it started, from the start of the run (checks run concurrently: all near 0).
-    pub started_ms: u128,
+    pub started_ms: u64,
     /// Wall time.
-    pub duration_ms: u128,
+    pub duration_ms: u64,
     /// The verdict.
     #[serde(flatten)]
     pub verdict: Verdict,
@@ -171,7 +171,7 @@ pub async fn run(
         let label = ids.join(", ");
         progress.phase(&label, Phase::Running);
         let start = Instant::now();
-        let started_ms = start.duration_since(run_start).as_millis();
+        let started_ms = millis(start.duration_since(run_start));
         let verdicts = match tokio::time::timeout(check.timeout(), check.run(ctx)).await {
             Ok(v) => v,
             Err(_) => ids
@@ -181,7 +181,7 @@ pub async fn run(
                 })
                 .collect(),
         };
-        let elapsed = start.elapsed().as_millis();
+        let elapsed = millis(start.elapsed());
         progress.phase(&label, Phase::Ready);
         ids.into_iter()
             .zip(verdicts)
@@ -193,6 +193,10 @@ pub async fn run(
     let order: Vec<String> = checks.iter().flat_map(|c| c.ids()).collect();
     results.sort_by_key(|r| order.iter().position(|id| *id == r.id));
     results
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Whether every result passed (skips allowed).

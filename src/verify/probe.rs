@@ -160,7 +160,7 @@ pub enum ProbeEnd {
 
 /// A pod with the run's labels in `namespace` (default: the run namespace).
 #[must_use]
-pub fn pod(run: &Run, name: &str, probe: &str, spec: Value) -> Value {
+pub fn pod(run: &Run, name: &str, probe: &str, spec: &Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": run.namespace, "labels": run.labels(probe)}, "spec": spec})
 }
 

@@ -6,6 +6,10 @@ use serde_json::json;
 
 use super::{CheckResult, Outcome, all_passed};
 
+fn seconds(ms: u64) -> f64 {
+    std::time::Duration::from_millis(ms).as_secs_f64()
+}
+
 /// The summary line: `Ready` only when every check passed (skips allowed).
 #[must_use]
 pub fn summary(results: &[CheckResult]) -> String {
@@ -31,7 +35,7 @@ pub fn table(results: &[CheckResult]) -> Vec<String> {
             "{:<id_w$}  {:<6} {:>7.1}s  {}",
             r.id,
             r.verdict.outcome.to_string(),
-            r.duration_ms as f64 / 1000.0,
+            seconds(r.duration_ms),
             r.verdict.evidence
         ));
         if let Some(d) = &r.verdict.diagnosis {
@@ -68,7 +72,7 @@ fn xml(s: &str) -> String {
 #[must_use]
 pub fn junit(results: &[CheckResult]) -> String {
     let count = |o| results.iter().filter(|r| r.verdict.outcome == o).count();
-    let total: f64 = results.iter().map(|r| r.duration_ms as f64 / 1000.0).sum();
+    let total: f64 = results.iter().map(|r| seconds(r.duration_ms)).sum();
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         out,
@@ -83,7 +87,7 @@ pub fn junit(results: &[CheckResult]) -> String {
             out,
             "  <testcase classname=\"osbx.verify\" name=\"{}\" time=\"{:.3}\">",
             xml(&r.id),
-            r.duration_ms as f64 / 1000.0
+            seconds(r.duration_ms)
         );
         let detail = format!(
             "{}{}",

@@ -88,7 +88,7 @@ except Exception as e:
 out()
 "#;
 
-fn base_spec(run: &Run, containers: Value) -> Value {
+fn base_spec(run: &Run, containers: &Value) -> Value {
     json!({
         "restartPolicy": "Never",
         "activeDeadlineSeconds": run.deadline_seconds,
@@ -98,32 +98,32 @@ fn base_spec(run: &Run, containers: Value) -> Value {
     })
 }
 
-fn container(name: &str, image: &str, command: Value) -> Value {
+fn container(name: &str, image: &str, command: &Value) -> Value {
     json!({"name": name, "image": image, "command": command, "terminationMessagePolicy": "FallbackToLogsOnError"})
 }
 
 /// The guest-kernel probe, under the Kata runtime class.
 #[must_use]
-pub fn guest_kernel(run: &Run, image: &str, runtime_class: &str) -> Value {
-    let mut spec = base_spec(run, json!([container("probe", image, json!(["sh", "-c", GUEST_KERNEL]))]));
+pub(super) fn guest_kernel(run: &Run, image: &str, runtime_class: &str) -> Value {
+    let mut spec = base_spec(run, &json!([container("probe", image, &json!(["sh", "-c", GUEST_KERNEL]))]));
     spec["runtimeClassName"] = json!(runtime_class);
     spec
 }
 
 /// A long-running Kata pod whose VM the host probe inspects.
 #[must_use]
-pub fn kata_target(run: &Run, image: &str, runtime_class: &str) -> Value {
-    let mut spec = base_spec(run, json!([container("target", image, json!(["sleep", "3600"]))]));
+pub(super) fn kata_target(run: &Run, image: &str, runtime_class: &str) -> Value {
+    let mut spec = base_spec(run, &json!([container("target", image, &json!(["sleep", "3600"]))]));
     spec["runtimeClassName"] = json!(runtime_class);
     spec
 }
 
 fn host_spec(run: &Run, node: &str, image: &str, script: &str, volumes: Value, mounts: Value, env: Value) -> Value {
-    let mut c = container("probe", image, json!(["python3", "-c", script]));
+    let mut c = container("probe", image, &json!(["python3", "-c", script]));
     c["securityContext"] = json!({"privileged": true});
     c["volumeMounts"] = mounts;
     c["env"] = env;
-    let mut spec = base_spec(run, json!([c]));
+    let mut spec = base_spec(run, &json!([c]));
     spec["nodeName"] = json!(node);
     spec["volumes"] = volumes;
     spec["tolerations"] = json!([{"operator": "Exists"}]);
@@ -132,7 +132,7 @@ fn host_spec(run: &Run, node: &str, image: &str, script: &str, volumes: Value, m
 
 /// The host KVM probe, pinned to `node`.
 #[must_use]
-pub fn host_kvm(run: &Run, node: &str, image: &str) -> Value {
+pub(super) fn host_kvm(run: &Run, node: &str, image: &str) -> Value {
     host_spec(
         run,
         node,
@@ -146,7 +146,14 @@ pub fn host_kvm(run: &Run, node: &str, image: &str) -> Value {
 
 /// The `vm.info` host probe for one container, pinned to its node.
 #[must_use]
-pub fn vm_info(run: &Run, node: &str, image: &str, container_id: &str, task_dir: &str, kata_run_dir: &str) -> Value {
+pub(super) fn vm_info(
+    run: &Run,
+    node: &str,
+    image: &str,
+    container_id: &str,
+    task_dir: &str,
+    kata_run_dir: &str,
+) -> Value {
     host_spec(
         run,
         node,
@@ -173,7 +180,7 @@ pub fn vm_info(run: &Run, node: &str, image: &str, container_id: &str, task_dir:
 /// termination message; the private key stays in an emptyDir that is deleted with the pod.
 /// On failure the agent's error (log tail) becomes the message.
 #[must_use]
-pub fn spiffe(
+pub(super) fn spiffe(
     run: &Run,
     smoke: &crate::profile::SpiffeSmoke,
     service_account: &str,
@@ -183,7 +190,7 @@ pub fn spiffe(
     let mut c = container(
         "probe",
         &smoke.image,
-        json!([
+        &json!([
             "/opt/spire/bin/spire-agent",
             "api",
             "fetch",
@@ -201,7 +208,7 @@ pub fn spiffe(
         {"name": "spiffe-workload-api", "mountPath": "/spiffe-workload-api", "readOnly": true},
         {"name": "out", "mountPath": "/out"},
     ]);
-    let mut spec = base_spec(run, json!([c]));
+    let mut spec = base_spec(run, &json!([c]));
     spec["serviceAccountName"] = json!(service_account);
     spec["volumes"] = json!([
         {"name": "spiffe-workload-api", "csi": {"driver": smoke.csi_driver, "readOnly": true}},

@@ -144,9 +144,8 @@ async fn api_key(cluster: &Cluster, profile: &Profile, given: &ApiKeyValue) -> A
         return ApiKeyValue::new(Some(inline.clone()));
     }
     let Some(secret_ref) = &os.server.api_key.secret_ref else { return ApiKeyValue::default() };
-    let secret = Api::<Secret>::namespaced(cluster.client.clone(), &os.namespaces.control_plane)
-        .get_opt(&secret_ref.name)
-        .await;
+    let secret =
+        Api::<Secret>::namespaced(cluster.client.clone(), &os.namespaces.control_plane).get_opt(&secret_ref.name).await;
     ApiKeyValue::new(
         secret
             .ok()

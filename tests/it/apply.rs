@@ -1,46 +1,25 @@
 //! `osbx apply` and `osbx diff` against a real kube-apiserver with the real CRDs; the stand-in
 //! plays the Flux controllers and the OpenSandbox controller through the API.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::builder::TestProfile;
 use crate::cluster::{self, OwnPlane, standin::Controllers};
-use crate::support::{osbx, outputs};
+use crate::support::{assert_golden, osbx, outputs};
 
-/// A profile whose namespaces all start with `p` (tests share one plane).
+/// A profile whose namespaces all start with `p` (tests share one plane), with these pools.
 fn profile(p: &str, pools: &[(&str, &str, [i64; 4])]) -> String {
-    let mut items = String::new();
-    for (name, runtime, [bmin, bmax, pmin, pmax]) in pools {
-        items.push_str(&format!(
-            "    - {{name: {name}, runtime: {runtime}, capacity: {{bufferMin: {bmin}, bufferMax: {bmax}, poolMin: {pmin}, poolMax: {pmax}}}}}\n"
-        ));
-    }
-    format!(
-        "apiVersion: osbx.dev/v1alpha1
-kind: Profile
-metadata: {{name: {p}}}
-cluster: {{name: {p}, fluxNamespace: {p}-flux}}
-layers:
-  - {{name: opensandbox, component: opensandbox}}
-  - {{name: opensandbox-pools, component: pools, dependsOn: [opensandbox]}}
-opensandbox:
-  namespaces: {{controlPlane: {p}-system, sandbox: {p}-sbx}}
-  source: {{url: https://github.com/opensandbox-group/OpenSandbox.git, ref: {{tag: helm/opensandbox/0.2.2}}}}
-  release:
-    install: {{strategy: RetryOnFailure, retryInterval: 5m}}
-  server:
-    apiKey: {{secretRef: {{name: api-key}}}}
-    config: {{runtime: {{execdImage: example.com/execd:v1.0.22}}}}
-pools:
-  defaults: {{image: example.com/sandbox:v1, command: [sleep, infinity]}}
-  items:
-{items}"
-    )
+    pools
+        .iter()
+        .fold(TestProfile::new(p), |profile, (name, runtime, capacity)| profile.pool(name, runtime, *capacity))
+        .yaml()
 }
 
 fn controllers(p: &str) -> Controllers {
@@ -162,6 +141,77 @@ async fn first_apply_reapply_change_and_prune_on_an_empty_cluster() {
     assert_eq!(pools.get("pod").await.unwrap().data["spec"]["capacitySpec"]["bufferMax"], 3);
 }
 
+/// The text output of `apply` and `diff` (stdout, and the summary line on stderr) is kept in
+/// `tests/golden/`, like `examples/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_text_output_of_apply_and_diff_matches_the_golden_files() {
+    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    cluster::install_crds(&client, "flux").await;
+    create_namespace(&client, "gd-flux").await;
+    let _controllers = Controllers { chart_installs_crds: true, ..controllers("gd") }.spawn(client.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let write =
+        |pools: &[(&str, &str, [i64; 4])]| std::fs::write(dir.path().join("profile.yaml"), profile("gd", pools));
+    write(&[("pod", "runc", [1, 2, 1, 4]), ("vm", "kata", [0, 1, 0, 2])]).unwrap();
+    // Data on stdout, then the last line on stderr (the outcome), without its glyph.
+    let text = |out: &Output| {
+        let (stdout, stderr) = outputs(out);
+        let last = stderr.lines().last().unwrap_or_default();
+        format!("{stdout}---\n{}\n", last.split_once(' ').map_or(last, |(_, rest)| rest))
+    };
+    let out = run(&plane.kubeconfig, dir.path(), &["apply", "--timeout", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    assert_golden("apply-first.txt", &text(&out));
+
+    write(&[("pod", "runc", [1, 3, 1, 6])]).unwrap();
+    let out = run(&plane.kubeconfig, dir.path(), &["diff"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", outputs(&out).1);
+    assert_golden("diff-change-and-prune.txt", &outputs(&out).0);
+
+    let out = run(&plane.kubeconfig, dir.path(), &["apply", "--prune", "--timeout", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    assert_golden("apply-change-and-prune.txt", &text(&out));
+}
+
+/// Preflight checks every Flux kind the render contains, not a fixed list: the fresh-cluster
+/// profile's kata layer renders an `OCIRepository`, so a Flux without it is refused before
+/// anything is written (it used to write the namespaces, skip the source and exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flux_without_a_kind_the_render_uses_is_a_preflight_error_and_nothing_is_written() {
+    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    cluster::install_crds_except(&client, "flux", &["source.toolkit.fluxcd.io_ocirepositories.yaml"]).await;
+    create_namespace(&client, "flux-system").await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::task::spawn_blocking({
+        let kubeconfig = plane.kubeconfig.clone();
+        move || {
+            osbx()
+                .args(["apply", "--no-wait", "--profile", "fresh-cluster", "--kubeconfig"])
+                .arg(kubeconfig)
+                .current_dir(dir.path())
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("it does not serve source.toolkit.fluxcd.io/v1 OCIRepository"), "{stderr}");
+    let names: Vec<String> = Api::<Namespace>::all(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    for ns in ["kata-system", "spire-system", "opensandbox-system"] {
+        assert!(!names.iter().any(|n| n == ns), "nothing written, but {ns} exists: {names:?}");
+    }
+}
+
 async fn pool_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let gvk = kube::core::GroupVersionKind::gvk("sandbox.opensandbox.io", "v1alpha1", "Pool");
     let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
@@ -181,7 +231,7 @@ async fn missing_flux_is_a_preflight_error_and_nothing_is_written() {
     assert!(stderr.contains("helm.toolkit.fluxcd.io/v2 HelmRelease") && stderr.contains("flux install"), "{stderr}");
     assert!(!stderr.contains("panicked") && !stderr.contains("stack backtrace"), "{stderr}");
     let names: Vec<String> = Api::<Namespace>::all(client)
-        .list(&Default::default())
+        .list(&ListParams::default())
         .await
         .unwrap()
         .into_iter()
@@ -326,7 +376,7 @@ async fn dry_run_changes_nothing_and_prints_the_change_set() {
     assert!(actions(&report).iter().all(|(_, a)| a == "created"), "{report}");
     assert_eq!(report["requests"]["writes"], 0, "{}", report["requests"]);
     let names: Vec<String> = Api::<Namespace>::all(client)
-        .list(&Default::default())
+        .list(&ListParams::default())
         .await
         .unwrap()
         .into_iter()
@@ -380,7 +430,7 @@ async fn uncommitted_changes_in_the_flux_repo_are_a_warning() {
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
     let git = |args: &[&str]| {
-        assert!(std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap().status.success())
+        assert!(std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap().status.success());
     };
     git(&["init", "-q"]);
     std::fs::write(repo.join("pending.yaml"), "kind: x\n").unwrap();
@@ -456,7 +506,7 @@ async fn the_api_key_secret_is_created_and_rotated_and_never_printed() {
     let mut go = |out: Output, expect: i32, what: &str| {
         let (stdout, stderr) = outputs(&out);
         assert_eq!(out.status.code(), Some(expect), "{what}: {stdout}{stderr}");
-        transcript.push_str(&format!("== {what}\n{stdout}{stderr}"));
+        let _ = write!(transcript, "== {what}\n{stdout}{stderr}");
         stdout
     };
     let with_key = |args: &[&str], key: Option<&str>| {
@@ -555,7 +605,7 @@ async fn killing_the_api_server_mid_apply_is_a_clear_error_and_a_rerun_converges
     // Wait until the apply is in the middle of the pools.
     cluster::wait_for("some pools applied", Duration::from_secs(60), || {
         let pool_api = pool_api.clone();
-        async move { (pool_api.list(&Default::default()).await.ok()?.items.len() >= 2).then_some(()) }
+        async move { (pool_api.list(&ListParams::default()).await.ok()?.items.len() >= 2).then_some(()) }
     })
     .await;
     let argv = plane.kill_apiserver();
@@ -596,7 +646,7 @@ async fn killing_the_api_server_mid_apply_is_a_clear_error_and_a_rerun_converges
     let client = cluster::client_for(&plane.kubeconfig).await;
     let pool_api = cluster::pool_api_in(&client, "ka-sbx").await;
     let mut names: Vec<String> =
-        pool_api.list(&Default::default()).await.unwrap().into_iter().filter_map(|p| p.metadata.name).collect();
+        pool_api.list(&ListParams::default()).await.unwrap().into_iter().filter_map(|p| p.metadata.name).collect();
     names.sort();
     let mut want: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
     want.sort();

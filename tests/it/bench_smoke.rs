@@ -1,8 +1,9 @@
 //! Smoke versions of `bench/run` in the normal test run, so the benchmark inputs cannot rot:
 //! the same 200-object profile and templates, asserting request counts, never times.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use crate::builder::TestFleet;
 use crate::cluster;
 use crate::support::{osbx, outputs, root};
 
@@ -82,15 +83,15 @@ fn json_ns(name: &str) -> Value {
 fn the_render_benchmark_fleets_render() {
     // The fleet shape `cargo bench --bench render` uses, small: files grow with the clusters.
     let dir = tempfile::tempdir().unwrap();
-    let mut fleet =
-        String::from("apiVersion: osbx.dev/v1alpha1\nkind: Fleet\nmetadata: {name: bench}\nbase: homelab\nclusters:\n");
-    for i in 0..10 {
-        fleet.push_str(&format!("  - name: c-{i}\n"));
-        if i % 10 == 0 {
-            fleet.push_str("    overrides: {pools: {items: [{name: ci-pod, capacity: {poolMax: 5}}]}}\n");
-        }
-    }
-    std::fs::write(dir.path().join("fleet.yaml"), fleet).unwrap();
+    let fleet = (0..10).fold(TestFleet::new("bench", "homelab"), |fleet, i| {
+        let overrides = if i % 10 == 0 {
+            json!({"pools": {"items": [{"name": "ci-pod", "capacity": {"poolMax": 5}}]}})
+        } else {
+            Value::Null
+        };
+        fleet.cluster(&format!("c-{i}"), overrides)
+    });
+    std::fs::write(dir.path().join("fleet.yaml"), fleet.yaml()).unwrap();
     let loaded = osbx::fleet::load(&dir.path().join("fleet.yaml")).unwrap();
     let rendered = osbx::fleet::render(&loaded, &osbx::render::Renderer::new(None).unwrap()).unwrap();
     assert_eq!(

@@ -5,28 +5,18 @@ use std::path::Path;
 
 use kube::api::{Patch, PatchParams};
 
+use serde_json::{Value, json};
+
+use crate::builder::TestFleet;
 use crate::cluster::{self, api_for};
 use crate::support::{osbx, outputs, tree};
 
 fn fleet(lab_b_pool_max: u32) -> String {
-    format!(
-        "apiVersion: osbx.dev/v1alpha1
-kind: Fleet
-metadata: {{name: labs}}
-base: fresh-cluster
-clusters:
-  - name: lab-a
-  - name: lab-b
-    overrides:
-      pools:
-        items:
-          - {{name: vm, capacity: {{poolMax: {lab_b_pool_max}}}}}
-  - name: lab-c
-    overrides:
-      spire: {{trustDomain: c.example.org}}
-      kata: {{chart: {{version: 4.1.1}}}}
-"
-    )
+    TestFleet::new("labs", "fresh-cluster")
+        .cluster("lab-a", Value::Null)
+        .cluster("lab-b", json!({"pools": {"items": [{"name": "vm", "capacity": {"poolMax": lab_b_pool_max}}]}}))
+        .cluster("lab-c", json!({"spire": {"trustDomain": "c.example.org"}, "kata": {"chart": {"version": "4.1.1"}}}))
+        .yaml()
 }
 
 fn render_fleet(dir: &Path, text: &str) -> std::collections::BTreeMap<String, String> {
@@ -175,9 +165,11 @@ async fn every_clusters_objects_are_accepted_by_the_api_server() {
         cluster::ensure_namespaces(&client, &objects).await;
         for o in &objects {
             let (api, name) = api_for(&client, &o.object.value).await;
-            api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object.value)).await.unwrap_or_else(
-                |e| panic!("{}: {} {name} rejected: {e}", member.profile.cluster.name, o.object.value["kind"]),
-            );
+            api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object.value))
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("{}: {} {name} rejected: {e}", member.profile.cluster.name, o.object.value["kind"])
+                });
         }
     }
 }

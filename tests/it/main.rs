@@ -2,6 +2,7 @@
 
 mod apply;
 mod bench_smoke;
+mod builder;
 mod cli;
 mod cluster;
 mod examples;

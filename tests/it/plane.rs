@@ -58,13 +58,18 @@ async fn every_rendered_object_passes_a_server_side_dry_run_apply() {
         for o in &objects {
             let (api, name) = api_for(&client, &o.object.value).await;
             let result = api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&o.object.value)).await;
-            let live =
-                result.unwrap_or_else(|e| panic!("{profile}: {} {}/{name} rejected: {e}", o.path, o.object.value["kind"]));
+            let live = result
+                .unwrap_or_else(|e| panic!("{profile}: {} {}/{name} rejected: {e}", o.path, o.object.value["kind"]));
             let mut lost = Vec::new();
             let live = serde_json::to_value(&live).unwrap();
             dropped(&o.object.value["spec"], &live["spec"], "spec", &mut lost);
             dropped(&o.object.value["data"], &live["data"], "data", &mut lost);
-            assert!(lost.is_empty(), "{profile}: {} {}/{name}: the server dropped {lost:?}", o.path, o.object.value["kind"]);
+            assert!(
+                lost.is_empty(),
+                "{profile}: {} {}/{name}: the server dropped {lost:?}",
+                o.path,
+                o.object.value["kind"]
+            );
         }
     }
 }
@@ -187,7 +192,7 @@ async fn standin_sets_flux_readiness_with_observed_generation() {
         &ns,
         "layer",
         &standin::Ready {
-            ready: true,
+            status: true,
             reason: "ReconciliationSucceeded",
             message: "Applied revision: main@sha1:abc",
             observed: Some(0),

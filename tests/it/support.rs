@@ -55,3 +55,20 @@ pub fn write(dir: &Path, rel: &str, content: &str) {
 pub fn outputs(out: &std::process::Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
+
+/// Compare `actual` with the golden file `tests/golden/<name>`; with `OSBX_UPDATE_EXAMPLES=1`
+/// (the same switch that refreshes `examples/`) rewrite it instead.
+#[track_caller]
+pub fn assert_golden(name: &str, actual: &str) {
+    let path = root().join("tests/golden").join(name);
+    if std::env::var_os("OSBX_UPDATE_EXAMPLES").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "tests/golden/{name} differs from the output; if the change is intended run OSBX_UPDATE_EXAMPLES=1 cargo test --test it golden\n{}",
+        similar::TextDiff::from_lines(&expected, actual).unified_diff().header("golden", "actual")
+    );
+}

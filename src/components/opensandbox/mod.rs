@@ -435,7 +435,10 @@ fn api_key(k: &ApiKeySource, v: &mut Violations) {
     match (&k.inline, &k.secret_ref) {
         (Some(_), Some(_)) => v.push("opensandbox.server.apiKey", "set either `inline` or `secretRef`, not both"),
         (None, None) => {
-            v.push("opensandbox.server.apiKey", "set `secretRef` (a Secret in the control-plane namespace) or `inline`");
+            v.push(
+                "opensandbox.server.apiKey",
+                "set `secretRef` (a Secret in the control-plane namespace) or `inline`",
+            );
         }
         (None, Some(s)) => {
             v.dns_subdomain("opensandbox.server.apiKey.secretRef.name", &s.name);

@@ -6,8 +6,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::nodes::kata_nodes;
 use super::list;
+use super::nodes::kata_nodes;
 use crate::object::Gvk;
 use crate::verify::probe::{self, ProbeEnd};
 use crate::verify::{Check, Ctx, Verdict, scripts};
@@ -86,7 +86,7 @@ impl Check for GuestKernel {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             };
             let spec = scripts::guest_kernel(&ctx.run, &ctx.profile.verify.probe_image, &class);
-            let pod = probe::pod(&ctx.run, "kata-guest-kernel", "guest-kernel", spec);
+            let pod = probe::pod(&ctx.run, "kata-guest-kernel", "guest-kernel", &spec);
             let end = match probe::run_pod(&ctx.cluster, &pod, probe_timeout(ctx)).await {
                 Ok(e) => e,
                 Err(e) => return vec![Verdict::error("creating the probe pod", e.to_string())],
@@ -154,7 +154,7 @@ impl Check for HostKvm {
             }
             let runs = kata.iter().enumerate().map(|(i, node)| async move {
                 let spec = scripts::host_kvm(&ctx.run, node, &ctx.profile.verify.host_probe_image);
-                let pod = probe::pod(&ctx.run, &format!("host-kvm-{i}"), "host-kvm", spec);
+                let pod = probe::pod(&ctx.run, &format!("host-kvm-{i}"), "host-kvm", &spec);
                 (node.clone(), probe::run_pod(&ctx.cluster, &pod, probe_timeout(ctx)).await)
             });
             let mut ok = Vec::new();
@@ -163,18 +163,18 @@ impl Check for HostKvm {
                 match end {
                     Err(e) => return vec![Verdict::error(format!("host probe on {node}"), e.to_string())],
                     Ok(ProbeEnd::Stuck { diagnosis }) => {
-                        problems.push(format!("{node}: {}", kata_diagnosis(&diagnosis).0))
+                        problems.push(format!("{node}: {}", kata_diagnosis(&diagnosis).0));
                     }
                     Ok(ProbeEnd::Terminated { message, .. }) => match probe::json_line(&message) {
                         None => problems.push(format!("{node}: no result ({message})")),
                         Some(r) if r["char_device"] != true => {
-                            problems.push(format!("{node}: /dev/kvm is not a character device ({})", r["error"]))
+                            problems.push(format!("{node}: /dev/kvm is not a character device ({})", r["error"]));
                         }
                         Some(r) if r["api_version"] != 12 => {
-                            problems.push(format!("{node}: KVM API version is {} (expected 12)", r["api_version"]))
+                            problems.push(format!("{node}: KVM API version is {} (expected 12)", r["api_version"]));
                         }
                         Some(r) if r["create_vm"] == false => {
-                            problems.push(format!("{node}: KVM_CREATE_VM failed: {}", r["create_vm_error"]))
+                            problems.push(format!("{node}: KVM_CREATE_VM failed: {}", r["create_vm_error"]));
                         }
                         Some(r) => ok.push(format!(
                             "{node}: /dev/kvm API 12{}",
@@ -210,7 +210,7 @@ impl Check for VmmSharedMemory {
                 &ctx.run,
                 "kata-target",
                 "kata-target",
-                scripts::kata_target(&ctx.run, &v.probe_image, &class),
+                &scripts::kata_target(&ctx.run, &v.probe_image, &class),
             );
             if let Err(e) = probe::create_pod(&ctx.cluster, &target).await {
                 return vec![Verdict::error("creating the Kata target pod", e.to_string())];
@@ -232,7 +232,7 @@ impl Check for VmmSharedMemory {
             let cid = cid.split_once("://").map_or(cid.as_str(), |(_, id)| id).to_owned();
             let spec =
                 scripts::vm_info(&ctx.run, &node, &v.host_probe_image, &cid, &v.containerd_task_dir, &v.kata_run_dir);
-            let probe_pod = probe::pod(&ctx.run, "vm-info", "vm-info", spec);
+            let probe_pod = probe::pod(&ctx.run, "vm-info", "vm-info", &spec);
             let end = match probe::run_pod(&ctx.cluster, &probe_pod, probe_timeout(ctx)).await {
                 Ok(e) => e,
                 Err(e) => return vec![Verdict::error("creating the host probe", e.to_string())],

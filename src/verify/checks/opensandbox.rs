@@ -90,14 +90,15 @@ impl Check for Pools {
             let mut problems = Vec::new();
             for p in ctx.profile.pools.effective() {
                 let name = &p.pool.name;
-                let pool = match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "Pool").object(Some(ns), name)).await {
-                    Err(e) => return vec![Verdict::error(format!("reading Pool {name}"), e.to_string())],
-                    Ok(None) => {
-                        problems.push(format!("Pool {ns}/{name} does not exist"));
-                        continue;
-                    }
-                    Ok(Some(pool)) => pool,
-                };
+                let pool =
+                    match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "Pool").object(Some(ns), name)).await {
+                        Err(e) => return vec![Verdict::error(format!("reading Pool {name}"), e.to_string())],
+                        Ok(None) => {
+                            problems.push(format!("Pool {ns}/{name} does not exist"));
+                            continue;
+                        }
+                        Ok(Some(pool)) => pool,
+                    };
                 let s = status::compute(&pool);
                 if s.status != Status::Current {
                     problems.push(format!("Pool {name}: {}", s.message));
@@ -199,11 +200,25 @@ async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
 }
 
 async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) -> Verdict {
+    // Everything after the create is bounded by the probe deadline (at least 10 s).
+    let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180).max(10));
+    match running_on_pool(ctx, pool, id, created, limit).await {
+        Ok(pods) => deleted_with_its_pods(ctx, pool, id, &pods, limit).await,
+        Err(verdict) => verdict,
+    }
+}
+
+/// Wait until the sandbox runs, bound to `pool`; returns its pods (else the failing verdict).
+async fn running_on_pool(
+    ctx: &Ctx,
+    pool: &str,
+    id: &str,
+    created: &Value,
+    limit: Duration,
+) -> Result<Vec<String>, Verdict> {
     let ns = &ctx.profile.opensandbox.namespaces.sandbox;
     let path = format!("/v1/sandboxes/{id}");
     // Right after create, GET may briefly answer 500 on older servers: retry for a while.
-    // Everything after the create is bounded by the probe deadline (at least 10 s).
-    let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180).max(10));
     let start = Instant::now();
     let mut state = created["status"]["state"].as_str().unwrap_or_default().to_owned();
     while state != "Running" && start.elapsed() < limit {
@@ -211,31 +226,31 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
         if let Ok(r) = ctx.endpoint.request(Method::GET, &path, None, true).await
             && r.status == 200
         {
-            state = r.json["status"]["state"].as_str().unwrap_or_default().to_owned();
+            r.json["status"]["state"].as_str().unwrap_or_default().clone_into(&mut state);
             if state == "Failed" {
-                return Verdict::fail(
+                return Err(Verdict::fail(
                     format!("sandbox {id} Failed"),
                     r.json["status"]["message"].as_str().unwrap_or("").to_owned(),
-                );
+                ));
             }
         }
     }
     if state != "Running" {
-        return Verdict::fail(
+        return Err(Verdict::fail(
             format!("sandbox {id} state {state:?} after {}s", limit.as_secs()),
             "the sandbox never became Running",
-        );
+        ));
     }
     let bsbx = match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "BatchSandbox").object(Some(ns), id)).await {
         Ok(Some(b)) => b,
-        Ok(None) => return Verdict::fail(format!("sandbox {id} Running"), format!("no BatchSandbox {ns}/{id}")),
-        Err(e) => return Verdict::error("reading the BatchSandbox", e.to_string()),
+        Ok(None) => return Err(Verdict::fail(format!("sandbox {id} Running"), format!("no BatchSandbox {ns}/{id}"))),
+        Err(e) => return Err(Verdict::error("reading the BatchSandbox", e.to_string())),
     };
     if bsbx["spec"]["poolRef"] != pool {
-        return Verdict::fail(
+        return Err(Verdict::fail(
             format!("BatchSandbox {id} poolRef {}", bsbx["spec"]["poolRef"]),
             format!("the sandbox is not bound to pool {pool}"),
-        );
+        ));
     }
     let pods: Vec<String> = bsbx["metadata"]["annotations"]["sandbox.opensandbox.io/alloc-status"]
         .as_str()
@@ -245,6 +260,14 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
         .iter()
         .filter_map(|p| p.as_str().map(str::to_owned))
         .collect();
+    Ok(pods)
+}
+
+/// Delete the sandbox; its BatchSandbox and (with recycle strategy Delete) its pods must go,
+/// and the server must forget it.
+async fn deleted_with_its_pods(ctx: &Ctx, pool: &str, id: &str, pods: &[String], limit: Duration) -> Verdict {
+    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+    let path = format!("/v1/sandboxes/{id}");
     match ctx.endpoint.request(Method::DELETE, &path, None, true).await {
         Ok(r) if r.status == 204 || r.status == 200 => {}
         Ok(r) => {
@@ -275,8 +298,15 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
         }
     }
     let mut left_pods = Vec::new();
-    if ctx.profile.pools.effective().iter().find(|p| p.pool.name == pool).is_none_or(EffectivePool::deletes_released_pods) {
-        for pod in &pods {
+    if ctx
+        .profile
+        .pools
+        .effective()
+        .iter()
+        .find(|p| p.pool.name == pool)
+        .is_none_or(EffectivePool::deletes_released_pods)
+    {
+        for pod in pods {
             if let Ok(Some(p)) = ctx.cluster.get(&Gvk::new("", "v1", "Pod").object(Some(ns), pod)).await
                 && p["metadata"]["deletionTimestamp"].is_null()
             {
@@ -290,7 +320,7 @@ async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) 
             format!("its pods {} were not recycled (recycleStrategy Delete)", left_pods.join(", ")),
         );
     }
-    let gone = ctx.endpoint.request(Method::GET, &path, None, true).await.map(|r| r.status).unwrap_or(0);
+    let gone = ctx.endpoint.request(Method::GET, &path, None, true).await.map_or(0, |r| r.status);
     if gone != 404 {
         return Verdict::fail(
             format!("GET {path} after delete → {gone}"),

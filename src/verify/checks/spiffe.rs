@@ -80,7 +80,7 @@ impl Spiffe {
         sa: &str,
         class: Option<&str>,
     ) -> Result<Attempt, String> {
-        let mut pod = probe::pod(&ctx.run, name, "spiffe", scripts::spiffe(&ctx.run, smoke, sa, class));
+        let mut pod = probe::pod(&ctx.run, name, "spiffe", &scripts::spiffe(&ctx.run, smoke, sa, class));
         pod["metadata"]["namespace"] = json!(smoke.namespace);
         let timeout = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180));
         match probe::run_pod(&ctx.cluster, &pod, timeout).await.map_err(|e| e.to_string())? {

@@ -104,13 +104,21 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
 
 /// Server-side apply the CRDs of `../shared/crds/<dir>` and wait until every one is Established.
 pub async fn install_crds(client: &Client, dir: &str) {
+    install_crds_except(client, dir, &[]).await;
+}
+
+/// [`install_crds`] without the files named in `skip` (e.g. `source.toolkit.fluxcd.io_ocirepositories.yaml`).
+pub async fn install_crds_except(client: &Client, dir: &str, skip: &[&str]) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     let path = shared().join("crds").join(dir);
     let mut files: Vec<_> =
         std::fs::read_dir(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).flatten().collect();
     files.sort_by_key(std::fs::DirEntry::path);
-    for file in files.into_iter().filter(|f| f.path().extension().is_some_and(|e| e == "yaml")) {
+    let wanted = |f: &std::fs::DirEntry| {
+        f.path().extension().is_some_and(|e| e == "yaml") && !skip.iter().any(|s| f.file_name() == *s)
+    };
+    for file in files.into_iter().filter(wanted) {
         let text = std::fs::read_to_string(file.path()).unwrap();
         let crd: Value = serde_saphyr::from_str(&text).unwrap();
         let name = crd["metadata"]["name"].as_str().unwrap().to_owned();

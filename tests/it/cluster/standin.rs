@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const NOW: &str = "2026-01-01T00:00:00Z";
@@ -120,7 +120,7 @@ fn container_names(pod: &Pod) -> Vec<String> {
 /// A Ready condition as a Flux controller writes it.
 pub struct Ready<'a> {
     /// Condition status.
-    pub ready: bool,
+    pub status: bool,
     /// Reason (`ReconciliationSucceeded`, `InstallFailed`, …).
     pub reason: &'a str,
     /// Message.
@@ -132,7 +132,7 @@ pub struct Ready<'a> {
 
 /// Set a Flux object's Ready condition and `observedGeneration` as its controller would.
 pub async fn flux_ready(client: &Client, ar: &ApiResource, ns: &str, name: &str, cond: &Ready<'_>) -> DynamicObject {
-    let (ready, reason, message) = (cond.ready, cond.reason, cond.message);
+    let (ready, reason, message) = (cond.status, cond.reason, cond.message);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, ar);
     let obj = api.get(name).await.expect("get flux object");
     let generation = cond.observed.or(obj.metadata.generation).unwrap_or(1);
@@ -189,7 +189,7 @@ impl Controllers {
             let Ok((ar, _)) = kube::discovery::pinned_kind(client, &gvk).await else { continue };
             for ns in &self.flux_namespaces {
                 let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-                let Ok(list) = api.list(&Default::default()).await else { continue };
+                let Ok(list) = api.list(&ListParams::default()).await else { continue };
                 for obj in list {
                     let v = serde_json::to_value(&obj).unwrap();
                     let generation = v["metadata"]["generation"].as_i64().unwrap_or(1);
@@ -208,7 +208,7 @@ impl Controllers {
                     let current = v["status"]["observedGeneration"].as_i64() == Some(observed)
                         && v["status"]["conditions"][0]["reason"] == reason;
                     if !current {
-                        let cond = Ready { ready, reason, message: &message, observed: Some(observed) };
+                        let cond = Ready { status: ready, reason, message: &message, observed: Some(observed) };
                         flux_ready(client, &ar, ns, &name, &cond).await;
                     }
                     helm_ready |= *kind == "HelmRelease" && ready;
@@ -235,7 +235,7 @@ impl Controllers {
         let Ok((ar, _)) = kube::discovery::pinned_kind(client, &gvk).await else { return };
         for ns in &self.pool_namespaces {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-            let Ok(list) = api.list(&Default::default()).await else { continue };
+            let Ok(list) = api.list(&ListParams::default()).await else { continue };
             for obj in list {
                 let v = serde_json::to_value(&obj).unwrap();
                 let cap = &v["spec"]["capacitySpec"];
@@ -421,7 +421,7 @@ pub async fn finalize_namespaces(client: &Client, selector: &str) {
     for ns in list.into_iter().filter(|n| n.metadata.deletion_timestamp.is_some()) {
         let name = ns.metadata.name.clone().unwrap_or_default();
         let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-        let _ = Api::<Pod>::namespaced(client.clone(), &name).delete_collection(&now, &Default::default()).await;
+        let _ = Api::<Pod>::namespaced(client.clone(), &name).delete_collection(&now, &ListParams::default()).await;
         let body =
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": []}});
         let req = http::Request::put(format!("/api/v1/namespaces/{name}/finalize"))
@@ -467,7 +467,7 @@ impl SandboxController {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
             loop {
                 let b = *behaviour.lock().unwrap();
-                if let Ok(list) = api.list(&Default::default()).await {
+                if let Ok(list) = api.list(&ListParams::default()).await {
                     for obj in list {
                         let v = serde_json::to_value(&obj).unwrap();
                         let _ = Self::step(&client, &api, &ns, &node, &v, b).await;

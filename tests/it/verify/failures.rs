@@ -1,0 +1,131 @@
+//! Each documented failure mode fails with its own diagnosis, on a world of its own.
+
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+
+use super::{SMOKE_ID, World, apply, assert_check};
+use crate::cluster::{self, standin};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_kernel_equal_to_the_hosts_is_not_a_kata_vm() {
+    let world = World::start().await;
+    world.set(|s| s.guest_kernel = "6.8.0-45-generic".into());
+    let (code, checks) = world.verify("kata.guest-kernel").await;
+    assert_eq!(code, Some(1));
+    assert_check(&checks, "kata.guest-kernel", "FAIL", "not running in a Kata VM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_kvm_fails_the_host_check() {
+    let world = World::start().await;
+    world.set(|s| s.kvm = false);
+    let (code, checks) = world.verify("kata.host-kvm").await;
+    assert_eq!(code, Some(1));
+    assert_check(&checks, "kata.host-kvm", "FAIL", "/dev/kvm is not a character device");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_without_shared_memory_fails_the_vmm_check() {
+    let world = World::start().await;
+    world.set(|s| s.shared_memory = false);
+    let (_, checks) = world.verify("kata.vmm-shared-memory").await;
+    assert_check(&checks, "kata.vmm-shared-memory", "FAIL", "virtio-fs requires shared memory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_for_the_wrong_service_account_is_a_catch_all() {
+    let world = World::start().await;
+    world.set(|s| s.wrong_id = Some("spiffe://ddupan.top/ns/vf-spire/sa/spire-smoke-wrong".into()));
+    let (_, checks) = world.verify("spiffe").await;
+    assert_check(&checks, "spiffe.issued", "PASS", SMOKE_ID);
+    assert_check(&checks, "spiffe.denied", "FAIL", "catch-all");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_workload_api_is_an_error_never_a_pass() {
+    let world = World::start().await;
+    world.set(|s| s.workload_api_error = Some("rpc error: code = Unavailable desc = connection error: desc = \"transport: Error while dialing: dial unix /spiffe-workload-api/spire-agent.sock: connect: connection refused\"".into()));
+    let (code, checks) = world.verify("spiffe").await;
+    assert_eq!(code, Some(1), "broken infrastructure is never a pass");
+    assert_check(&checks, "spiffe.issued", "ERROR", "do not cross the VM boundary");
+    assert_check(&checks, "spiffe.denied", "ERROR", "would prove nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_identity_for_the_smoke_service_account_names_the_clusterspiffeid() {
+    let world = World::start().await;
+    world.set(|s| s.smoke_id = None);
+    let (_, checks) = world.verify("spiffe.issued").await;
+    assert_check(&checks, "spiffe.issued", "FAIL", "ClusterSPIFFEID vf-smoke does not exist");
+    // The smoke ClusterSPIFFEID exists but carries a className no controller processes.
+    let id = json!({"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID", "metadata": {"name": "vf-smoke"},
+                    "spec": {"className": "other-class", "spiffeIDTemplate": SMOKE_ID, "workloadSelectorTemplates": ["k8s:sa:spire-smoke"]}});
+    apply(&world.client, &id).await;
+    let (_, checks) = world.verify("spiffe.issued").await;
+    assert_check(
+        &checks,
+        "spiffe.issued",
+        "FAIL",
+        "ClusterSPIFFEID vf-smoke has no status.stats: the installed spire-controller-manager ignores it (its className is not \"other-class\"",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_capacity_fails_the_pools_check() {
+    let world = World::start().await;
+    let pools = cluster::pool_api_in(&world.client, "vf-sbx").await;
+    let pool = pools.get("pod").await.unwrap();
+    let generation = pool.metadata.generation.unwrap_or(1);
+    let status = json!({"status": {"observedGeneration": generation, "total": 1, "allocated": 0, "available": 0, "revision": "x"}});
+    pools.patch_status("pod", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let (_, checks) = world.verify("opensandbox.pools").await;
+    assert_check(&checks, "opensandbox.pools", "FAIL", "available 0 < 1");
+}
+
+/// A Flux object whose controller has not seen its latest generation (controllers stopped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flux_object_behind_its_generation_is_not_ready() {
+    let world = World::start().await;
+    world.controllers.lock().unwrap().take();
+    let gvk = kube::core::GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", "GitRepository");
+    let ar = kube::discovery::pinned_kind(&world.client, &gvk).await.unwrap().0;
+    let repos: Api<DynamicObject> = Api::namespaced_with(world.client.clone(), "vf-system", &ar);
+    let status = json!({"status": {"observedGeneration": 0}});
+    repos.patch_status("opensandbox", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let (_, checks) = world.verify("flux.layers").await;
+    assert_check(&checks, "flux.layers", "FAIL", "GitRepository/vf-system/opensandbox: InProgress");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_runtimeclass_fails_the_runtimeclass_check() {
+    let world = World::start().await;
+    let rcs: Api<RuntimeClass> = Api::all(world.client.clone());
+    rcs.delete("kata-clh-runtime-rs", &DeleteParams::default()).await.unwrap();
+    let (_, checks) = world.verify("kata.runtimeclass").await;
+    assert_check(&checks, "kata.runtimeclass", "FAIL", "RuntimeClass kata-clh-runtime-rs not found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_is_not_ready_and_an_unfinished_kata_install_fail_the_nodes_check() {
+    let world = World::start().await;
+    standin::node(
+        &world.client,
+        "vf-node",
+        &standin::NodeState {
+            ready: false,
+            kernel: "6.8.0-45-generic",
+            runtime_handlers: &["runc"],
+            labels: json!({"katacontainers.io/kata-runtime": "false"}),
+        },
+    )
+    .await;
+    let (_, checks) = world.verify("nodes.ready").await;
+    assert_check(&checks, "nodes.ready", "FAIL", "vf-node not Ready: container runtime is down");
+    assert_check(
+        &checks,
+        "nodes.ready",
+        "FAIL",
+        "has katacontainers.io/kata-runtime=\"false\": the install claimed the node but did not finish",
+    );
+}

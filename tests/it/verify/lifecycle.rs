@@ -1,0 +1,137 @@
+//! The Lifecycle API checks against the real OpenSandbox server (PyPI `opensandbox-server`,
+//! pinned in tests/opensandbox) on loopback; the stand-in plays the OpenSandbox controller.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::{World, assert_check};
+use crate::cluster::standin;
+use crate::support::{osbx, outputs};
+
+/// The real OpenSandbox server (PyPI `opensandbox-server`, pinned in tests/opensandbox) on
+/// loopback against this world's plane; stopped when dropped (and by its watchdog).
+struct RealServer {
+    dir: PathBuf,
+    url: String,
+}
+
+impl Drop for RealServer {
+    fn drop(&mut self) {
+        let _ =
+            std::process::Command::new(crate::support::root().join("tests/opensandbox/stop")).arg(&self.dir).output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_against_the_real_opensandbox_server() {
+    let world = World::start().await;
+    let key = "osbx-test-key-5f1d2c";
+    let server = tokio::task::spawn_blocking({
+        let world_dir = world.dir.path().to_path_buf();
+        let kubeconfig = world.plane.kubeconfig.clone();
+        move || {
+            let fake = WorldPaths { dir: world_dir, kubeconfig };
+            fake.start_server(key)
+        }
+    })
+    .await
+    .unwrap();
+    let behaviour = Arc::new(Mutex::new(standin::SandboxBehaviour { allocate: true, release: true }));
+    let _controller =
+        standin::SandboxController::spawn(world.client.clone(), "vf-sbx".into(), "vf-node".into(), behaviour.clone());
+
+    let run = |only: &'static str| {
+        let url = server.url.clone();
+        let world = &world;
+        async move {
+            let mut args: Vec<String> = ["verify", "--only", only, "--server-url", &url, "-o", "json"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect();
+            args.extend(["--profile".into(), world.profile_path().display().to_string()]);
+            args.extend(["--kubeconfig".into(), world.plane.kubeconfig.display().to_string()]);
+            let cwd = world.dir.path().to_path_buf();
+            let out = tokio::task::spawn_blocking(move || {
+                osbx().current_dir(cwd).env("OSBX_API_KEY", key).args(args).output().unwrap()
+            })
+            .await
+            .unwrap();
+            let (stdout, stderr) = outputs(&out);
+            assert!(!stdout.contains(key) && !stderr.contains(key), "the API key was printed");
+            let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
+            (out.status.code(), v["checks"].as_array().unwrap().clone())
+        }
+    };
+
+    let (code, checks) = run("opensandbox").await;
+    assert_check(&checks, "opensandbox.server", "PASS", "no key → 401 MISSING_API_KEY");
+    assert_check(&checks, "opensandbox.lifecycle.pod", "PASS", "deleted, BatchSandbox and pods gone, GET → 404");
+    assert_check(&checks, "opensandbox.lifecycle.vm", "PASS", "Running on pool vm");
+    assert_eq!(code, Some(0), "{checks:?}");
+
+    // The controller never allocates: the server times out the create.
+    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: false, release: true };
+    let (code, checks) = run("opensandbox.lifecycle.pod").await;
+    assert_eq!(code, Some(1));
+    assert_check(
+        &checks,
+        "opensandbox.lifecycle.pod",
+        "FAIL",
+        "did not become Running within the server's create timeout",
+    );
+
+    // The controller never releases: the BatchSandbox stays behind after delete.
+    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: true, release: false };
+    let (code, checks) = run("opensandbox.lifecycle.pod").await;
+    assert_eq!(code, Some(1));
+    assert_check(&checks, "opensandbox.lifecycle.pod", "FAIL", "was left behind");
+    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: true, release: true };
+
+    // Without OSBX_API_KEY, the key comes from the Secret the profile names.
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "api-key", "namespace": "vf-system"},
+                        "stringData": {"api-key": key}});
+    let (api, name) = crate::cluster::api_for(&world.client, &secret).await;
+    api.patch(&name, &PatchParams::apply("test"), &Patch::Apply(&secret)).await.unwrap();
+    let mut args: Vec<String> = ["verify", "--only", "opensandbox.lifecycle.pod", "--server-url", &server.url]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    args.extend(["--profile".into(), world.profile_path().display().to_string()]);
+    args.extend(["--kubeconfig".into(), world.plane.kubeconfig.display().to_string()]);
+    let out = tokio::task::spawn_blocking(move || osbx().env_remove("OSBX_API_KEY").args(args).output().unwrap())
+        .await
+        .unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains(key) && !stderr.contains(key));
+    drop(server);
+}
+
+/// What `RealServer::start` needs of a world, movable to a blocking thread.
+struct WorldPaths {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl WorldPaths {
+    fn start_server(&self, key: &str) -> RealServer {
+        let dir = self.dir.join("server");
+        let out = std::process::Command::new(crate::support::root().join("tests/opensandbox/serve"))
+            .arg("--watch-pid")
+            .arg(std::process::id().to_string())
+            .arg(&dir)
+            .arg(&self.kubeconfig)
+            .arg("vf-sbx")
+            .env("OPENSANDBOX_SERVER_API_KEY", key)
+            .env("OSBX_OPENSANDBOX_CREATE_TIMEOUT", "6")
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("tests/opensandbox/serve");
+        assert!(out.status.success(), "tests/opensandbox/serve failed (see stderr)");
+        let url = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
+        RealServer { dir, url }
+    }
+}
