@@ -137,7 +137,12 @@ fn check_and_commit_work_on_the_whole_fleet() {
 #[test]
 fn an_override_error_points_into_the_fleet_file() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("fleet.yaml"), fleet(8).replace("poolMax: 8", "poolMax: -3")).unwrap();
+    let text = fleet(8).replace("poolMax: 8", "poolMax: -3");
+    // The override's list has one item, the merged profile's `vm` is items[1]: the error names the
+    // merged field and points at the override's `items`.
+    let line =
+        1 + text.lines().position(|l| l.trim_start().starts_with("items:")).expect("the override is in the file");
+    std::fs::write(dir.path().join("fleet.yaml"), &text).unwrap();
     let out = osbx()
         .args(["render", "--fleet"])
         .arg(dir.path().join("fleet.yaml"))
@@ -147,7 +152,8 @@ fn an_override_error_points_into_the_fleet_file() {
         .unwrap();
     let (_, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("fleet.yaml (clusters[1].overrides.pools.items[1].capacity.poolMax):10:"), "{stderr}");
+    let at = format!("fleet.yaml (clusters[1].overrides.pools.items[1].capacity.poolMax):{line}:");
+    assert!(stderr.contains(&at), "{at} not in {stderr}");
     assert!(stderr.contains("must not be negative (got -3)"), "{stderr}");
     assert!(!dir.path().join("repo").exists());
 }
