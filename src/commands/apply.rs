@@ -48,7 +48,8 @@ pub fn run(settings: &ApplySettings, printer: &Printer) -> anyhow::Result<ExitSt
             }
             Err(e) => return Err(e.into()),
         };
-        preflight::check(&cluster, &ids, &plan.needs(layers, opts.prune), &profile.cluster.flux_namespace).await?;
+        let needs = plan.needs(profile, layers, opts.prune);
+        preflight::check(&cluster, &ids, &needs, &profile.cluster.flux_namespace).await?;
         let progress = printer.progress();
         let result = deploy::execute(&cluster, profile, layers, plan, opts, &progress).await;
         progress.finish();

@@ -109,7 +109,7 @@ pub async fn execute(
     let cluster_failed = matches!(not_ready, Some(WaitError::Cluster(_)));
     let mut changes = run.changes;
     if opts.prune && !cluster_failed && covers_every_object(layers, &changes) {
-        for stale in previous.stale(&ids(layers)) {
+        for stale in previous.stale(&super::kept(profile, layers)) {
             match ssa::prune(cluster, &stale, opts.dry_run).await? {
                 Some(change) => {
                     if change.action == Action::Deleted {

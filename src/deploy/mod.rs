@@ -23,7 +23,7 @@ use crate::cluster::ssa::{self, ApplyError, PlanOptions};
 use crate::cluster::wait::WaitError;
 use crate::cluster::{Cluster, ClusterError};
 use crate::components::opensandbox;
-use crate::object::{Object, ObjectRef};
+use crate::object::{Gvk, Object, ObjectRef};
 use crate::profile::Profile;
 use crate::render::Rendered;
 
@@ -134,6 +134,24 @@ pub fn add_api_key_secret(profile: &Profile, layers: &mut [Layer], key: &str) {
     }
 }
 
+/// What osbx keeps on the cluster for this profile: every rendered object, and the API key
+/// Secret the profile names even when this run was given no key (it is written only when one is,
+/// and must never be pruned because a later run was not).
+#[must_use]
+pub fn kept(profile: &Profile, layers: &[Layer]) -> Vec<ObjectRef> {
+    let mut ids = ids(layers);
+    if let Some(secret_ref) = &profile.opensandbox.server.api_key.secret_ref
+        && profile.rendering(&opensandbox::COMPONENT).is_some()
+    {
+        let ns = &profile.opensandbox.namespaces.control_plane;
+        let secret = Gvk::new("", "v1", "Secret").object(Some(ns), &secret_ref.name);
+        if !ids.contains(&secret) {
+            ids.push(secret);
+        }
+    }
+    ids
+}
+
 /// The inventory ConfigMap of a profile on its cluster.
 #[must_use]
 pub fn inventory(profile: &Profile) -> ObjectRef {
@@ -164,8 +182,7 @@ pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Res
         }
         changes.push(change);
     }
-    let current: Vec<ObjectRef> = planned.iter().map(|p| p.id.clone()).collect();
-    for stale in inventory.stale(&current) {
+    for stale in inventory.stale(&kept(profile, layers)) {
         if let Some(mut change) = ssa::prune(cluster, &stale, true).await?
             && change.action == Action::Deleted
         {

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::{DeployError, Layer, ids, inventory, objects};
+use super::{DeployError, Layer, inventory, kept, objects};
 use crate::changeset::Action;
 use crate::cluster::Cluster;
 use crate::cluster::inventory::Inventory;
@@ -51,7 +51,7 @@ impl Plan {
     /// and the render no longer has; any write also writes the inventory ConfigMap. An
     /// unchanged object needs nothing beyond the read that already happened.
     #[must_use]
-    pub fn needs(&self, layers: &[Layer], prune: bool) -> Vec<(ObjectRef, &'static str)> {
+    pub fn needs(&self, profile: &Profile, layers: &[Layer], prune: bool) -> Vec<(ObjectRef, &'static str)> {
         let mut out = BTreeSet::new();
         for p in self.planned.values() {
             let verbs: &[&'static str] = match p.action {
@@ -62,7 +62,7 @@ impl Plan {
             out.extend(verbs.iter().map(|verb| (p.id.clone(), *verb)));
         }
         if prune {
-            out.extend(self.previous.stale(&ids(layers)).into_iter().map(|id| (id, "delete")));
+            out.extend(self.previous.stale(&kept(profile, layers)).into_iter().map(|id| (id, "delete")));
         }
         let later = self.planned.values().any(|p| p.action == Action::Skipped);
         if !out.is_empty() || later {

@@ -550,6 +550,15 @@ async fn the_api_key_secret_is_created_and_rotated_and_never_printed() {
         "verify",
     );
     assert!(verify.contains("opensandbox.server"), "{verify}");
+    // A later apply --prune without a key keeps the Secret: osbx writes it only when given a key,
+    // and never prunes it for not having been given one.
+    let prune = go(with_key(&["apply", "--prune", "--timeout", "60s"], None), 0, "apply --prune without a key");
+    assert!(!prune.contains("Secret/sk-system/api-key deleted"), "{prune}");
+    let kept: k8s_openapi::api::core::v1::Secret =
+        Api::namespaced(client.clone(), "sk-system").get("api-key").await.unwrap();
+    assert_eq!(kept.data.unwrap()["api-key"].0, k2.as_bytes());
+    let diff = go(with_key(&["diff"], None), 0, "diff without a key");
+    assert!(!diff.contains("api-key"), "{diff}");
     // Errors too: a broken kubeconfig.
     let bad = dir.path().join("bad-kubeconfig");
     std::fs::write(&bad, "not: [a kubeconfig").unwrap();

@@ -2,21 +2,11 @@
 //!
 //! Run with `OSBX_UPDATE_EXAMPLES=1` to rewrite the examples after an intended change.
 
-use crate::support::{osbx, root, tree};
-
-fn profiles() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(root().join("profiles"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".yaml")).map(str::to_owned))
-        .collect();
-    names.sort();
-    names
-}
+use crate::support::{osbx, root, shipped_profiles, tree};
 
 #[test]
 fn every_shipped_profile_has_an_up_to_date_example() {
-    let names = profiles();
+    let names = shipped_profiles();
     assert!(names.len() >= 3, "default, homelab and at least one more profile ship: {names:?}");
     for name in names {
         let dir = tempfile::tempdir().unwrap();

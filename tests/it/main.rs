@@ -3,6 +3,7 @@
 mod apply;
 mod bench_smoke;
 mod builder;
+mod charts;
 mod cli;
 mod cluster;
 mod examples;

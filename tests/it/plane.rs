@@ -8,6 +8,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::cluster::{self, api_for, standin};
+use crate::support::shipped_profiles;
 
 fn render(profile: &str) -> Vec<osbx::render::RenderedObject> {
     let loaded = osbx::profile::load(&osbx::profile::ProfileSource::from_arg(Some(profile))).unwrap();
@@ -50,7 +51,8 @@ async fn server_reports_the_pinned_kubernetes_version() {
 async fn every_rendered_object_passes_a_server_side_dry_run_apply() {
     let client = cluster::client().await;
     cluster::install_all_crds().await;
-    for profile in ["default", "fresh-cluster", "homelab", "runc-only"] {
+    for profile in shipped_profiles() {
+        let profile = profile.as_str();
         let objects = render(profile);
         assert!(objects.len() >= 8, "{profile}: {} objects", objects.len());
         // Namespaces first, for real (namespaced dry-runs need them), then everything dry-run.

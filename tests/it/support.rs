@@ -15,6 +15,17 @@ pub fn shared() -> PathBuf {
     root().join("../shared")
 }
 
+/// The names of the shipped profiles (`profiles/*.yaml`), sorted.
+pub fn shipped_profiles() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("profiles"))
+        .expect("profiles/")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".yaml")).map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
 /// The `osbx` binary under test, without colour and with a clean environment.
 pub fn osbx() -> Command {
     let mut cmd = Command::cargo_bin("osbx").expect("osbx binary");
@@ -68,7 +79,7 @@ pub fn assert_golden(name: &str, actual: &str) {
     let expected = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         expected == actual,
-        "tests/golden/{name} differs from the output; if the change is intended run OSBX_UPDATE_EXAMPLES=1 cargo test --test it golden\n{}",
+        "tests/golden/{name} differs from the output; if the change is intended, refresh it with OSBX_UPDATE_EXAMPLES=1 tests/run\n{}",
         similar::TextDiff::from_lines(&expected, actual).unified_diff().header("golden", "actual")
     );
 }

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use super::Finding;
 use super::helm::Job;
 use super::values;
 use crate::support::root;
@@ -39,7 +40,7 @@ pub struct Release {
     /// `namespace/name` of the HelmRelease.
     pub id: String,
     /// Helm release name (`spec.releaseName`, else `[targetNamespace-]name` like helm-controller).
-    pub release_name: String,
+    pub helm_name: String,
     /// Release namespace (`spec.targetNamespace`, else the HelmRelease's namespace).
     pub namespace: String,
     /// The shared chart, or why the test cannot map the chart this release installs.
@@ -56,15 +57,15 @@ impl Release {
         &subjects()[self.subject]
     }
 
-    /// `profile X: HelmRelease ns/name` for messages.
-    pub fn label(&self) -> String {
-        format!("{}: HelmRelease {}", self.subject().label, self.id)
+    /// A finding about this release: `what` prefixed with `HelmRelease ns/name`.
+    pub fn finding(&self, what: &str) -> Finding {
+        Finding::new(self.subject().label.clone(), format!("HelmRelease {}: {what}", self.id))
     }
 
     /// The `helm template` job for these values, or why there is none.
     pub fn job_with(&self, values: &Value) -> Result<Job, String> {
         let chart = self.chart.clone()?;
-        Ok(Job::new(chart, &self.release_name, &self.namespace, values))
+        Ok(Job::new(chart, &self.helm_name, &self.namespace, values))
     }
 
     /// The job for the unmodified values.
@@ -130,7 +131,7 @@ fn release(subject: usize, s: &Subject, hr: &Value) -> Release {
     let name = hr["metadata"]["name"].as_str().unwrap_or_default();
     let hr_ns = hr["metadata"]["namespace"].as_str().unwrap_or("default");
     let target = hr["spec"]["targetNamespace"].as_str().filter(|t| !t.is_empty());
-    let release_name = match (hr["spec"]["releaseName"].as_str().filter(|r| !r.is_empty()), target) {
+    let helm_name = match (hr["spec"]["releaseName"].as_str().filter(|r| !r.is_empty()), target) {
         (Some(r), _) => r.to_owned(),
         (None, Some(t)) => format!("{t}-{name}"),
         (None, None) => name.to_owned(),
@@ -140,7 +141,7 @@ fn release(subject: usize, s: &Subject, hr: &Value) -> Release {
     Release {
         subject,
         id: format!("{hr_ns}/{name}"),
-        release_name,
+        helm_name,
         namespace: target.unwrap_or(hr_ns).to_owned(),
         chart,
         caveats,
@@ -193,7 +194,9 @@ fn map_chart(hr: &Value, objects: &[Value], caveats: &mut Vec<String>) -> Result
     match src["kind"].as_str().unwrap_or_default() {
         "GitRepository" => map_git_chart(name, url, &src["spec"]["ref"]),
         "HelmRepository" => map_repo_chart(name, version, url, caveats),
-        kind => Err(format!("cannot map chart {name:?} from a {kind}: the test knows GitRepository and HelmRepository")),
+        kind => {
+            Err(format!("cannot map chart {name:?} from a {kind}: the test knows GitRepository and HelmRepository"))
+        }
     }
 }
 
@@ -216,11 +219,15 @@ fn map_git_chart(path: &str, url: &str, reference: &Value) -> Result<&'static st
 
 fn map_repo_chart(name: &str, version: &str, url: &str, caveats: &mut Vec<String>) -> Result<&'static str, String> {
     if url.trim_end_matches('/') != "https://spiffe.github.io/helm-charts-hardened" {
-        return Err(format!("cannot map chart {name:?} of HelmRepository {url}: the test has only the SPIRE hardened charts"));
+        return Err(format!(
+            "cannot map chart {name:?} of HelmRepository {url}: the test has only the SPIRE hardened charts"
+        ));
     }
     let allows = |exact: &str, minor: &str| {
         let v = version.trim().trim_start_matches(['=', 'v']);
-        v == exact || [format!("{minor}.x"), format!("{minor}.*"), format!("~{minor}.0"), format!("~{minor}")].contains(&v.to_owned())
+        v == exact
+            || [format!("{minor}.x"), format!("{minor}.*"), format!("~{minor}.0"), format!("~{minor}")]
+                .contains(&v.to_owned())
     };
     match name {
         "spire" if allows("0.30.0", "0.30") => Ok(chart::SPIRE),

@@ -11,6 +11,8 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use serde_json::{Value, json};
 
+use super::Finding;
+use super::cases::Release;
 use super::manifest::{Baseline, describe};
 use crate::cluster::{self, OwnPlane};
 
@@ -20,9 +22,16 @@ const MANAGER: &str = "osbx-chart-test";
 /// Identical chart outputs (same chart, same manifests) are offered once; messages name every
 /// release that produced them.
 struct Group<'a> {
-    labels: Vec<String>,
+    releases: Vec<&'static Release>,
     chart: &'static str,
     baseline: &'a Baseline,
+}
+
+impl Group<'_> {
+    /// One finding per release that rendered this output.
+    fn report(&self, out: &mut Vec<Finding>, what: &str) {
+        out.extend(self.releases.iter().map(|r| r.finding(&format!("chart {}: {what}", self.chart))));
+    }
 }
 
 fn groups(baselines: &[Baseline]) -> Vec<Group<'_>> {
@@ -30,49 +39,50 @@ fn groups(baselines: &[Baseline]) -> Vec<Group<'_>> {
     let mut out: Vec<Group<'_>> = Vec::new();
     for b in baselines {
         let key = (b.chart, b.run.stdout.as_str());
-        let label = b.release.label();
-        match index.get(&key) {
-            Some(&i) => out[i].labels.push(label),
-            None => {
-                index.insert(key, out.len());
-                out.push(Group { labels: vec![label], chart: b.chart, baseline: b });
-            }
+        if let Some(&i) = index.get(&key) {
+            out[i].releases.push(b.release);
+        } else {
+            index.insert(key, out.len());
+            out.push(Group { releases: vec![b.release], chart: b.chart, baseline: b });
         }
     }
     out
 }
 
-/// The rejections, one message each: who rendered it, the chart, the object and the server's words.
-pub async fn check(baselines: &[Baseline]) -> Vec<String> {
+/// The rejections: who rendered it, the chart, the object and the server's words.
+pub async fn check(baselines: &[Baseline]) -> Vec<Finding> {
     let plane = tokio::task::spawn_blocking(OwnPlane::start).await.expect("start a plane of our own");
     let client = cluster::client_for(&plane.kubeconfig).await;
     let groups = groups(baselines);
     let mut problems = install_crds(&client, &groups).await;
     problems.extend(create_namespaces(&client, &groups).await);
     let mut apis = Apis::default();
+    let mut offered = 0;
     for g in &groups {
         for object in &g.baseline.objects {
             if matches!(object["kind"].as_str(), Some("CustomResourceDefinition" | "Namespace")) {
                 continue;
             }
+            offered += 1;
             let ns = g.baseline.namespace_of(object);
             if let Err(why) = dry_run(&client, &mut apis, object, ns).await {
-                problems.push(format!(
-                    "{}: chart {}: {} rejected by a server-side dry-run apply: {why}",
-                    g.labels.join("; "),
-                    g.chart,
-                    describe(object, object["metadata"]["namespace"].as_str().or(Some(ns)))
-                ));
+                let what = describe(object, Some(ns));
+                g.report(&mut problems, &format!("{what} rejected by a server-side dry-run apply: {why}"));
             }
         }
     }
     drop(plane);
+    eprintln!(
+        "charts: dry-run of {offered} objects from {} distinct chart outputs ({} releases)",
+        groups.len(),
+        baselines.len()
+    );
     problems
 }
 
 /// Apply every CRD the charts render (`--include-crds`) for real, then wait until each is
 /// Established.
-async fn install_crds(client: &Client, groups: &[Group<'_>]) -> Vec<String> {
+async fn install_crds(client: &Client, groups: &[Group<'_>]) -> Vec<Finding> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut problems = Vec::new();
     let mut names = BTreeSet::new();
@@ -84,12 +94,10 @@ async fn install_crds(client: &Client, groups: &[Group<'_>]) -> Vec<String> {
                 Ok(_) => {
                     names.insert(name);
                 }
-                Err(e) => problems.push(format!(
-                    "{}: chart {}: CustomResourceDefinition {name} rejected by the API server: {}",
-                    g.labels.join("; "),
-                    g.chart,
-                    message(&e)
-                )),
+                Err(e) => g.report(
+                    &mut problems,
+                    &format!("CustomResourceDefinition {name} rejected by the API server: {}", message(&e)),
+                ),
             }
         }
     }
@@ -108,7 +116,7 @@ async fn install_crds(client: &Client, groups: &[Group<'_>]) -> Vec<String> {
 
 /// Create for real every namespace a chart object lands in (release namespaces included) and
 /// every Namespace the charts render.
-async fn create_namespaces(client: &Client, groups: &[Group<'_>]) -> Vec<String> {
+async fn create_namespaces(client: &Client, groups: &[Group<'_>]) -> Vec<Finding> {
     let mut wanted = BTreeMap::new();
     for g in groups {
         wanted.entry(g.baseline.release.namespace.clone()).or_insert_with(|| json!({}));
@@ -127,7 +135,7 @@ async fn create_namespaces(client: &Client, groups: &[Group<'_>]) -> Vec<String>
         metadata["name"] = json!(name);
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata});
         if let Err(e) = api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&ns)).await {
-            problems.push(format!("Namespace {name}: cannot be created: {}", message(&e)));
+            problems.push(Finding::new("setup".into(), format!("Namespace {name} cannot be created: {}", message(&e))));
         }
     }
     problems
@@ -176,7 +184,10 @@ async fn dry_run(client: &Client, apis: &mut Apis, object: &Value, namespace: &s
         }
         Scope::Cluster => Api::all_with(client.clone(), &ar),
     };
-    api.patch(name, &PatchParams::apply(MANAGER).dry_run(), &Patch::Apply(&object)).await.map(drop).map_err(|e| message(&e))
+    api.patch(name, &PatchParams::apply(MANAGER).dry_run(), &Patch::Apply(&object))
+        .await
+        .map(drop)
+        .map_err(|e| message(&e))
 }
 
 /// The server's message (the status message for API errors).

@@ -2,15 +2,15 @@
 //! `file://` dependencies built, offline) and `helm template` runs, cached by (chart, release,
 //! namespace, values) for the whole test binary and run a few at a time.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::OnceMap;
 use crate::support::{outputs, root, shared};
 
 /// The test API server's version: every render targets it.
@@ -20,7 +20,7 @@ pub const KUBE_VERSION: &str = "v1.36.3";
 const HELM_PARALLEL: usize = 3;
 
 /// One `helm template` invocation. Equal jobs run once per test binary.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Job {
     /// Chart directory relative to the charts root (`opensandbox-401a525/opensandbox`).
     pub chart: &'static str,
@@ -53,14 +53,20 @@ pub struct Run {
 /// Where the upstream charts are read from: `../shared/charts/`, or `$OSBX_TEST_CHARTS` (a
 /// directory of the same layout, e.g. with a chart's missing sibling dependencies added).
 pub fn charts_root() -> PathBuf {
-    std::env::var_os("OSBX_TEST_CHARTS").filter(|v| !v.is_empty()).map_or_else(|| shared().join("charts"), PathBuf::from)
+    let dir = std::env::var_os("OSBX_TEST_CHARTS")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| shared().join("charts"), PathBuf::from);
+    dir.canonicalize().unwrap_or(dir)
 }
 
 /// The helm binary (`tests/cluster/build helm`, run once; builds only when missing).
 pub fn helm() -> &'static Path {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
     HELM.get_or_init(|| {
-        let out = Command::new(root().join("tests/cluster/build")).arg("helm").output().expect("run tests/cluster/build helm");
+        let out = Command::new(root().join("tests/cluster/build"))
+            .arg("helm")
+            .output()
+            .expect("run tests/cluster/build helm");
         let (stdout, stderr) = outputs(&out);
         assert!(out.status.success(), "tests/cluster/build helm failed:\n{stderr}");
         let dir = stdout.lines().last().unwrap_or_default().trim().to_owned();
@@ -88,7 +94,8 @@ fn work() -> &'static Path {
         let dir = tmp.join(format!("osbx-charts-it-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for sub in ["charts", "values", "helm/cache", "helm/config", "helm/data"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap_or_else(|e| panic!("create {}: {e}", dir.join(sub).display()));
+            std::fs::create_dir_all(dir.join(sub))
+                .unwrap_or_else(|e| panic!("create {}: {e}", dir.join(sub).display()));
         }
         dir
     })
@@ -122,29 +129,43 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether a chart's `Chart.yaml` has `file://` dependencies (which `helm dependency build`
-/// packages into `charts/`, offline). Remote dependencies are expected vendored already.
-fn has_file_dependencies(chart: &Path) -> Result<bool, String> {
+/// The `file://` dependencies of a chart's `Chart.yaml` (relative paths, each once), which
+/// `helm dependency build` packages into `charts/`, offline. Remote dependencies are expected
+/// vendored already.
+fn file_dependencies(chart: &Path) -> Result<Vec<String>, String> {
     let path = chart.join("Chart.yaml");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
     let doc: Value = serde_saphyr::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))?;
-    Ok(doc["dependencies"]
+    let mut deps: Vec<String> = doc["dependencies"]
         .as_array()
-        .is_some_and(|deps| deps.iter().any(|d| d["repository"].as_str().is_some_and(|r| r.starts_with("file://")))))
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["repository"].as_str()?.strip_prefix("file://").map(str::to_owned))
+        .collect();
+    deps.dedup();
+    Ok(deps)
 }
 
 /// A writable copy of `chart` (`<top>/<name>` under the charts root; the whole `<top>` directory
 /// is copied, since `file://../x` dependencies point at siblings) with its dependencies built.
 /// Once per chart per test binary; the error names the failing step and helm's output.
 pub fn prepared(chart: &'static str) -> Result<PathBuf, String> {
-    static CHARTS: LazyLock<Mutex<HashMap<&'static str, Arc<OnceLock<Result<PathBuf, String>>>>>> =
-        LazyLock::new(Mutex::default);
-    let cell = CHARTS.lock().unwrap().entry(chart).or_default().clone();
-    cell.get_or_init(|| {
+    static CHARTS: OnceMap<&'static str, Result<PathBuf, String>> = OnceMap::new();
+    CHARTS.get_or_init(chart, || {
         let top = chart.split('/').next().unwrap_or(chart);
         let copy = copied(top)?;
         let dir = copy.parent().unwrap_or(&copy).join(chart);
-        if has_file_dependencies(&dir)? {
+        let deps = file_dependencies(&dir)?;
+        let absent: Vec<&String> = deps.iter().filter(|d| !dir.join(d).join("Chart.yaml").is_file()).collect();
+        if !absent.is_empty() {
+            return Err(format!(
+                "the charts root {} lacks file:// dependencies of {chart}: {} (named in its Chart.yaml \
+                 `dependencies`); add them from the same upstream commit",
+                charts_root().display(),
+                absent.iter().map(|d| format!("file://{d}")).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if !deps.is_empty() {
             let start = Instant::now();
             let out = helm_command()
                 .args(["dependency", "build", "--skip-refresh", "."])
@@ -155,7 +176,7 @@ pub fn prepared(chart: &'static str) -> Result<PathBuf, String> {
             let (stdout, stderr) = outputs(&out);
             if !out.status.success() {
                 return Err(format!(
-                    "`helm dependency build` in a copy of {} failed (the shared copy lacks a `file://` dependency?): {}{}",
+                    "`helm dependency build` in a copy of {} failed: {} {}",
                     charts_root().join(chart).display(),
                     stderr.trim(),
                     stdout.trim()
@@ -164,20 +185,16 @@ pub fn prepared(chart: &'static str) -> Result<PathBuf, String> {
         }
         Ok(dir)
     })
-    .clone()
 }
 
 /// The copy of `<charts root>/<top>` in the scratch directory (copied once).
 fn copied(top: &'static str) -> Result<PathBuf, String> {
-    static TOPS: LazyLock<Mutex<HashMap<&'static str, Arc<OnceLock<Result<PathBuf, String>>>>>> =
-        LazyLock::new(Mutex::default);
-    let cell = TOPS.lock().unwrap().entry(top).or_default().clone();
-    cell.get_or_init(|| {
+    static TOPS: OnceMap<&'static str, Result<PathBuf, String>> = OnceMap::new();
+    TOPS.get_or_init(top, || {
         let (from, to) = (charts_root().join(top), work().join("charts").join(top));
         copy_tree(&from, &to).map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))?;
         Ok(to)
     })
-    .clone()
 }
 
 /// A counting semaphore over helm processes.
@@ -213,18 +230,17 @@ fn count_run(elapsed: Duration) {
 /// `helm template` for `job`, run once per test binary (later callers get the cached output; a
 /// caller that asks while another runs it waits for that run).
 pub fn template(job: &Job) -> Arc<Run> {
-    static CACHE: LazyLock<Mutex<HashMap<Job, Arc<OnceLock<Arc<Run>>>>>> = LazyLock::new(Mutex::default);
+    static CACHE: OnceMap<Job, Arc<Run>> = OnceMap::new();
     REQUESTS.fetch_add(1, Ordering::Relaxed);
-    let cell = CACHE.lock().unwrap().entry(job.clone()).or_default().clone();
-    cell.get_or_init(|| Arc::new(run_template(job))).clone()
+    CACHE.get_or_init(job.clone(), || Arc::new(run_template(job)))
 }
 
 fn run_template(job: &Job) -> Run {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = match prepared(job.chart) {
         Ok(dir) => dir,
         Err(e) => return Run { ok: false, stdout: String::new(), stderr: e },
     };
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
     let values = work().join("values").join(format!("{}.json", NEXT.fetch_add(1, Ordering::Relaxed)));
     if let Err(e) = std::fs::write(&values, &job.values) {
         return Run { ok: false, stdout: String::new(), stderr: format!("write {}: {e}", values.display()) };
@@ -277,4 +293,22 @@ pub fn stats() -> String {
         REQUESTS.load(Ordering::Relaxed),
         Duration::from_nanos(HELM_NANOS.load(Ordering::Relaxed)).as_secs_f64()
     )
+}
+
+/// The top-level keys of a chart's `values.yaml` plus its dependencies' names and aliases (the
+/// sections its values can have); empty when the chart cannot be read.
+pub fn top_level_names(chart: &'static str) -> std::collections::BTreeSet<String> {
+    let dir = charts_root().join(chart);
+    let read = |file: &str| -> Value {
+        std::fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|t| serde_saphyr::from_str(&t).ok())
+            .unwrap_or(Value::Null)
+    };
+    let mut names: std::collections::BTreeSet<String> =
+        read("values.yaml").as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+    for dep in read("Chart.yaml")["dependencies"].as_array().into_iter().flatten() {
+        names.extend(["name", "alias"].iter().filter_map(|k| dep[*k].as_str()).map(str::to_owned));
+    }
+    names
 }

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::Finding;
 use super::cases::Release;
 use super::helm::{self, Run};
 
@@ -10,7 +11,7 @@ pub fn objects(run: &Run) -> Result<Vec<Value>, String> {
     let options = serde_saphyr::options! { legacy_octal_numbers: true };
     let docs: Vec<Value> = serde_saphyr::from_str_multiple_with_options(&run.stdout, options)
         .map_err(|e| format!("helm's output is not YAML: {e}"))?;
-    Ok(docs.into_iter().filter(|d| d.is_object()).collect())
+    Ok(docs.into_iter().filter(Value::is_object).collect())
 }
 
 /// A release's unmodified render and its objects, or why there is none (unmapped chart,
@@ -26,41 +27,36 @@ pub struct Baseline {
     pub objects: Vec<Value>,
 }
 
-/// The baselines of every release (rendered in parallel, cached), and a message per release that
+/// The baselines of every release (rendered in parallel, cached), and a finding per release that
 /// has none.
-pub fn baselines() -> (Vec<Baseline>, Vec<String>) {
+pub fn baselines() -> (Vec<Baseline>, Vec<(&'static Release, Finding)>) {
     let releases = super::cases::releases();
     let mut problems = Vec::new();
     let mut wanted = Vec::new();
     for r in releases {
         match r.job() {
             Ok(job) => wanted.push((r, job)),
-            Err(why) => problems.push(format!("{}: not checked: {why}", r.label())),
+            Err(why) => problems.push((r, r.finding(&format!("not checked: {why}")))),
         }
     }
     let jobs: Vec<_> = wanted.iter().map(|(_, j)| j.clone()).collect();
     let runs = helm::template_all(&jobs);
     let mut out = Vec::new();
     for ((release, job), run) in wanted.into_iter().zip(runs) {
-        let at = format!("{} (chart {})", release.label(), job.chart);
         if !run.ok {
-            problems.push(format!("{at}: not checked: helm template failed: {}", run.stderr.trim()));
+            let why = format!("chart {}: not checked: helm template failed: {}", job.chart, run.stderr.trim());
+            problems.push((release, release.finding(&why)));
             continue;
         }
         match objects(&run) {
             Ok(objects) => out.push(Baseline { release, chart: job.chart, run, objects }),
-            Err(why) => problems.push(format!("{at}: not checked: {why}")),
+            Err(why) => problems.push((release, release.finding(&format!("chart {}: not checked: {why}", job.chart)))),
         }
     }
     (out, problems)
 }
 
 impl Baseline {
-    /// `profile X: HelmRelease ns/name (chart dir)`.
-    pub fn label(&self) -> String {
-        format!("{} (chart {})", self.release.label(), self.chart)
-    }
-
     /// The rendered objects of `kind`.
     pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
         self.objects.iter().filter(move |o| o["kind"] == kind)

@@ -2,13 +2,13 @@
 //! PyPI `opensandbox-server` of the version the pinned chart deploys, in a venv of its own
 //! (`tests/opensandbox/venv`), through `tests/opensandbox/check_config.py`.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
+use super::OnceMap;
 use super::manifest::Baseline;
 use crate::support::{outputs, root};
 
@@ -50,10 +50,8 @@ pub fn config_toml(b: &Baseline) -> Result<&str, String> {
 
 /// The real server's verdict on `text` (once per distinct text per test binary).
 pub fn verdict(text: &str) -> Arc<Result<Verdict, String>> {
-    static CACHE: LazyLock<Mutex<HashMap<String, Arc<OnceLock<Arc<Result<Verdict, String>>>>>>> =
-        LazyLock::new(Mutex::default);
-    let cell = CACHE.lock().unwrap().entry(text.to_owned()).or_default().clone();
-    cell.get_or_init(|| Arc::new(check(text))).clone()
+    static CACHE: OnceMap<String, Arc<Result<Verdict, String>>> = OnceMap::new();
+    CACHE.get_or_init(text.to_owned(), || Arc::new(check(text)))
 }
 
 fn check(text: &str) -> Result<Verdict, String> {
@@ -68,9 +66,12 @@ fn check(text: &str) -> Result<Verdict, String> {
         .output()
         .map_err(|e| format!("run {}: {e}", script.display()))?;
     let (stdout, stderr) = outputs(&out);
-    let report: Value = serde_json::from_str(stdout.trim()).map_err(|e| {
-        format!("{} printed no JSON ({e}); exit {}, stderr:\n{stderr}", script.display(), out.status)
-    })?;
+    let report: Value = serde_json::from_str(stdout.trim())
+        .map_err(|e| format!("{} printed no JSON ({e}); exit {}, stderr:\n{stderr}", script.display(), out.status))?;
     let strings = |v: &Value| v.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
-    Ok(Verdict { errors: strings(&report["errors"]), unknown: strings(&report["unknown"]), config: report["config"].clone() })
+    Ok(Verdict {
+        errors: strings(&report["errors"]),
+        unknown: strings(&report["unknown"]),
+        config: report["config"].clone(),
+    })
 }

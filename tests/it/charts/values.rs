@@ -7,6 +7,8 @@
 //! anything else is replaced); a missing object or key is skipped when `optional`, an error
 //! otherwise. Finally `spec.values` is deep-merged over the result.
 
+use std::fmt::Write as _;
+
 use serde_json::{Map, Value};
 
 /// The suffix a string probe appends.
@@ -28,17 +30,15 @@ pub fn resolve(hr: &Value, objects: &[Value]) -> Result<Value, String> {
             Err(_) if optional => continue,
             Err(why) => return Err(format!("{at}: {why}")),
         };
-        match reference["targetPath"].as_str().filter(|p| !p.is_empty()) {
-            Some(path) => set_path(&mut result, path, text).map_err(|e| format!("{at}: targetPath {path:?}: {e}"))?,
-            None => {
-                let values: Value =
-                    serde_saphyr::from_str(&text).map_err(|e| format!("{at}: not YAML values: {e}"))?;
-                match values {
-                    Value::Null => {}
-                    Value::Object(_) => merge_maps(&mut result, &values),
-                    other => return Err(format!("{at}: values must be a mapping, found {other}")),
-                }
-            }
+        if let Some(path) = reference["targetPath"].as_str().filter(|p| !p.is_empty()) {
+            set_path(&mut result, path, text).map_err(|e| format!("{at}: targetPath {path:?}: {e}"))?;
+            continue;
+        }
+        let values: Value = serde_saphyr::from_str(&text).map_err(|e| format!("{at}: not YAML values: {e}"))?;
+        match values {
+            Value::Null => {}
+            Value::Object(_) => merge_maps(&mut result, &values),
+            other => return Err(format!("{at}: values must be a mapping, found {other}")),
         }
     }
     match &hr["spec"]["values"] {
@@ -163,7 +163,9 @@ impl Leaf {
                     out.push('.');
                     out.push_str(k);
                 }
-                Step::Index(i) => out.push_str(&format!("[{i}]")),
+                Step::Index(i) => {
+                    let _ = write!(out, "[{i}]");
+                }
             }
         }
         out
@@ -226,4 +228,34 @@ pub fn leaves(values: &Value) -> Vec<Leaf> {
 pub fn brief(v: &Value) -> String {
     let text = v.to_string();
     if text.chars().count() > 60 { format!("{}…\"", text.chars().take(57).collect::<String>()) } else { text }
+}
+
+/// The resolution itself, on references osbx does not use today (targetPath, Secrets, optional,
+/// inline values), so that a profile that starts using them is resolved like helm-controller does.
+#[test]
+fn values_resolve_like_helm_controller() {
+    use serde_json::json;
+    let cm = |name: &str, key: &str, text: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns"}, "data": {key: text}});
+    let objects = [
+        cm("base", "values.yaml", "a: {b: 1, c: [1, 2]}\nkeep: x\n"),
+        cm("over", "custom.yaml", "a: {b: 2, c: [3]}\n"),
+        cm("raw", "values.yaml", "not: yaml: here"),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"},
+               "data": {"values.yaml": "czoge3Q6IHRydWV9"}}),
+    ];
+    let hr = |refs: Value, inline: Value| json!({"metadata": {"name": "r", "namespace": "ns"}, "spec": {"valuesFrom": refs, "values": inline}});
+    let refs = json!([
+        {"kind": "ConfigMap", "name": "base"},
+        {"kind": "ConfigMap", "name": "over", "valuesKey": "custom.yaml"},
+        {"kind": "ConfigMap", "name": "raw", "targetPath": "x.y\\.z"},
+        {"kind": "Secret", "name": "s"},
+        {"kind": "ConfigMap", "name": "absent", "optional": true},
+    ]);
+    let got = resolve(&hr(refs, json!({"keep": "inline"})), &objects).unwrap();
+    assert_eq!(
+        got,
+        json!({"a": {"b": 2, "c": [3]}, "keep": "inline", "x": {"y.z": "not: yaml: here"}, "s": {"t": true}})
+    );
+    let err = resolve(&hr(json!([{"kind": "ConfigMap", "name": "absent"}]), Value::Null), &objects).unwrap_err();
+    assert!(err.contains("osbx renders no ConfigMap ns/absent"), "{err}");
 }

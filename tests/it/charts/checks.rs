@@ -1,0 +1,268 @@
+//! The per-property checks of one release's render; each returns what is wrong, worded so that
+//! it can be fixed from the message alone.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde_json::Value;
+
+use super::Finding;
+use super::helm::{self, Job};
+use super::manifest::{Baseline, describe};
+use super::server_config::{self, CONFIG_MAP, SERVER_VERSION};
+use super::values::{self, brief};
+
+/// helm's stderr, each distinct line once (with its count), plus what a known warning means.
+pub fn warnings(chart: &str, stderr: &str) -> String {
+    let mut lines: Vec<(&str, usize)> = Vec::new();
+    for line in stderr.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        match lines.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, n)) => *n += 1,
+            None => lines.push((line, 1)),
+        }
+    }
+    let text: Vec<String> =
+        lines.iter().map(|(l, n)| if *n > 1 { format!("{l:?} (×{n})") } else { format!("{l:?}") }).collect();
+    let mut out = format!("chart {chart}: helm template wrote to stderr: {}", text.join(", "));
+    if stderr.contains("skipping globals because source global is not a table") {
+        out.push_str(
+            " — the chart's values.yaml has `global:` without a value (null); values that set `global: {}` \
+             replace it and silence the warning",
+        );
+    }
+    out
+}
+
+/// The values keys whose probe renders byte-identical output, over every release (probes run
+/// in parallel; identical chart/values pairs of several profiles run once).
+pub fn dead_keys(baselines: &[Baseline]) -> Vec<Finding> {
+    let mut probes = Vec::new();
+    for (i, b) in baselines.iter().enumerate() {
+        let Ok(values) = &b.release.values else { continue };
+        for leaf in values::leaves(values) {
+            if let Ok(job) = b.release.job_with(&leaf.probed(values)) {
+                probes.push((i, leaf, job));
+            }
+        }
+    }
+    let mut distinct: Vec<Job> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (_, _, job) in &probes {
+        if seen.insert((job.chart, &job.release, &job.namespace, &job.values)) {
+            distinct.push(job.clone());
+        }
+    }
+    eprintln!(
+        "charts: {} value probes over {} releases, {} distinct renders",
+        probes.len(),
+        baselines.len(),
+        distinct.len()
+    );
+    let runs: HashMap<Job, _> = distinct.iter().cloned().zip(helm::template_all(&distinct)).collect();
+    let mut out = Vec::new();
+    for (i, leaf, job) in probes {
+        let b = &baselines[i];
+        if *runs[&job] == *b.run {
+            let ignored = match leaf.steps.first() {
+                Some(values::Step::Key(top)) if !helm::top_level_names(b.chart).contains(top) => format!(
+                    " (the chart has neither a value nor a subchart named `{top}`: the whole `{top}` section is ignored)"
+                ),
+                _ => String::new(),
+            };
+            out.push(b.release.finding(&format!(
+                "chart {}: values key `{}` is dead configuration: setting it from {} to {} renders byte-identical output{ignored}",
+                b.chart,
+                leaf.path(),
+                brief(&leaf.value),
+                brief(&leaf.probe)
+            )));
+        }
+    }
+    out
+}
+
+/// What the real server says about the chart's config.toml.
+pub fn config_problems(b: &Baseline, text: &str) -> Vec<String> {
+    let at = format!("chart {}: config.toml of ConfigMap {CONFIG_MAP}", b.chart);
+    match &*server_config::verdict(text) {
+        Err(why) => vec![format!("{at}: not checked: {why}")],
+        Ok(v) => {
+            let errors =
+                v.errors.iter().map(|e| format!("{at} does not load in opensandbox-server {SERVER_VERSION}: {e}"));
+            let unknown = v.unknown.iter().map(|k| {
+                format!(
+                    "{at}: key `{k}` is unknown to opensandbox-server {SERVER_VERSION} (no field of its config model \
+                     `opensandbox_server.config.AppConfig`; the server silently ignores it)"
+                )
+            });
+            errors.chain(unknown).collect()
+        }
+    }
+}
+
+/// Where the server's API key comes from, against the profile's `opensandbox.server.apiKey`.
+pub fn api_key_problems(b: &Baseline) -> Vec<String> {
+    const ENV: &str = "OPENSANDBOX_SERVER_API_KEY";
+    let key = &b.release.subject().profile.opensandbox.server.api_key;
+    let Some(deployment) = b.find("Deployment", "opensandbox-server") else {
+        return vec![format!("chart {}: renders no Deployment opensandbox-server", b.chart)];
+    };
+    let containers = deployment["spec"]["template"]["spec"]["containers"].as_array().cloned().unwrap_or_default();
+    let Some(container) = containers.iter().find(|c| c["name"] == "main").or(containers.first()) else {
+        return vec![format!("chart {}: Deployment opensandbox-server has no container", b.chart)];
+    };
+    let at = format!("chart {}: Deployment opensandbox-server, container {}", b.chart, container["name"]);
+    let envs: Vec<&Value> = container["env"].as_array().into_iter().flatten().filter(|e| e["name"] == ENV).collect();
+    match (&key.secret_ref, &key.inline) {
+        (Some(secret), _) => {
+            let want = serde_json::json!({"name": secret.name, "key": secret.key});
+            let from_secret = |e: &&Value| e["value"].is_null() && e["valueFrom"]["secretKeyRef"] == want;
+            if envs.len() == 1 && envs.iter().all(from_secret) {
+                return Vec::new();
+            }
+            vec![format!(
+                "{at}: env {ENV} must be exactly one entry with valueFrom.secretKeyRef {want} \
+                 (profile opensandbox.server.apiKey.secretRef); the chart renders {}",
+                serde_json::to_string(&envs).unwrap_or_default()
+            )]
+        }
+        (None, Some(inline)) => {
+            let mut out = Vec::new();
+            if !envs.is_empty() {
+                out.push(format!(
+                    "{at}: env {ENV} is set ({}), which overrides the profile's inline key (apiKey.inline) in config.toml",
+                    serde_json::to_string(&envs).unwrap_or_default()
+                ));
+            }
+            out.extend(inline_key_problems(b, inline));
+            out
+        }
+        (None, None) => Vec::new(),
+    }
+}
+
+/// With `apiKey.inline`, the real server must read that key as `[server].api_key`.
+fn inline_key_problems(b: &Baseline, inline: &str) -> Vec<String> {
+    let text = match server_config::config_toml(b) {
+        Ok(text) => text,
+        Err(why) => return vec![format!("chart {}: {why}", b.chart)],
+    };
+    match &*server_config::verdict(text) {
+        Err(why) => vec![format!("chart {}: config.toml not checked: {why}", b.chart)],
+        Ok(v) if !v.errors.is_empty() => vec![format!(
+            "chart {}: config.toml does not load in opensandbox-server {SERVER_VERSION}, so [server].api_key cannot be read: {}",
+            b.chart,
+            v.errors.join("; ")
+        )],
+        Ok(v) if v.config["server"]["api_key"].as_str() == Some(inline) => Vec::new(),
+        Ok(v) => vec![format!(
+            "chart {}: the profile's apiKey.inline ({} characters) is not what opensandbox-server {SERVER_VERSION} reads \
+             as [server].api_key of ConfigMap {CONFIG_MAP} config.toml: it reads {}",
+            b.chart,
+            inline.chars().count(),
+            match &v.config["server"]["api_key"] {
+                Value::String(s) => format!("a different key ({} characters)", s.chars().count()),
+                other => other.to_string(),
+            }
+        )],
+    }
+}
+
+/// kata-deploy's RuntimeClasses against the profile's Kata pools, when they differ.
+pub fn runtime_class_mismatch(b: &Baseline) -> Option<String> {
+    let want: BTreeSet<String> = b.release.subject().profile.pools.kata_classes().into_iter().collect();
+    let got: BTreeSet<String> =
+        b.of_kind("RuntimeClass").filter_map(|o| o["metadata"]["name"].as_str()).map(str::to_owned).collect();
+    if want == got {
+        return None;
+    }
+    Some(format!(
+        "chart {}: kata-deploy creates RuntimeClasses {got:?}, but the profile's Kata pools name {want:?} \
+         (missing: {:?}; created but named by no Kata pool: {:?}); kata-deploy creates `kata-<shim>` per enabled \
+         shim and `kata` with runtimeClasses.createDefault",
+        b.chart,
+        want.difference(&got).collect::<Vec<_>>(),
+        got.difference(&want).collect::<Vec<_>>()
+    ))
+}
+
+/// The ConfigMaps the profile says the operator creates (trust bundles and the like). There is
+/// no such profile field yet: point this at `spire.trustBundle.configMap` once osbx has it.
+pub fn operator_provided_config_maps(profile: &osbx::profile::Profile) -> Vec<String> {
+    let _ = profile;
+    Vec::new()
+}
+
+/// The SPIRE agent DaemonSet's ConfigMap/Secret sources that nothing provides.
+pub fn agent_volume_problems(b: &Baseline, siblings: &[&Baseline]) -> Vec<String> {
+    let subject = b.release.subject();
+    let operator = operator_provided_config_maps(&subject.profile);
+    let agents: Vec<&Value> = b
+        .of_kind("DaemonSet")
+        .filter(|d| d["metadata"]["name"].as_str().is_some_and(|n| n.contains("spire-agent")))
+        .collect();
+    if agents.is_empty() {
+        return vec![format!("chart {}: renders no spire-agent DaemonSet", b.chart)];
+    }
+    let mut out = Vec::new();
+    for ds in agents {
+        let ns = b.namespace_of(ds);
+        for volume in ds["spec"]["template"]["spec"]["volumes"].as_array().into_iter().flatten() {
+            for (kind, name) in required_sources(volume) {
+                let rendered = |o: &Value, default_ns: &str| {
+                    o["kind"] == kind
+                        && o["metadata"]["name"] == name.as_str()
+                        && o["metadata"]["namespace"].as_str().unwrap_or(default_ns) == ns
+                };
+                let by_chart = siblings.iter().any(|s| s.objects.iter().any(|o| rendered(o, &s.release.namespace)));
+                let by_osbx = subject.objects.iter().any(|o| rendered(o, ns));
+                let by_operator = kind == "ConfigMap" && operator.contains(&name);
+                if !(by_chart || by_osbx || by_operator) {
+                    out.push(missing_source(b, ds, ns, volume, kind, &name));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn missing_source(b: &Baseline, ds: &Value, ns: &str, volume: &Value, kind: &str, name: &str) -> String {
+    let mut msg = format!(
+        "chart {}: {} volume `{}` mounts {kind} {ns}/{name}, which neither a chart render nor the osbx render \
+         creates{}; the agent pods would stay in ContainerCreating",
+        b.chart,
+        describe(ds, Some(ns)),
+        volume["name"].as_str().unwrap_or("?"),
+        if kind == "ConfigMap" {
+            " and the profile does not name as operator-provided (spire.trustBundle.configMap)"
+        } else {
+            ""
+        }
+    );
+    if name == "spire-bundle" {
+        msg.push_str(
+            ". Only an in-cluster SPIRE server creates it; agents of an external server need a trust bundle source: \
+             spire-agent.trustBundleURL (+ trustBundleFormat), spire-agent.trustBundleHostPath, or that ConfigMap \
+             provided by the operator",
+        );
+    }
+    msg
+}
+
+/// The non-optional ConfigMaps and Secrets a pod volume reads: (kind, name).
+fn required_sources(volume: &Value) -> Vec<(&'static str, String)> {
+    let mut out = BTreeSet::new();
+    let mut add = |kind: &'static str, source: &Value, name_key: &str| {
+        if let Some(name) = source[name_key].as_str()
+            && source["optional"] != true
+        {
+            out.insert((kind, name.to_owned()));
+        }
+    };
+    add("ConfigMap", &volume["configMap"], "name");
+    add("Secret", &volume["secret"], "secretName");
+    for source in volume["projected"]["sources"].as_array().into_iter().flatten() {
+        add("ConfigMap", &source["configMap"], "name");
+        add("Secret", &source["secret"], "name");
+    }
+    out.into_iter().collect()
+}
