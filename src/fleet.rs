@@ -34,7 +34,6 @@ struct FleetDoc {
 struct FleetMeta {
     name: String,
     #[serde(default)]
-    #[allow(dead_code)]
     description: Option<String>,
 }
 
@@ -51,6 +50,8 @@ struct Member {
 pub struct Fleet {
     /// Fleet name.
     pub name: String,
+    /// One-line description.
+    pub description: Option<String>,
     /// The clusters, in fleet order.
     pub members: Vec<LoadedProfile>,
 }
@@ -128,7 +129,7 @@ pub fn load(path: &Path) -> Result<Fleet, ProfileError> {
     if !all.is_empty() {
         return Err(ProfileError::Invalid(all));
     }
-    Ok(Fleet { name: doc.metadata.name, members })
+    Ok(Fleet { name: doc.metadata.name, description: doc.metadata.description, members })
 }
 
 /// Point a diagnostic of a merged profile at the override that set the field, else at the base.

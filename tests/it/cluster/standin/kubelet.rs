@@ -1,0 +1,130 @@
+//! A kubelet (and scheduler) for verify probe pods, with the results each probe would produce.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::Api;
+use serde_json::{Value, json};
+
+use super::*;
+
+/// What the node-side world looks like for `osbx verify` probes.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// The node probes are scheduled to.
+    pub node: String,
+    /// `uname -r` inside a Kata guest.
+    pub guest_kernel: String,
+    /// The guest kernel command line carries the Kata marker.
+    pub cmdline_marker: bool,
+    /// The node has `/dev/kvm`.
+    pub kvm: bool,
+    /// Cloud Hypervisor reports `config.memory.shared`.
+    pub shared_memory: bool,
+    /// The SPIFFE ID the smoke ServiceAccount gets (`None`: denied).
+    pub smoke_id: Option<String>,
+    /// The SPIFFE ID a wrong ServiceAccount gets (`Some`: a catch-all identity).
+    pub wrong_id: Option<String>,
+    /// The Workload API fails with this message for everyone.
+    pub workload_api_error: Option<String>,
+}
+
+/// A kubelet (and scheduler) for verify probe pods: binds them to the scenario's node and writes
+/// the terminated state and termination message the real probe would produce there.
+pub struct Kubelet;
+
+impl Kubelet {
+    /// Run until the handle is dropped.
+    pub fn spawn(client: Client, scenario: std::sync::Arc<std::sync::Mutex<Scenario>>) -> AbortOnDrop {
+        AbortOnDrop(tokio::spawn(async move {
+            let pods: Api<Pod> = Api::all(client.clone());
+            loop {
+                let lp = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=osbx-verify");
+                if let Ok(list) = pods.list(&lp).await {
+                    for pod in list {
+                        let s = scenario.lock().unwrap().clone();
+                        let _ = Self::step(&client, &pod, &s).await;
+                    }
+                }
+                finalize_namespaces(&client, "app.kubernetes.io/managed-by=osbx-verify").await;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }))
+    }
+
+    async fn step(client: &Client, pod: &Pod, s: &Scenario) -> Option<()> {
+        if pod.status.as_ref().and_then(|st| st.container_statuses.as_ref()).is_some()
+            || pod.metadata.deletion_timestamp.is_some()
+        {
+            return None;
+        }
+        let ns = pod.metadata.namespace.clone()?;
+        let name = pod.metadata.name.clone()?;
+        let probe = pod.metadata.labels.as_ref()?.get("osbx.io/probe")?.clone();
+        let spec = pod.spec.clone()?;
+        if spec.node_name.is_none() {
+            bind(client, &ns, &name, &s.node).await;
+        }
+        let result = |v: Value| v.to_string();
+        match probe.as_str() {
+            "guest-kernel" => {
+                let msg = result(
+                    json!({"check": "kata.guest-kernel", "kernel": s.guest_kernel, "cmdline_marker": s.cmdline_marker,
+                                        "hypervisor": true, "mem_kib": 2_000_000}),
+                );
+                pod_terminated(client, &ns, &name, 0, &msg).await;
+            }
+            "host-kvm" => {
+                if s.kvm {
+                    let msg = result(
+                        json!({"check": "kata.host-kvm", "char_device": true, "api_version": 12, "create_vm": true, "host_is_vm": false}),
+                    );
+                    pod_terminated(client, &ns, &name, 0, &msg).await;
+                } else {
+                    warning(client, &ns, &name, "FailedMount",
+                        "MountVolume.SetUp failed for volume \"kvm\" : hostPath type check failed: /dev/kvm is not a character device").await;
+                    container_waiting(client, &ns, &name, "ContainerCreating").await;
+                }
+            }
+            "kata-target" => {
+                pod_running(client, &ns, &name, &s.node).await;
+            }
+            "vm-info" => {
+                let msg = result(
+                    json!({"check": "kata.vmm-shared-memory", "sandbox_id": "sbx-1", "http_status": 200, "state": "Running",
+                                        "shared": s.shared_memory, "hugepages": false, "size": 2_147_483_648_u64, "zones_shared": [],
+                                        "boot_vcpus": 1, "fs_tags": ["kataShared"]}),
+                );
+                pod_terminated(client, &ns, &name, 0, &msg).await;
+            }
+            "spiffe" => {
+                let sa = spec.service_account_name.clone().unwrap_or_default();
+                let wrong = sa.ends_with("-wrong");
+                let issued = if wrong { s.wrong_id.clone() } else { s.smoke_id.clone() };
+                if let Some(err) = &s.workload_api_error {
+                    pod_terminated(client, &ns, &name, 1, err).await;
+                } else if let Some(id) = issued {
+                    pod_terminated(client, &ns, &name, 0, &svid_pem(&id)).await;
+                } else {
+                    pod_terminated(
+                        client,
+                        &ns,
+                        &name,
+                        1,
+                        "rpc error: code = PermissionDenied desc = no identity issued",
+                    )
+                    .await;
+                }
+            }
+            _ => {}
+        }
+        Some(())
+    }
+}
+
+/// A self-signed X.509 SVID with `id` as its URI SAN (what `spire-agent -write` leaves).
+pub fn svid_pem(id: &str) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.subject_alt_names = vec![rcgen::SanType::URI(rcgen::string::Ia5String::try_from(id.to_owned()).unwrap())];
+    params.self_signed(&key).unwrap().pem()
+}

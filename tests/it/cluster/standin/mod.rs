@@ -1,0 +1,182 @@
+//! The test stand-in for what no real component can play in these tests, acting only through
+//! the real API: node-side results (a kubelet's Node status, probe pods' terminated state and
+//! termination message), and, for the tests that run without the real controllers, a Flux
+//! object's Ready condition and the OpenSandbox controller's part of a pooled sandbox. What they
+//! would write, the stand-in writes with status patches, exactly where a real component would.
+
+mod flux;
+mod kubelet;
+mod sandbox;
+
+pub use flux::{Controllers, Ready, flux_ready};
+pub use kubelet::{Kubelet, Scenario};
+pub use sandbox::{SandboxBehaviour, SandboxController};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const NOW: &str = "2026-01-01T00:00:00Z";
+
+/// What a node reports.
+pub struct NodeState<'a> {
+    /// Ready condition.
+    pub ready: bool,
+    /// `status.nodeInfo.kernelVersion` (the host kernel).
+    pub kernel: &'a str,
+    /// `status.runtimeHandlers[].name`.
+    pub runtime_handlers: &'a [&'a str],
+    /// Labels.
+    pub labels: Value,
+}
+
+/// Create (or replace) a Node and give it the status a kubelet would post.
+pub async fn node(client: &Client, name: &str, state: &NodeState<'_>) -> Node {
+    let api: Api<Node> = Api::all(client.clone());
+    let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": state.labels}})).unwrap();
+    api.create(&PostParams::default(), &node).await.expect("create node");
+    let handlers: Vec<Value> = state
+        .runtime_handlers
+        .iter()
+        .map(|h| json!({"name": h, "features": {"recursiveReadOnlyMounts": true}}))
+        .collect();
+    let status = json!({"status": {
+        "conditions": [{
+            "type": "Ready",
+            "status": if state.ready { "True" } else { "False" },
+            "reason": if state.ready { "KubeletReady" } else { "KubeletNotReady" },
+            "message": if state.ready { "kubelet is posting ready status" } else { "container runtime is down" },
+            "lastHeartbeatTime": NOW, "lastTransitionTime": NOW,
+        }],
+        "nodeInfo": {
+            "kernelVersion": state.kernel, "containerRuntimeVersion": "containerd://2.0.5",
+            "kubeletVersion": "v1.36.3", "kubeProxyVersion": "", "machineID": "m", "systemUUID": "s", "bootID": "b",
+            "osImage": "test", "operatingSystem": "linux", "architecture": "amd64",
+        },
+        "runtimeHandlers": handlers,
+    }});
+    let node = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("node status");
+    if state.ready {
+        // The node lifecycle controller lifts the not-ready taint admission put on the new node.
+        let untaint = json!({"spec": {"taints": null}});
+        return api.patch(name, &PatchParams::default(), &Patch::Merge(&untaint)).await.expect("untaint node");
+    }
+    node
+}
+
+/// Move a pod to Running on `node`, as its kubelet would.
+pub async fn pod_running(client: &Client, ns: &str, name: &str, node: &str) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = api.get(name).await.expect("get pod");
+    let statuses: Vec<Value> = container_names(&pod)
+        .iter()
+        .map(|c| {
+            json!({"name": c, "ready": true, "restartCount": 0, "image": "probe", "imageID": "probe",
+                        "containerID": format!("containerd://{name}-{c}"), "started": true,
+                        "state": {"running": {"startedAt": NOW}}})
+        })
+        .collect();
+    if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
+        bind(client, ns, name, node).await;
+    }
+    let status = json!({"status": {"phase": "Running", "hostIP": "10.0.0.10", "podIP": "10.244.0.10",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": NOW}],
+        "containerStatuses": statuses}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status")
+}
+
+/// Terminate a pod's containers with `exit_code` and a termination `message`, as its kubelet
+/// would after the container exits.
+pub async fn pod_terminated(client: &Client, ns: &str, name: &str, exit_code: i32, message: &str) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = api.get(name).await.expect("get pod");
+    let reason = if exit_code == 0 { "Completed" } else { "Error" };
+    let statuses: Vec<Value> = container_names(&pod)
+        .iter()
+        .map(|c| {
+            json!({"name": c, "ready": false, "restartCount": 0, "image": "probe", "imageID": "probe",
+                        "containerID": format!("containerd://{name}-{c}"), "started": false,
+                        "state": {"terminated": {"exitCode": exit_code, "reason": reason, "message": message,
+                                                  "startedAt": NOW, "finishedAt": NOW}}})
+        })
+        .collect();
+    let phase = if exit_code == 0 { "Succeeded" } else { "Failed" };
+    let status = json!({"status": {"phase": phase, "containerStatuses": statuses}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status")
+}
+
+/// Bind a pod to a node through the `binding` subresource, as the scheduler would.
+pub async fn bind(client: &Client, ns: &str, name: &str, node: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                         "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+    let data = serde_json::to_vec(&binding).unwrap();
+    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/binding"))
+        .header("content-type", "application/json")
+        .body(data)
+        .unwrap();
+    let _: Value = client.request(req).await.expect("bind pod");
+    let _ = api;
+}
+
+fn container_names(pod: &Pod) -> Vec<String> {
+    pod.spec.as_ref().map(|s| s.containers.iter().map(|c| c.name.clone()).collect()).unwrap_or_default()
+}
+
+/// Aborts the task when dropped.
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A Warning event about a pod, as the kubelet records it.
+pub async fn warning(client: &Client, ns: &str, pod: &str, reason: &str, message: &str) {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let ev: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"generateName": format!("{pod}.")},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns, "apiVersion": "v1"},
+        "reason": reason, "message": message, "type": "Warning", "source": {"component": "kubelet"},
+        "firstTimestamp": NOW, "lastTimestamp": NOW, "count": 1,
+    }))
+    .unwrap();
+    let _ = events.create(&PostParams::default(), &ev).await;
+}
+
+/// A container stuck waiting (e.g. ContainerCreating while a volume fails to mount).
+pub async fn container_waiting(client: &Client, ns: &str, name: &str, reason: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let Ok(pod) = api.get(name).await else { return };
+    let statuses: Vec<Value> = container_names(&pod)
+        .iter()
+        .map(|c| {
+            json!({"name": c, "ready": false, "restartCount": 0, "image": "probe", "imageID": "",
+                        "state": {"waiting": {"reason": reason}}})
+        })
+        .collect();
+    let status = json!({"status": {"phase": "Pending", "containerStatuses": statuses}});
+    let _ = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
+}
+
+/// The namespace controller's job for deleted namespaces with `selector`: remove what is left in
+/// them and drop the `kubernetes` finalizer, so that they disappear.
+pub async fn finalize_namespaces(client: &Client, selector: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let Ok(list) = api.list(&kube::api::ListParams::default().labels(selector)).await else { return };
+    for ns in list.into_iter().filter(|n| n.metadata.deletion_timestamp.is_some()) {
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        let _ = Api::<Pod>::namespaced(client.clone(), &name).delete_collection(&now, &ListParams::default()).await;
+        let body =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": []}});
+        let req = http::Request::put(format!("/api/v1/namespaces/{name}/finalize"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap();
+        let _: Result<Value, _> = client.request(req).await;
+    }
+}
