@@ -2,8 +2,7 @@
 //! masked, `--dry-run`, and the API key Secret (created, rotated, kept, never printed).
 
 use crate::support::{osbx, outputs};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::process::Output;
@@ -86,13 +85,7 @@ async fn dry_run_changes_nothing_and_prints_the_change_set() {
     let report = json_of(&out);
     assert!(actions(&report).iter().all(|(_, a)| a == "created"), "{report}");
     assert_eq!(report["requests"]["writes"], 0, "{}", report["requests"]);
-    let names: Vec<String> = Api::<Namespace>::all(client)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
+    let names = cluster::namespace_names(&client).await;
     assert!(!names.contains(&"dr-system".to_owned()), "nothing created");
 }
 

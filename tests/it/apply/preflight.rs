@@ -4,8 +4,7 @@
 
 use crate::cluster::{self, OwnPlane};
 use crate::support::{osbx, outputs};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::*;
@@ -36,13 +35,7 @@ async fn a_flux_without_a_kind_the_render_uses_is_a_preflight_error_and_nothing_
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
     assert!(stderr.contains("it does not serve source.toolkit.fluxcd.io/v1 OCIRepository"), "{stderr}");
-    let names: Vec<String> = Api::<Namespace>::all(client)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
+    let names = cluster::namespace_names(&client).await;
     for ns in ["kata-system", "spire-system", "opensandbox-system"] {
         assert!(!names.iter().any(|n| n == ns), "nothing written, but {ns} exists: {names:?}");
     }
@@ -60,13 +53,7 @@ async fn missing_flux_is_a_preflight_error_and_nothing_is_written() {
     assert!(stderr.contains("Flux is not installed on this cluster"), "{stderr}");
     assert!(stderr.contains("helm.toolkit.fluxcd.io/v2 HelmRelease") && stderr.contains("flux install"), "{stderr}");
     assert!(!stderr.contains("panicked") && !stderr.contains("stack backtrace"), "{stderr}");
-    let names: Vec<String> = Api::<Namespace>::all(client)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
+    let names = cluster::namespace_names(&client).await;
     assert!(!names.iter().any(|n| n.starts_with("nf-")), "nothing written: {names:?}");
 }
 

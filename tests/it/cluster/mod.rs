@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
@@ -90,6 +90,12 @@ pub async fn client_for(kubeconfig: &std::path::Path) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
     Client::try_from(config).expect("client")
+}
+
+/// The names of every namespace.
+pub async fn namespace_names(client: &Client) -> Vec<String> {
+    let list = Api::<Namespace>::all(client.clone()).list(&ListParams::default()).await.expect("list namespaces");
+    list.into_iter().filter_map(|n| n.metadata.name).collect()
 }
 
 /// A fresh namespace, unique in this run.
