@@ -213,6 +213,10 @@ pub struct LintArgs {
     /// without it, known stale chart versions are checked.
     #[arg(long)]
     pub pool_crd: Option<PathBuf>,
+    /// A chart directory (the one a HelmRelease of the profile installs, at its pinned version):
+    /// report values the profile sets that the chart does not read.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,

@@ -15,6 +15,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod changeset;
+pub mod chart;
 pub mod cli;
 pub mod cluster;
 pub mod commands;

@@ -24,7 +24,8 @@ pub fn run(settings: &LintSettings, printer: &Printer) -> anyhow::Result<ExitSta
             let mut all = Vec::new();
             for m in &members {
                 let rendered = renderer.render(m)?;
-                all.extend(lint::lint(m, &rendered, settings.pool_crd.as_ref()));
+                let inputs = lint::Inputs { pool_crd: settings.pool_crd.as_ref(), chart: settings.chart.as_ref() };
+                all.extend(lint::lint(m, &rendered, inputs));
             }
             all
         }

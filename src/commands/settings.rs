@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::Value;
 
+use crate::chart::Chart;
 use crate::cli::{
     ApplyArgs, ClusterArgs, DiffArgs, LintArgs, Output, ProfileArgs, RenderArgs, VerifyArgs, VerifyFlags,
 };
@@ -213,6 +214,8 @@ pub struct LintSettings {
     pub templates: Option<PathBuf>,
     /// The Pool CRD of the pinned chart, parsed.
     pub pool_crd: Option<Value>,
+    /// A pinned chart, read.
+    pub chart: Option<Chart>,
     /// Output format.
     pub output: Output,
 }
@@ -228,6 +231,7 @@ impl TryFrom<&LintArgs> for LintSettings {
             },
             templates: a.profile.templates.clone(),
             pool_crd: a.pool_crd.as_deref().map(read_yaml).transpose()?,
+            chart: a.chart.as_deref().map(Chart::load).transpose()?,
             output: a.output,
         })
     }

@@ -17,6 +17,47 @@ pub static COMPONENT: Component =
 /// The shim osbx enables unless the profile names others: Cloud Hypervisor with runtime-rs.
 pub const DEFAULT_SHIM: &str = "clh-runtime-rs";
 
+/// The shims each kata-deploy chart version osbx knows defines (the keys of its values'
+/// `shims`): a shim the chart does not know installs nothing, and pools naming its RuntimeClass
+/// never schedule.
+const KNOWN_SHIMS: &[(&str, &[&str])] = &[(
+    "4.1.0",
+    &[
+        "clh",
+        "clh-azure",
+        "clh-runtime-rs",
+        "clh-azure-runtime-rs",
+        "dragonball",
+        "fc",
+        "qemu",
+        "qemu-runtime-rs",
+        "qemu-nvidia-cpu",
+        "qemu-nvidia-cpu-runtime-rs",
+        "qemu-nvidia-gpu",
+        "qemu-nvidia-gpu-runtime-rs",
+        "qemu-nvidia-gpu-snp",
+        "qemu-nvidia-gpu-snp-runtime-rs",
+        "qemu-nvidia-gpu-tdx",
+        "qemu-nvidia-gpu-tdx-runtime-rs",
+        "qemu-snp",
+        "qemu-snp-runtime-rs",
+        "qemu-tdx",
+        "qemu-tdx-runtime-rs",
+        "qemu-se",
+        "qemu-se-runtime-rs",
+        "qemu-coco-dev",
+        "qemu-coco-dev-runtime-rs",
+        "remote",
+        "openvmm-azure-runtime-rs",
+    ],
+)];
+
+/// The shims kata-deploy `version` knows, when osbx knows that version.
+#[must_use]
+pub fn known_shims(version: &str) -> Option<&'static [&'static str]> {
+    KNOWN_SHIMS.iter().find(|(v, _)| *v == version).map(|(_, shims)| *shims)
+}
+
 /// The RuntimeClass kata-deploy creates for a shim (`kata-<shim>`).
 #[must_use]
 pub fn runtime_class(shim: &str) -> String {
@@ -149,6 +190,20 @@ fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
     }
     if k.shims.is_empty() {
         v.push("kata.shims", format!("enable at least one shim (e.g. {DEFAULT_SHIM})"));
+    }
+    if let Some(known) = known_shims(&k.chart.version) {
+        for (i, shim) in k.shims.iter().enumerate() {
+            if !known.contains(&shim.as_str()) {
+                v.push(
+                    format!("kata.shims[{i}]"),
+                    format!(
+                        "kata-deploy {} has no shim {shim:?}: it would install no RuntimeClass for it (known: {})",
+                        k.chart.version,
+                        known.join(", ")
+                    ),
+                );
+            }
+        }
     }
     if !k.shims.contains(&k.default_shim) {
         v.push(

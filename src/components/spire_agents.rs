@@ -29,6 +29,9 @@ pub struct Spire {
     pub chart: HelmChart,
     /// The existing SPIRE server the agents join (no second trust root is created).
     pub server: SpireServer,
+    /// Where the agents get that server's trust bundle (an in-cluster server would publish it
+    /// in a ConfigMap; an external one does not).
+    pub trust_bundle: Option<TrustBundle>,
     /// The `className` of the spire-controller-manager that processes this cluster's
     /// ClusterSPIFFEIDs; the smoke identity carries it.
     pub class_name: Option<String>,
@@ -46,6 +49,7 @@ impl Default for Spire {
             namespace: "spire-system".into(),
             chart: HelmChart::default(),
             server: SpireServer::default(),
+            trust_bundle: None,
             class_name: None,
             smoke: SpireSmoke::default(),
             values: None,
@@ -67,10 +71,63 @@ impl Spire {
             "spire-agent": {"enabled": true, "server": {"address": self.server.address, "port": self.server.port}},
             "spiffe-csi-driver": {"enabled": true},
         });
+        if let Some(bundle) = &self.trust_bundle {
+            values["spire-agent"].as_object_mut().into_iter().for_each(|agent| agent.extend(bundle.chart_values()));
+        }
         if let Some(extra) = &self.values {
             crate::merge::merge(&mut values, extra);
         }
         values
+    }
+}
+
+/// The trust bundle source of agents joined to an external server: exactly one of `url` (with
+/// `format`), `hostPath` and `configMap`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct TrustBundle {
+    /// Fetch the bundle from this URL (`https://…`; the server's bundle endpoint).
+    pub url: Option<String>,
+    /// The format at `url`.
+    pub format: Option<BundleFormat>,
+    /// Read the bundle (PEM) from this file on every node.
+    pub host_path: Option<String>,
+    /// Mount this ConfigMap, which the operator provides in `spire.namespace` (the chart's
+    /// `bundleConfigMap`).
+    pub config_map: Option<String>,
+}
+
+/// How a trust bundle at a URL is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BundleFormat {
+    /// PEM certificates.
+    Pem,
+    /// A SPIFFE bundle (JWKS), what a SPIRE bundle endpoint serves.
+    Spiffe,
+}
+
+impl TrustBundle {
+    /// The `spire-agent` values for this source.
+    fn chart_values(&self) -> serde_json::Map<String, Value> {
+        let mut v = serde_json::Map::new();
+        if let Some(url) = &self.url {
+            v.insert("trustBundleURL".into(), json!(url));
+            v.insert("trustBundleFormat".into(), json!(self.format.unwrap_or(BundleFormat::Spiffe)));
+        }
+        if let Some(path) = &self.host_path {
+            v.insert("trustBundleHostPath".into(), json!(path));
+        }
+        if let Some(name) = &self.config_map {
+            v.insert("bundleConfigMap".into(), json!(name));
+        }
+        v
+    }
+
+    /// The ConfigMap the operator provides, if that is the source.
+    #[must_use]
+    pub fn operator_config_map(&self) -> Option<&str> {
+        self.config_map.as_deref()
     }
 }
 
@@ -84,6 +141,8 @@ pub struct HelmChart {
     pub name: String,
     /// Chart version.
     pub version: String,
+    /// Version of the `spire-crds` chart installed with it (the one released with `version`).
+    pub crds_version: String,
     /// Fetch interval.
     pub interval: String,
 }
@@ -94,6 +153,7 @@ impl Default for HelmChart {
             repository: "https://spiffe.github.io/helm-charts-hardened".into(),
             name: "spire".into(),
             version: "0.30.0".into(),
+            crds_version: "0.6.0".into(),
             interval: "1h".into(),
         }
     }
@@ -141,6 +201,32 @@ fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
         v.push("spire.server.address", "name the SPIRE server the agents join (osbx creates no second trust root)");
     }
     v.duration("spire.chart.interval", &s.chart.interval);
+    if let Some(b) = &s.trust_bundle {
+        trust_bundle(b, v);
+    }
+}
+
+fn trust_bundle(b: &TrustBundle, v: &mut Violations) {
+    let sources = [b.url.is_some(), b.host_path.is_some(), b.config_map.is_some()];
+    if sources.iter().filter(|s| **s).count() != 1 {
+        v.push("spire.trustBundle", "set exactly one of url (with format), hostPath and configMap");
+    }
+    if let Some(url) = &b.url
+        && !(url.starts_with("https://") || url.starts_with("http://"))
+    {
+        v.push("spire.trustBundle.url", format!("{url:?} must start with https:// (or http://)"));
+    }
+    if b.format.is_some() && b.url.is_none() {
+        v.push("spire.trustBundle.format", "format describes a bundle at a url; a hostPath bundle is PEM");
+    }
+    if let Some(path) = &b.host_path
+        && !path.starts_with('/')
+    {
+        v.push("spire.trustBundle.hostPath", format!("{path:?} must be an absolute path on the node"));
+    }
+    if let Some(name) = &b.config_map {
+        v.dns_subdomain("spire.trustBundle.configMap", name);
+    }
 }
 
 /// `spire`: the section with the chart values.

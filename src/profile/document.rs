@@ -155,6 +155,12 @@ impl Profile {
         self.layers.iter().enumerate().find(|(_, l)| l.renders() == Some(component))
     }
 
+    /// The component the layer named `layer` renders.
+    #[must_use]
+    pub fn component_of(&self, layer: &str) -> Option<&'static Component> {
+        self.layers.iter().find(|l| l.name == layer).and_then(LayerSpec::renders)
+    }
+
     /// The SPIFFE smoke identity `osbx verify` checks: `verify.spiffe`, else the one the `spire`
     /// section defines.
     #[must_use]

@@ -92,7 +92,7 @@ fn a_cold_kata_pool_under_a_short_timeout_is_a_warning() {
 }
 
 #[test]
-fn pool_fields_the_pinned_charts_crd_drops() {
+fn pool_fields_the_pinned_crd_drops() {
     let text = BASE.replace("helm/opensandbox/0.2.2", "helm/opensandbox/0.2.0").replace(
         "    - {name: pod, runtime: runc,",
         "    - {name: pod, runtime: runc, scaleStrategy: {maxUnavailable: 1},",
@@ -194,4 +194,64 @@ fn render_refuses_lint_errors_and_prints_warnings() {
     let (_, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("warning[api-key.empty]") && stderr.contains("warning[kata.cold-start]"), "{stderr}");
+}
+
+/// BASE with a rendered spire-agents layer joined to an external server.
+fn with_spire_agents(extra: &str) -> String {
+    BASE.replace("  - {name: pools, component: pools, dependsOn: [opensandbox]}\n", "  - {name: pools, component: pools, dependsOn: [opensandbox]}\n  - {name: spire-agents, component: spire-agents}\n")
+        + "spire:\n  trustDomain: example.org\n  server: {address: spire.example.org}\n  className: c\n  smoke: {}\n"
+        + extra
+}
+
+#[test]
+fn spire_agents_without_a_trust_bundle_are_an_error_render_refuses() {
+    let (code, f) = lint(&with_spire_agents(""), &[]);
+    assert_eq!(code, Some(1), "{f:#?}");
+    has(&f, "spire.no-trust-bundle", "error", "23:1");
+    let (code, f) =
+        lint(&with_spire_agents("  trustBundle: {url: https://spire.example.org:8443, format: spiffe}\n"), &[]);
+    assert!(!f.iter().any(|f| f["id"] == "spire.no-trust-bundle"), "{f:#?}");
+    assert_eq!(code, Some(0), "{f:#?}");
+    // The chart's own values can name a source too.
+    let (_, f) =
+        lint(&with_spire_agents("  values: {spire-agent: {trustBundleHostPath: /etc/spire/bundle.pem}}\n"), &[]);
+    assert!(!f.iter().any(|f| f["id"] == "spire.no-trust-bundle"), "{f:#?}");
+}
+
+#[test]
+fn a_chart_or_source_without_an_exact_pin_is_a_warning() {
+    let (code, f) = lint(&BASE.replace("ref: {tag: helm/opensandbox/0.2.2}", "ref: {branch: main}"), &[]);
+    assert_eq!(code, Some(0), "a warning: {f:#?}");
+    has(&f, "chart.unpinned", "warning", "9:71");
+    let f = f.iter().find(|f| f["id"] == "chart.unpinned").unwrap();
+    assert!(f["message"].as_str().unwrap().contains("GitRepository/opensandbox-system/opensandbox follows"), "{f}");
+    let (_, f) = lint(&BASE.replace("ref: {tag: helm/opensandbox/0.2.2}", "ref: {semver: \">=0.2.0\"}"), &[]);
+    assert!(f.iter().any(|f| f["id"] == "chart.unpinned"), "a range is not a pin: {f:#?}");
+    // Every shipped profile pins everything (spire-crds too).
+    for profile in crate::support::shipped_profiles() {
+        let out = osbx().args(["lint", "--profile", &profile, "-o", "json"]).output().unwrap();
+        assert!(!outputs(&out).0.contains("chart.unpinned"), "{profile}: {}", outputs(&out).0);
+    }
+}
+
+/// `--chart DIR` reads the pinned chart's values and templates: against the shared OpenSandbox
+/// chart (commit 401a525, from before 0.2.2 added the node-agent subchart) exactly the node-agent
+/// switch is dead; every other value osbx sets is read.
+#[test]
+fn values_the_pinned_chart_does_not_read_are_reported_with_chart() {
+    let chart = shared().join("charts/opensandbox-401a525/opensandbox");
+    let (code, f) = lint(BASE, &["--chart", chart.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{f:#?}");
+    let dead: Vec<&str> =
+        f.iter().filter(|f| f["id"] == "chart.unread-value").filter_map(|f| f["message"].as_str()).collect();
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    assert!(
+        dead[0].contains("sets `opensandbox-node-agent.enabled`, which chart opensandbox 0.2.0 does not read"),
+        "{dead:?}"
+    );
+    has(&f, "chart.unread-value", "error", "8:1");
+    // A chart no release of the profile installs has nothing to say.
+    let kata = shared().join("charts/kata-deploy-4.1.0/kata-deploy");
+    let (code, f) = lint(BASE, &["--chart", kata.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "no kata-deploy release in BASE: {f:#?}");
 }

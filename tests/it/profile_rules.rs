@@ -2,6 +2,8 @@
 
 use osbx::profile::{self, ProfileError};
 
+use crate::support::{osbx, outputs, shared};
+
 /// A small valid profile; the tests below change one thing at a time.
 const BASE: &str = "\
 apiVersion: osbx.dev/v1alpha1
@@ -235,4 +237,77 @@ fn spire_trust_domain_has_no_scheme() {
     let text = with("  - name: kata\n    external: true\n", "  - name: kata\n    component: spire-agents\n")
         + "spire:\n  trustDomain: spiffe://example.org\n  server: {address: spire.example.org}\n  className: c\n";
     assert!(error_of(&text).contains("spire.trustDomain: \"spiffe://example.org\" is not a trust domain"));
+}
+
+#[test]
+fn a_kata_shim_the_pinned_kata_deploy_does_not_know_is_refused_listing_the_ones_it_knows() {
+    let text = with_kata("kata:\n  shims: [clh-runtme-rs]\n  defaultShim: clh-runtme-rs\n");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.yaml"), &text).unwrap();
+    let out = osbx().args(["render", "--profile", "p.yaml", "--out", "repo"]).current_dir(dir.path()).output().unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("p.yaml:36:11: kata.shims[0]: kata-deploy 4.1.0 has no shim \"clh-runtme-rs\": it would install no RuntimeClass for it (known: clh, clh-azure, clh-runtime-rs,"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("repo").exists(), "nothing written");
+}
+
+/// osbx's table of the shims kata-deploy 4.1.0 knows is the chart's own (its values' `shims`).
+#[test]
+fn the_known_kata_shims_are_those_of_the_pinned_chart() {
+    let values = std::fs::read_to_string(shared().join("charts/kata-deploy-4.1.0/kata-deploy/values.yaml")).unwrap();
+    let values: serde_json::Value = serde_saphyr::from_str(&values).unwrap();
+    let chart: Vec<&str> =
+        values["shims"].as_object().unwrap().keys().map(String::as_str).filter(|k| *k != "disableAll").collect();
+    assert_eq!(osbx::components::kata::known_shims("4.1.0").unwrap(), chart.as_slice());
+}
+
+/// SPIRE in BASE's place of the external kata layer, with `trust_bundle` as its trust bundle.
+fn with_spire_agents(trust_bundle: &str) -> String {
+    with("  - name: kata\n    external: true\n", "  - name: kata\n    component: spire-agents\n")
+        + "spire:\n  trustDomain: example.org\n  server: {address: spire.example.org}\n  className: c\n"
+        + trust_bundle
+}
+
+#[test]
+fn a_trust_bundle_has_exactly_one_valid_source() {
+    assert_eq!(
+        error_of(&with_spire_agents("  trustBundle: {url: https://spire.example.org:8443, hostPath: /etc/b.pem}\n")),
+        "39:3: spire.trustBundle: set exactly one of url (with format), hostPath and configMap"
+    );
+    assert_eq!(
+        error_of(&with_spire_agents("  trustBundle: {url: spire.example.org/bundle}\n")),
+        "39:17: spire.trustBundle.url: \"spire.example.org/bundle\" must start with https:// (or http://)"
+    );
+    assert_eq!(
+        error_of(&with_spire_agents("  trustBundle: {hostPath: /etc/bundle.pem, format: pem}\n")),
+        "39:44: spire.trustBundle.format: format describes a bundle at a url; a hostPath bundle is PEM"
+    );
+    assert!(
+        error_of(&with_spire_agents("  trustBundle: {configMap: Spire_Bundle}\n"))
+            .starts_with("39:17: spire.trustBundle.configMap: \"Spire_Bundle\" is not a valid name")
+    );
+    assert!(
+        error_of(&with_spire_agents("  trustBundle: {url: https://x, format: jwks}\n")).contains("trustBundle.format")
+    );
+}
+
+/// The homelab profile carries the reference runbook's SPIFFE smoke identity (its fixture is in
+/// the external SPIRE layers), so `osbx verify` runs the SPIFFE checks instead of skipping them;
+/// its rendered files are unchanged (the examples test holds them).
+#[test]
+fn homelab_verifies_the_reference_smoke_identity() {
+    let loaded = osbx::profile::load(&osbx::profile::ProfileSource::Embedded("homelab".into())).unwrap();
+    let smoke = loaded.profile.spiffe_smoke().expect("homelab has a smoke identity");
+    assert_eq!(
+        (
+            smoke.namespace.as_str(),
+            smoke.service_account.as_str(),
+            smoke.id.as_str(),
+            smoke.cluster_spiffe_id.as_deref()
+        ),
+        ("spire-smoke", "spire-smoke", "spiffe://ddupan.top/sandbox/smoke", Some("sandbox-spire-smoke"))
+    );
 }

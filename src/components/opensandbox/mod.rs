@@ -93,24 +93,37 @@ impl Default for Namespaces {
 }
 
 /// `opensandbox-controller.controller` values.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Controller {
-    /// Controller image (pin it: the chart's default tags move).
-    #[serde(default)]
-    pub image: Option<ImageRef>,
+    /// Controller image, pinned: the chart's default tag moves with the chart, and the flags the
+    /// chart passes must be ones this controller defines.
+    pub image: ImageRef,
     /// `--zap-log-level`.
-    #[serde(default)]
     pub log_level: Option<String>,
     /// Replica count.
-    #[serde(default)]
     pub replicas: Option<i64>,
     /// Metrics endpoint.
-    #[serde(default)]
     pub metrics: Option<Metrics>,
     /// Resources.
-    #[serde(default)]
     pub resources: Option<Resources>,
+    /// The host's containerd socket for snapshots (`controller.snapshot.containerdSocketPath`).
+    /// Empty, the chart passes no `--containerd-socket-path`: controller v0.2.0 does not define
+    /// that flag and exits (the 0.2.x charts before 0.2.2 default to a path).
+    pub containerd_socket_path: String,
+}
+
+impl Default for Controller {
+    fn default() -> Self {
+        Self {
+            image: ImageRef { repository: None, tag: Some("v0.2.0".into()) },
+            log_level: None,
+            replicas: None,
+            metrics: None,
+            resources: None,
+            containerd_socket_path: String::new(),
+        }
+    }
 }
 
 /// Controller metrics endpoint.

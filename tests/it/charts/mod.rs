@@ -68,8 +68,19 @@ fn baselines_of(charts: &[&str]) -> (Vec<Baseline>, Vec<Finding>) {
 
 /// Print the helm statistics and fail with every finding; identical problems of several
 /// releases (the same chart and values in several profiles) are listed once with all of them.
+///
+/// A chart the shared copy cannot render because it lacks the chart's own `file://`
+/// dependencies (the SPIRE chart needs `spire-lib` and `spire-identity-exchange`, which
+/// `../shared/charts/` does not hold) is said on stderr and not counted as a failure, unless
+/// `OSBX_TEST_CHARTS` names a charts directory, which must then be complete.
 fn conclude(test: &str, start: Instant, findings: Vec<Finding>) {
     eprintln!("charts::{test}: {:.1} s; {}", start.elapsed().as_secs_f64(), helm::stats());
+    let strict = std::env::var_os("OSBX_TEST_CHARTS").is_some_and(|v| !v.is_empty());
+    let (incomplete, findings): (Vec<Finding>, Vec<Finding>) =
+        findings.into_iter().partition(|f| !strict && f.what.contains(helm::INCOMPLETE_COPY));
+    for f in &incomplete {
+        eprintln!("charts::{test}: not checked here: {}: {}", f.who, f.what);
+    }
     let mut grouped: Vec<(String, Vec<String>)> = Vec::new();
     let mut index = HashMap::new();
     for f in findings {
@@ -109,16 +120,19 @@ fn every_helm_release_maps_to_a_pinned_shared_chart() {
 }
 
 /// `helm template` of every release (with `--include-crds` and `--kube-version` of the test API
-/// server) exits 0 and prints nothing on stderr: no error, no warning.
+/// server) exits 0 and prints nothing on stderr beyond what the chart prints whatever its values
+/// (see [`checks::CHART_OWN_WARNINGS`], itself checked): no error, no warning of osbx's values.
 #[test]
 fn charts_render_without_errors_or_warnings() {
     let start = Instant::now();
     let (baselines, mut findings) = baselines_of(&[]);
     for b in &baselines {
-        if !b.run.stderr.trim().is_empty() {
-            findings.push(b.release.finding(&checks::warnings(b.chart, &b.run.stderr)));
+        let stderr = checks::without_chart_own_warnings(b.chart, &b.run.stderr);
+        if !stderr.trim().is_empty() {
+            findings.push(b.release.finding(&checks::warnings(b.chart, &stderr)));
         }
     }
+    findings.extend(checks::chart_own_warnings_hold());
     conclude("charts_render_without_errors_or_warnings", start, findings);
 }
 
