@@ -1,4 +1,4 @@
-//! Embeds `templates/` and `profiles/` into the binary so that a single `osbx` file works
+//! Embeds `templates/`, `profiles/` and `starters/` into the binary so that a single `osbx` file works
 //! anywhere. Generates `$OUT_DIR/embedded.rs` with one `include_str!` per file, sorted by path.
 
 use std::fmt::Write as _;
@@ -35,6 +35,6 @@ fn table(name: &str, dir: &str) -> String {
 
 fn main() {
     let out = Path::new(&env::var("OUT_DIR").expect("OUT_DIR")).join("embedded.rs");
-    let code = table("TEMPLATES", "templates") + &table("PROFILES", "profiles");
+    let code = table("TEMPLATES", "templates") + &table("PROFILES", "profiles") + &table("STARTERS", "starters");
     fs::write(out, code).expect("write embedded.rs");
 }

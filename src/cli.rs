@@ -47,6 +47,17 @@ pub enum Command {
     ///
     /// Exit status: 0 clean (warnings allowed), 1 errors found, 2 could not lint.
     Lint(LintArgs),
+    /// Write a commented starter profile (or fleet file), with the schema editors validate it
+    /// against beside it.
+    ///
+    /// Exit status: 0 written, 2 a file is in the way (nothing written) or an error.
+    Init(InitArgs),
+    /// Print the JSON Schema of the profile format (or of the fleet format).
+    Schema {
+        /// The fleet format instead.
+        #[arg(long)]
+        fleet: bool,
+    },
     /// List the profiles embedded in this binary.
     Profiles,
     /// Print a shell completion script.
@@ -222,6 +233,40 @@ pub struct LintArgs {
     pub output: Output,
 }
 
+/// The runtimes of a starter's pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RuntimeArg {
+    /// One runc pool.
+    Runc,
+    /// One Kata pool, and a kata layer (kata-deploy).
+    Kata,
+    /// A runc and a Kata pool, and a kata layer.
+    #[default]
+    Both,
+}
+
+/// `osbx init` arguments.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The file to write (default: `profile.yaml`, or `fleet.yaml` with --fleet).
+    pub file: Option<PathBuf>,
+    /// The cluster's name.
+    #[arg(long, default_value = "sandbox")]
+    pub cluster: String,
+    /// The pools' container runtimes.
+    #[arg(long, value_enum, default_value_t)]
+    pub runtime: RuntimeArg,
+    /// Add SPIRE agents joined to your SPIRE server and the SPIFFE smoke identity.
+    #[arg(long)]
+    pub spire: bool,
+    /// Write a fleet file (and its base profile, `base.yaml` beside it) instead.
+    #[arg(long)]
+    pub fleet: bool,
+    /// Overwrite files that exist.
+    #[arg(long)]
+    pub force: bool,
+}
+
 /// `osbx render` arguments.
 #[derive(Debug, Args)]
 pub struct RenderArgs {
@@ -250,6 +295,9 @@ pub struct RenderArgs {
     /// Adopt and overwrite files at osbx's paths that osbx did not write.
     #[arg(long)]
     pub force: bool,
+    /// Also list the profile fields osbx filled in with their defaults.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 #[cfg(test)]

@@ -10,6 +10,13 @@ pub(crate) fn templates() -> &'static [(&'static str, &'static str)] {
     TEMPLATES
 }
 
+/// Embedded starters for `osbx init` (Tera templates), keyed by their file name under
+/// `starters/`.
+#[must_use]
+pub(crate) fn starters() -> &'static [(&'static str, &'static str)] {
+    STARTERS
+}
+
 /// Embedded profiles, keyed by their file name under `profiles/`.
 #[must_use]
 pub(crate) fn profiles() -> &'static [(&'static str, &'static str)] {

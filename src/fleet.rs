@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -18,31 +19,52 @@ use crate::merge::merge;
 use crate::profile::{self, Diagnostic, LoadedProfile, Locations, ProfileError, ProfileSource};
 use crate::render::{RenderError, Rendered, Renderer};
 
-/// The fleet document.
-#[derive(Debug, Deserialize)]
+/// A fleet: many clusters from one base profile, each with its own overrides.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FleetDoc {
+    /// Must be `osbx.dev/v1alpha1`.
     api_version: String,
+    /// Must be `Fleet`.
     kind: String,
+    /// Name and description of the fleet.
     metadata: FleetMeta,
+    /// The base profile: the name of an embedded profile, or a path relative to this file.
     base: String,
+    /// The clusters (at least one).
     clusters: Vec<Member>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Fleet metadata.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct FleetMeta {
+    /// Fleet name.
     name: String,
+    /// One-line description.
     #[serde(default)]
     description: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// One cluster of the fleet.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Member {
+    /// Cluster name (its `cluster.name`: the tree goes to `clusters/<name>/`).
     name: String,
+    /// Profile fields merged into the base for this cluster: mappings key by key, lists of named
+    /// objects (pools, layers) by `name`, anything else replaced.
     #[serde(default)]
+    #[schemars(with = "serde_json::Map<String, Value>")]
     overrides: Value,
+}
+
+/// The JSON Schema of the fleet document (draft 2020-12).
+#[must_use]
+pub fn schema() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(FleetDoc)).unwrap_or_default();
+    schema["title"] = "osbx fleet".into();
+    schema
 }
 
 /// A loaded fleet: every cluster's profile, validated.

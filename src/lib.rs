@@ -23,6 +23,7 @@ pub mod components;
 pub mod deploy;
 mod embedded;
 pub mod fleet;
+pub mod init;
 pub mod lint;
 pub mod merge;
 pub mod object;

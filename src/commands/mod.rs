@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod diff;
+pub mod init;
 pub mod lint;
 pub mod profiles;
 pub mod render;
@@ -50,6 +51,11 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Apply(args) => apply::run(&(&args).try_into()?, printer),
         Command::Verify(args) => verify::run(&(&args).try_into()?, printer),
         Command::Lint(args) => lint::run(&(&args).try_into()?, printer),
+        Command::Init(args) => init::run(&(&args).into(), printer),
+        Command::Schema { fleet } => {
+            printer.json(&if fleet { crate::fleet::schema() } else { crate::profile::schema() });
+            Ok(ExitStatus::Success)
+        }
         Command::Profiles => Ok(profiles::run(printer)),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();

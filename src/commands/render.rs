@@ -18,9 +18,14 @@ pub fn run(opts: &RenderSettings, printer: &Printer) -> anyhow::Result<ExitStatu
     let (rendered, name) = match &opts.source {
         Source::Profile(source) => {
             let loaded = profile::load(source)?;
+            if opts.verbose {
+                for (field, value) in loaded.filled_in() {
+                    printer.action(&format!("default {field}: {value}"));
+                }
+            }
             let rendered = renderer.render(&loaded)?;
             printer.lint_warnings(&lint::group(&lint::gate(&loaded, &rendered)?));
-            (rendered, format!("profile {}", loaded.profile.metadata.name))
+            (rendered, format!("profile {}", loaded.profile.name()))
         }
         Source::Fleet(path) => {
             let fleet = fleet::load(path)?;

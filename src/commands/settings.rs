@@ -9,10 +9,12 @@ use serde_json::Value;
 
 use crate::chart::Chart;
 use crate::cli::{
-    ApplyArgs, ClusterArgs, DiffArgs, LintArgs, Output, ProfileArgs, RenderArgs, VerifyArgs, VerifyFlags,
+    ApplyArgs, ClusterArgs, DiffArgs, InitArgs, LintArgs, Output, ProfileArgs, RenderArgs, RuntimeArg, VerifyArgs,
+    VerifyFlags,
 };
 use crate::cluster::ConnectOptions;
 use crate::deploy::ApplyOptions;
+use crate::init::{Runtimes, Starter};
 use crate::profile::ProfileSource;
 use crate::verify::session;
 use crate::verify::{ApiKeyValue, Selection};
@@ -68,6 +70,8 @@ pub struct RenderSettings {
     pub commit: Option<String>,
     /// Adopt foreign files.
     pub force: bool,
+    /// List the defaults filled in.
+    pub verbose: bool,
 }
 
 impl From<RenderArgs> for RenderSettings {
@@ -81,6 +85,40 @@ impl From<RenderArgs> for RenderSettings {
             templates: a.templates,
             check: a.check,
             commit: a.commit.then(|| a.message.unwrap_or_else(|| "osbx: render the OpenSandbox platform".to_owned())),
+            force: a.force,
+            verbose: a.verbose,
+        }
+    }
+}
+
+/// `osbx init`.
+#[derive(Debug, Clone)]
+pub struct InitSettings {
+    /// The file to write.
+    pub file: PathBuf,
+    /// The starter.
+    pub starter: Starter,
+    /// A fleet.
+    pub fleet: bool,
+    /// Overwrite.
+    pub force: bool,
+}
+
+impl From<&InitArgs> for InitSettings {
+    fn from(a: &InitArgs) -> Self {
+        let default = if a.fleet { "fleet.yaml" } else { "profile.yaml" };
+        Self {
+            file: a.file.clone().unwrap_or_else(|| PathBuf::from(default)),
+            starter: Starter {
+                cluster: a.cluster.clone(),
+                runtimes: match a.runtime {
+                    RuntimeArg::Runc => Runtimes::Runc,
+                    RuntimeArg::Kata => Runtimes::Kata,
+                    RuntimeArg::Both => Runtimes::Both,
+                },
+                spire: a.spire,
+            },
+            fleet: a.fleet,
             force: a.force,
         }
     }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
@@ -71,7 +72,7 @@ pub fn default_runtime_class() -> String {
 }
 
 /// kata-deploy, installed by a Flux HelmRelease from its OCI chart.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Kata {
     /// Namespace of the HelmRelease and the chart's objects.
@@ -152,7 +153,7 @@ impl Kata {
 }
 
 /// A chart in an OCI registry (a Flux `OCIRepository`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct OciChart {
     /// `oci://` URL of the chart.

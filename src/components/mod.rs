@@ -62,6 +62,22 @@ impl fmt::Debug for Component {
     }
 }
 
+impl schemars::JsonSchema for Component {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Component".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = ALL.iter().map(|c| c.name).collect();
+        let described: Vec<String> = ALL.iter().map(|c| format!("`{}`: {}", c.name, c.about)).collect();
+        schemars::json_schema!({
+            "description": format!("What osbx renders into the layer: {}.", described.join("; ")),
+            "type": "string",
+            "enum": names,
+        })
+    }
+}
+
 impl Serialize for Component {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.name)

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
@@ -15,19 +16,58 @@ use crate::profile::{Profile, Violations};
 pub static COMPONENT: Component = Component { name: "pools", about: "the OpenSandbox Pools", validate, view };
 
 /// The pools and the pod-template parts they share.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Pools {
     /// Fields every pool inherits unless it sets them itself (lists and maps are replaced whole).
-    #[serde(default)]
+    /// Default (when `defaults` is not written at all): OpenSandbox's code-interpreter image
+    /// running the task executor, with the execd and task-executor installers of the pinned
+    /// release.
     pub defaults: PoolTemplate,
     /// The pools.
-    #[serde(default)]
     pub items: Vec<Pool>,
 }
 
+impl Default for Pools {
+    fn default() -> Self {
+        let registry = "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox";
+        let bin = json!({"name": "opensandbox-bin", "mountPath": "/opt/opensandbox"});
+        let installer = |name: &str, image: String, script: &str| json!({"name": name, "image": image, "command": ["/bin/sh", "-c"], "args": [script], "volumeMounts": [bin]});
+        let defaults = PoolTemplate {
+            image: Some(format!("{registry}/code-interpreter:v1.1.0")),
+            command: Some(vec!["/opt/opensandbox/task-executor".into()]),
+            args: Some(vec!["-listen-addr=0.0.0.0:5758".into(), "-log-dir=/tmp".into()]),
+            env: Some(vec![
+                json!({"name": "SANDBOX_MAIN_CONTAINER", "value": PoolTemplate::CONTAINER_NAME}),
+                json!({"name": "EXECD_ENVS", "value": "/opt/opensandbox/.env"}),
+                json!({"name": "EXECD", "value": "/opt/opensandbox/execd"}),
+            ]),
+            resources: serde_json::from_value(
+                json!({"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}}),
+            )
+            .ok(),
+            volume_mounts: Some(vec![bin.clone()]),
+            init_containers: Some(vec![
+                installer(
+                    "task-executor-installer",
+                    format!("{registry}/task-executor:v0.1.0"),
+                    "cp /workspace/server /opt/opensandbox/task-executor && chmod 0755 /opt/opensandbox/task-executor",
+                ),
+                installer(
+                    "execd-installer",
+                    format!("{registry}/execd:v1.0.22"),
+                    "cp ./execd /opt/opensandbox/execd && cp ./bootstrap.sh /opt/opensandbox/bootstrap.sh && chmod 0755 /opt/opensandbox/execd /opt/opensandbox/bootstrap.sh",
+                ),
+            ]),
+            volumes: Some(vec![json!({"name": "opensandbox-bin", "emptyDir": {}})]),
+            ..PoolTemplate::default()
+        };
+        Self { defaults, items: Vec::new() }
+    }
+}
+
 /// Container runtime of a pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Runtime {
     /// The node's default runtime.
@@ -48,14 +88,14 @@ impl Runtime {
 }
 
 /// Pod-template fields a pool may set or inherit from `pools.defaults`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PoolTemplate {
     /// Pod labels.
     pub labels: Option<BTreeMap<String, String>>,
     /// Pod annotations.
     pub annotations: Option<BTreeMap<String, String>>,
-    /// Main container name (default [`PoolTemplate::CONTAINER_NAME`]).
+    /// Main container name (default `sandbox`).
     pub container_name: Option<String>,
     /// Main container image.
     pub image: Option<String>,
@@ -89,14 +129,14 @@ impl PoolTemplate {
 }
 
 /// One OpenSandbox Pool.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Pool {
     /// Pool name (DNS-1123 label).
     pub name: String,
     /// `runc` or `kata`.
     pub runtime: Runtime,
-    /// RuntimeClass for `kata` (default [`kata::default_runtime_class`]).
+    /// RuntimeClass for `kata` (default `kata-clh-runtime-rs`, that of the default shim).
     #[serde(default)]
     pub runtime_class_name: Option<String>,
     /// Warm-pool capacity.
@@ -116,7 +156,7 @@ pub struct Pool {
     /// Pod annotations.
     #[serde(default)]
     pub annotations: Option<BTreeMap<String, String>>,
-    /// Main container name (default [`PoolTemplate::CONTAINER_NAME`]).
+    /// Main container name (default `sandbox`).
     #[serde(default)]
     pub container_name: Option<String>,
     /// Main container image.
@@ -158,7 +198,7 @@ pub struct Pool {
 }
 
 /// Pool capacity. Signed so that a negative number gets a clear validation error.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Capacity {
     /// Minimum idle pods.
@@ -172,7 +212,7 @@ pub struct Capacity {
 }
 
 /// `maxUnavailable` (an int or a percentage).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MaxUnavailable {
     /// Count or percentage.
@@ -180,7 +220,7 @@ pub struct MaxUnavailable {
 }
 
 /// Pool recycle strategy.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecycleStrategy {
     /// `Delete`, `Restart` or `Noop`.
@@ -189,7 +229,7 @@ pub struct RecycleStrategy {
 }
 
 /// Pool recycle strategy type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum RecycleType {
     /// Delete the pod.
     Delete,

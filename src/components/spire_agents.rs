@@ -2,6 +2,7 @@
 //! chart (a Flux `HelmRepository` and `HelmRelease`s), joined to an existing SPIRE server: no
 //! second trust root. Owns the `spire` section (the smoke identity is `spire-smoke`'s).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
@@ -15,8 +16,9 @@ pub static COMPONENT: Component =
     Component { name: "spire-agents", about: "SPIRE agents and the SPIFFE CSI driver", validate, view };
 
 /// SPIRE agents (DaemonSet + SPIFFE CSI driver) joined to a SPIRE server elsewhere.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("required" = ["trustDomain", "server", "className"]))]
 pub struct Spire {
     /// The trust domain (`example.org`).
     pub trust_domain: String,
@@ -83,7 +85,7 @@ impl Spire {
 
 /// The trust bundle source of agents joined to an external server: exactly one of `url` (with
 /// `format`), `hostPath` and `configMap`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct TrustBundle {
     /// Fetch the bundle from this URL (`https://…`; the server's bundle endpoint).
@@ -98,7 +100,7 @@ pub struct TrustBundle {
 }
 
 /// How a trust bundle at a URL is encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BundleFormat {
     /// PEM certificates.
@@ -132,7 +134,7 @@ impl TrustBundle {
 }
 
 /// A chart in a Helm repository (a Flux `HelmRepository`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct HelmChart {
     /// Repository URL.
@@ -160,8 +162,9 @@ impl Default for HelmChart {
 }
 
 /// The SPIRE server the agents join.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("required" = ["address"]))]
 pub struct SpireServer {
     /// Host name or address.
     pub address: String,

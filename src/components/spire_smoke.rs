@@ -2,6 +2,7 @@
 //! ServiceAccount, and a ClusterSPIFFEID giving that ServiceAccount, and no one else, an
 //! identity), from `spire.smoke`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tera::Context;
@@ -18,7 +19,7 @@ pub static COMPONENT: Component = Component {
 };
 
 /// The SPIFFE smoke fixture.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct SpireSmoke {
     /// Namespace.

@@ -155,7 +155,7 @@ pub fn kept(profile: &Profile, layers: &[Layer]) -> Vec<ObjectRef> {
 /// The inventory ConfigMap of a profile on its cluster.
 #[must_use]
 pub fn inventory(profile: &Profile) -> ObjectRef {
-    Inventory::config_map(&profile.cluster.flux_namespace, &profile.metadata.name, &profile.cluster.name)
+    Inventory::config_map(&profile.cluster.flux_namespace, profile.name(), &profile.cluster.name)
 }
 
 /// Diff every rendered object against the cluster (server-side dry-run), plus the objects osbx

@@ -4,28 +4,32 @@
 //! ignored setting. Each default is stated once, in the `Default` of its struct; the sections of
 //! the layer components are their modules' (see [`crate::components`]).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::syntax::normalize_repo_path;
 use super::verify::{SpiffeSmoke, Verify};
-use crate::components::Component;
 use crate::components::kata::Kata;
 use crate::components::opensandbox::OpenSandbox;
 use crate::components::pools::Pools;
 use crate::components::spire_agents::Spire;
+use crate::components::{self, Component};
 
 /// The only `apiVersion` this build understands.
 pub const API_VERSION: &str = "osbx.dev/v1alpha1";
 /// The only `kind` this build understands.
 pub const KIND: &str = "Profile";
 
-/// A whole profile document.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// A whole profile document. Everything but the cluster's name and its pools has a default,
+/// pinned for the chart osbx pins: the smallest useful profile is `cluster: {name: …}` and
+/// `pools: {items: […]}`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("required" = ["cluster"]))]
 pub struct Profile {
-    /// Must be [`API_VERSION`].
+    /// `osbx.dev/v1alpha1`.
     pub api_version: String,
-    /// Must be [`KIND`].
+    /// `Profile`.
     pub kind: String,
     /// Name and description of the profile itself.
     pub metadata: Metadata,
@@ -33,37 +37,61 @@ pub struct Profile {
     pub cluster: TargetCluster,
     /// The Flux Kustomization layers, rendered by osbx or only referenced.
     pub layers: Vec<LayerSpec>,
-    /// The OpenSandbox Helm release and its values ([`components::opensandbox`]).
+    /// The OpenSandbox Helm release and its values (the `opensandbox` component).
     pub opensandbox: OpenSandbox,
-    /// The OpenSandbox Pools ([`components::pools`]).
-    #[serde(default)]
+    /// The OpenSandbox Pools (the `pools` component).
     pub pools: Pools,
-    /// Kata Containers, for a `kata` layer ([`components::kata`]).
-    #[serde(default)]
+    /// Kata Containers, for a `kata` layer.
     pub kata: Option<Kata>,
-    /// SPIRE agents and the smoke identity, for `spire-agents` and `spire-smoke` layers
-    /// ([`components::spire_agents`], [`components::spire_smoke`]).
-    #[serde(default)]
+    /// SPIRE agents and the smoke identity, for `spire-agents` and `spire-smoke` layers.
     pub spire: Option<Spire>,
     /// How `osbx verify` probes the platform.
-    #[serde(default)]
     pub verify: Verify,
 }
 
+impl Default for Profile {
+    fn default() -> Self {
+        let layer = |name: &str, component: &'static Component| LayerSpec {
+            name: name.into(),
+            component: Some(component),
+            ..LayerSpec::default()
+        };
+        Self {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
+            metadata: Metadata::default(),
+            cluster: TargetCluster::default(),
+            layers: vec![
+                layer("opensandbox", &components::opensandbox::COMPONENT),
+                LayerSpec {
+                    depends_on: vec!["opensandbox".into()],
+                    ..layer("opensandbox-pools", &components::pools::COMPONENT)
+                },
+            ],
+            opensandbox: OpenSandbox::default(),
+            pools: Pools::default(),
+            kata: None,
+            spire: None,
+            verify: Verify::default(),
+        }
+    }
+}
+
 /// Profile metadata.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Metadata {
-    /// Profile name (shown by `osbx profiles`).
+    /// Profile name (shown by `osbx profiles`, and in the ownership marker of every file it
+    /// renders); default: the cluster's name.
     pub name: String,
     /// One-line description.
-    #[serde(default)]
     pub description: Option<String>,
 }
 
 /// The cluster the profile renders for.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("required" = ["name"]))]
 pub struct TargetCluster {
     /// Cluster name: the tree goes to `clusters/<name>/`.
     pub name: String,
@@ -80,7 +108,7 @@ impl Default for TargetCluster {
 }
 
 /// One Flux Kustomization layer of the profile.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct LayerSpec {
     /// Kustomization name (also `clusters/<cluster>/apps/<name>.yaml`).
@@ -143,7 +171,22 @@ impl LayerSpec {
     }
 }
 
+/// The JSON Schema of the profile document (draft 2020-12), from these types: descriptions from
+/// their doc comments, defaults from their `Default`s.
+#[must_use]
+pub fn schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(Profile)).unwrap_or_default();
+    schema["title"] = "osbx profile".into();
+    schema
+}
+
 impl Profile {
+    /// The profile's name: `metadata.name`, else the cluster's.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        if self.metadata.name.is_empty() { &self.cluster.name } else { &self.metadata.name }
+    }
+
     /// The layers osbx renders, in profile order.
     pub fn rendered_layers(&self) -> impl Iterator<Item = &LayerSpec> {
         self.layers.iter().filter(|l| l.renders().is_some())

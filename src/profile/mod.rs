@@ -126,6 +126,38 @@ pub struct LoadedProfile {
     pub locations: Locations,
 }
 
+impl LoadedProfile {
+    /// The fields the profile does not write and osbx filled in with their defaults, each value
+    /// (a scalar, or a whole list) with its field path. Empty for a profile without source text
+    /// (a fleet member).
+    #[must_use]
+    pub fn filled_in(&self) -> Vec<(String, serde_json::Value)> {
+        fn walk(v: &serde_json::Value, at: &str, locs: &Locations, out: &mut Vec<(String, serde_json::Value)>) {
+            let written = !at.is_empty() && locs.get(at).is_some();
+            match v {
+                serde_json::Value::Null => {}
+                serde_json::Value::Object(map) => {
+                    for (k, child) in map {
+                        walk(child, &if at.is_empty() { k.clone() } else { format!("{at}.{k}") }, locs, out);
+                    }
+                }
+                serde_json::Value::Array(items) if written => {
+                    for (i, child) in items.iter().enumerate() {
+                        walk(child, &format!("{at}[{i}]"), locs, out);
+                    }
+                }
+                _ if !written => out.push((at.to_owned(), v.clone())),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        if !self.text.is_empty() {
+            walk(&serde_json::to_value(&self.profile).unwrap_or_default(), "", &self.locations, &mut out);
+        }
+        out
+    }
+}
+
 /// Names and descriptions of the embedded profiles.
 #[must_use]
 pub fn embedded_profiles() -> Vec<(String, Option<String>)> {

@@ -84,7 +84,9 @@ pub fn validate(p: &Profile) -> Vec<Violation> {
     if p.kind != KIND {
         v.push("kind", format!("unsupported kind {:?}: expected {KIND:?}", p.kind));
     }
-    v.dns_label("metadata.name", &p.metadata.name);
+    if !p.metadata.name.is_empty() {
+        v.dns_label("metadata.name", &p.metadata.name);
+    }
     if p.cluster.name.is_empty() {
         v.missing("cluster.name");
     } else {

@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Resource requests and limits; quantities are kept as strings (`"2"`, `500m`, `4Gi`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Resources {
     /// Requests.
@@ -21,9 +22,22 @@ pub struct Resources {
 #[serde(transparent)]
 pub struct Quantity(pub String);
 
+impl JsonSchema for Quantity {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Quantity".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A Kubernetes quantity (`\"2\"`, `500m`, `4Gi`); numbers are kept as their text.",
+            "type": ["string", "number"],
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for Quantity {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
+        #[derive(Deserialize, JsonSchema)]
         #[serde(untagged)]
         enum Raw {
             S(String),
@@ -39,7 +53,7 @@ impl<'de> Deserialize<'de> for Quantity {
 }
 
 /// A container image reference split as the charts expect it.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ImageRef {
     /// Repository.

@@ -1,11 +1,12 @@
 //! The `verify` section: probe images, host paths and the SPIFFE smoke identity.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::components::spire_smoke::SpireSmoke;
 
 /// `osbx verify` settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Verify {
     /// Image of in-sandbox probes (needs `sh`, `uname`, `grep`, `awk`).
@@ -37,8 +38,9 @@ impl Default for Verify {
 }
 
 /// The SPIFFE identity a smoke ServiceAccount must get, and a wrong one must not.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("required" = ["id"]))]
 pub struct SpiffeSmoke {
     /// Namespace of the smoke ServiceAccount (probe pods run there).
     pub namespace: String,

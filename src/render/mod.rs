@@ -157,7 +157,7 @@ impl Renderer {
             let mut ctx = base.clone();
             ctx.insert("layer", &view::layer(layer));
             let app = format!("apps/{}.yaml", layer.name);
-            let (owner, profile) = (&layer.name, &p.metadata.name);
+            let (owner, profile) = (&layer.name, p.name());
             files.extend(self.file("cluster/layer.yaml", &ctx, format!("{cluster_dir}/{app}"), owner, profile)?);
             entries.push(app);
             let dir = layer.repo_path();

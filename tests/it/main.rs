@@ -13,5 +13,6 @@ mod lint;
 mod plane;
 mod profile_rules;
 mod reference;
+mod render_lifecycle;
 mod support;
 mod verify;

@@ -1,29 +1,26 @@
 //! The server's `config.toml`, one struct per table; keys render in declaration order.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The `config.toml` tables the profile sets (the chart appends `[ingress]` itself).
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServerConfig {
     /// `[server]`.
-    #[serde(default)]
     pub server: ServerTable,
     /// `[log]`.
-    #[serde(default)]
     pub log: LogTable,
     /// `[runtime]`.
     pub runtime: RuntimeTable,
     /// `[kubernetes]` (`namespace` comes from `namespaces.sandbox`).
-    #[serde(default)]
     pub kubernetes: KubernetesTable,
-    /// `[egress]`.
-    #[serde(default)]
+    /// `[egress]`: the egress sidecar (none without it).
     pub egress: Option<EgressTable>,
 }
 
 /// `[server]` keys (the API key is set through `apiKey`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServerTable {
     /// Bind address.
@@ -42,7 +39,7 @@ impl Default for ServerTable {
 }
 
 /// `[log]` keys.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct LogTable {
     /// Level.
@@ -56,7 +53,7 @@ impl Default for LogTable {
 }
 
 /// `[runtime]` keys.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuntimeTable {
     /// Runtime type (`kubernetes`).
@@ -68,12 +65,15 @@ pub struct RuntimeTable {
 
 impl Default for RuntimeTable {
     fn default() -> Self {
-        Self { kind: "kubernetes".into(), execd_image: String::new() }
+        Self {
+            kind: "kubernetes".into(),
+            execd_image: "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox/execd:v1.0.22".into(),
+        }
     }
 }
 
 /// `[kubernetes]` keys, in the order they are rendered.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubernetesTable {
     /// Kubeconfig of the server (empty: in-cluster).
@@ -96,7 +96,7 @@ pub struct KubernetesTable {
     /// Image pull policy of sandbox pods.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
-    /// How long a create waits for the sandbox to run (see [`KubernetesTable::create_timeout`]).
+    /// How long a create waits for the sandbox to run (the server's default: 60).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox_create_timeout_seconds: Option<i64>,
     /// How often a create polls the sandbox.
@@ -134,15 +134,25 @@ impl KubernetesTable {
 }
 
 /// `[egress]` keys.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct EgressTable {
     /// Egress sidecar image.
     pub image: String,
     /// `dns` or `dns+nft`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// Disable IPv6 in the sandbox.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub disable_ipv6: Option<bool>,
+}
+
+impl Default for EgressTable {
+    fn default() -> Self {
+        Self {
+            image: "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox/egress:v1.1.6".into(),
+            mode: None,
+            disable_ipv6: None,
+        }
+    }
 }

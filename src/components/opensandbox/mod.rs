@@ -4,6 +4,7 @@
 mod config;
 mod release;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
@@ -24,30 +25,24 @@ pub static COMPONENT: Component = Component {
 };
 
 /// The OpenSandbox installation.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct OpenSandbox {
     /// The namespaces the chart uses (it creates none itself).
-    #[serde(default)]
     pub namespaces: Namespaces,
     /// The Git repository that holds the chart.
     pub source: ChartSource,
     /// The chart inside the source.
-    #[serde(default)]
     pub chart: Chart,
     /// The Flux HelmRelease.
-    #[serde(default)]
     pub release: Release,
     /// `opensandbox-controller` values.
-    #[serde(default)]
     pub controller: Controller,
     /// `opensandbox-server` values and its `config.toml`.
     pub server: Server,
     /// `opensandbox-node-agent` values.
-    #[serde(default)]
     pub node_agent: NodeAgent,
     /// Facts and notes for the layer README.
-    #[serde(default)]
     pub readme: Readme,
 }
 
@@ -77,7 +72,7 @@ impl OpenSandbox {
 }
 
 /// The control-plane and sandbox namespaces.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Namespaces {
     /// Where the chart installs the controller and server (hard-coded in the chart).
@@ -93,7 +88,7 @@ impl Default for Namespaces {
 }
 
 /// `opensandbox-controller.controller` values.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Controller {
     /// Controller image, pinned: the chart's default tag moves with the chart, and the flags the
@@ -127,7 +122,7 @@ impl Default for Controller {
 }
 
 /// Controller metrics endpoint.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Metrics {
     /// Serve metrics.
@@ -145,22 +140,19 @@ impl Default for Metrics {
 }
 
 /// `opensandbox-server` values.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Server {
     /// Server image.
-    #[serde(default)]
     pub image: Option<ImageRef>,
     /// Replica count.
-    #[serde(default)]
     pub replicas: Option<i64>,
     /// Resources (the chart asks for 1 CPU / 4Gi per replica by default).
-    #[serde(default)]
     pub resources: Option<Resources>,
-    /// Where the server's API key comes from.
+    /// Where the server's API key comes from (default: the key `api-key` of the Secret
+    /// `opensandbox-api-key`, which `osbx apply` can create).
     pub api_key: ApiKeySource,
     /// Extra container env (Kubernetes `EnvVar` objects).
-    #[serde(default)]
     pub env: Vec<Value>,
     /// The `config.toml` tables (the chart adds `[ingress]` itself).
     pub config: ServerConfig,
@@ -174,8 +166,8 @@ impl Server {
     }
 }
 
-/// Where the OpenSandbox API key comes from.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// Where the OpenSandbox API key comes from: one of `inline` and `secretRef`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApiKeySource {
     /// Written into `config.toml`, i.e. the values ConfigMap, in clear text.
@@ -186,8 +178,17 @@ pub struct ApiKeySource {
     pub secret_ref: Option<SecretKeyRef>,
 }
 
+impl Default for ApiKeySource {
+    fn default() -> Self {
+        Self {
+            inline: None,
+            secret_ref: Some(SecretKeyRef { name: "opensandbox-api-key".into(), ..SecretKeyRef::default() }),
+        }
+    }
+}
+
 /// A key of a Secret.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretKeyRef {
     /// Secret name.
@@ -203,7 +204,7 @@ impl Default for SecretKeyRef {
 }
 
 /// `opensandbox-node-agent` values.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeAgent {
     /// Deploy the node agent DaemonSet (not needed for pools).
@@ -212,7 +213,7 @@ pub struct NodeAgent {
 }
 
 /// Facts for the OpenSandbox layer README that are not in the objects.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Readme {
     /// The commit the chart ref resolved to when it was pinned (documentation only).

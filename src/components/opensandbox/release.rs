@@ -1,10 +1,11 @@
 //! Where the chart comes from and how Flux releases it: the `GitRepository` and the
 //! `HelmRelease` of the `opensandbox` section.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The chart's Git source (a Flux `GitRepository`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct ChartSource {
     /// GitRepository name.
@@ -24,8 +25,8 @@ impl Default for ChartSource {
     fn default() -> Self {
         Self {
             name: Release::default().name,
-            url: String::new(),
-            git_ref: GitRef::default(),
+            url: "https://github.com/opensandbox-group/OpenSandbox.git".into(),
+            git_ref: GitRef { tag: Some("helm/opensandbox/0.2.2".into()), ..GitRef::default() },
             interval: "1h".into(),
             timeout: None,
         }
@@ -33,7 +34,7 @@ impl Default for ChartSource {
 }
 
 /// A Git reference (Flux precedence: commit > name > semver > tag > branch).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GitRef {
     /// Branch name.
@@ -62,7 +63,7 @@ impl GitRef {
 }
 
 /// The chart inside the source.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Chart {
     /// Chart path inside the Git source.
@@ -80,7 +81,7 @@ impl Default for Chart {
 }
 
 /// HelmChart reconcile strategy.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
 pub enum ReconcileStrategy {
     /// New chart version only.
     ChartVersion,
@@ -89,7 +90,7 @@ pub enum ReconcileStrategy {
 }
 
 /// The Flux HelmRelease.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Release {
     /// HelmRelease name (and Helm release name unless `releaseName` is set).
@@ -132,7 +133,7 @@ impl Default for Release {
 }
 
 /// Install or upgrade strategy.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ActionStrategy {
     /// Strategy name.
@@ -143,7 +144,7 @@ pub struct ActionStrategy {
 }
 
 /// helm-controller remediation strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum StrategyName {
     /// Remediate (rollback/uninstall) on failure.
     RemediateOnFailure,
@@ -152,7 +153,7 @@ pub enum StrategyName {
 }
 
 /// helm-controller drift detection mode.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DriftDetection {
     /// Detect and correct drift.
