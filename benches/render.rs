@@ -45,7 +45,7 @@ fn main() {
         let path = dir.path().join(format!("fleet-{clusters}.yaml"));
         std::fs::write(&path, fleet).expect("write fleet");
         let start = Instant::now();
-        let loaded = osbx::fleet::load(&path).expect("fleet");
+        let loaded = osbx::fleet::load(&path, &osbx::progress::Silent).expect("fleet");
         let rendered = osbx::fleet::render(&loaded, &renderer).expect("render fleet");
         let ms = start.elapsed().as_secs_f64() * 1000.0;
         let growth =

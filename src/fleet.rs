@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -17,6 +18,7 @@ use serde_json::Value;
 
 use crate::merge::merge;
 use crate::profile::{self, Diagnostic, LoadedProfile, Locations, ProfileError, ProfileSource};
+use crate::progress::{Progress, Silent};
 use crate::render::{RenderError, Rendered, Renderer};
 
 /// A fleet: many clusters from one base profile, each with its own overrides.
@@ -78,12 +80,12 @@ pub struct Fleet {
     pub members: Vec<LoadedProfile>,
 }
 
-/// Load a fleet file and every cluster's profile.
+/// Load a fleet file and every cluster's profile, counting them on `progress`.
 ///
 /// # Errors
 /// [`ProfileError`] with every problem found; a problem in a cluster's overrides points at the
 /// fleet file, one in the base at the base profile.
-pub fn load(path: &Path) -> Result<Fleet, ProfileError> {
+pub fn load(path: &Path, progress: &dyn Progress) -> Result<Fleet, ProfileError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ProfileError::Read { path: path.to_path_buf(), source: e })?;
     let locations = Locations::index(&text);
@@ -128,7 +130,7 @@ pub fn load(path: &Path) -> Result<Fleet, ProfileError> {
     let base: Value = serde_saphyr::from_str(&base_text).map_err(|e| {
         ProfileError::Invalid(vec![profile::serde_diagnostic(&base_origin, &base_text, &base_locations, &e)])
     })?;
-    let loaded = par_map(&doc.clusters, |m| {
+    let loaded = par_map_counted(&doc.clusters, "loading clusters", progress, |m| {
         let mut merged = base.clone();
         merge(&mut merged, &m.overrides);
         merged["cluster"]["name"] = Value::String(m.name.clone());
@@ -189,6 +191,23 @@ fn base_text(fleet_path: &Path, base: &str) -> Result<(String, String), ProfileE
 }
 
 /// `f` over `items` on every core (scoped threads, one contiguous chunk each), in order.
+/// [`par_map`], counting the items done as `task` on `progress`.
+fn par_map_counted<T: Sync, R: Send>(
+    items: &[T],
+    task: &str,
+    progress: &dyn Progress,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let done = AtomicUsize::new(0);
+    let total = items.len();
+    progress.count(task, 0, total);
+    par_map(items, |item| {
+        let r = f(item);
+        progress.count(task, done.fetch_add(1, Ordering::Relaxed) + 1, total);
+        r
+    })
+}
+
 fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     if threads < 2 || items.len() < 2 {
@@ -208,24 +227,31 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 /// # Errors
 /// [`RenderError`] when a template fails.
 pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderError> {
-    render_checked(fleet, renderer, |_, _| Ok(()))
+    render_checked(fleet, renderer, &Silent, |_, _| Ok(()))
 }
 
 /// [`render`], calling `check` with each cluster's own render (at its layers' usual paths)
-/// before anything else; the first error from `check` stops the render.
+/// before anything else; the first error from `check` stops the render. Counts the clusters
+/// rendered and checked on `progress`.
 ///
 /// # Errors
 /// A [`RenderError`] when a template fails, or what `check` returns.
 pub fn render_checked<E: From<RenderError>>(
     fleet: &Fleet,
     renderer: &Renderer,
+    progress: &dyn Progress,
     mut check: impl FnMut(&LoadedProfile, &Rendered) -> Result<(), E>,
 ) -> Result<Rendered, E> {
     // First pass: what each cluster's layers contain, independent of where they are written.
     let first_pass: Vec<Rendered> =
-        par_map(&fleet.members, |m| renderer.render(m)).into_iter().collect::<Result<_, _>>()?;
-    for (m, rendered) in fleet.members.iter().zip(&first_pass) {
+        par_map_counted(&fleet.members, "rendering clusters", progress, |m| renderer.render(m))
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+    let total = fleet.members.len();
+    progress.count("checking clusters", 0, total);
+    for (i, (m, rendered)) in fleet.members.iter().zip(&first_pass).enumerate() {
         check(m, rendered)?;
+        progress.count("checking clusters", i + 1, total);
     }
     let chosen = layer_paths(fleet, &first_pass);
     let base_paths: BTreeMap<&str, String> = fleet
@@ -247,11 +273,14 @@ pub fn render_checked<E: From<RenderError>>(
     let mut again: BTreeMap<usize, Rendered> = moved
         .iter()
         .copied()
-        .zip(par_map(&moved, |&i| renderer.render(&fleet.members[i].clone_with_layer_paths(&chosen))))
+        .zip(par_map_counted(&moved, "rendering layer variants", progress, |&i| {
+            renderer.render(&fleet.members[i].clone_with_layer_paths(&chosen))
+        }))
         .map(|(i, r)| r.map(|r| (i, r)))
         .collect::<Result<_, _>>()?;
     // Shared files are written once.
-    let mut out = Rendered { files: Vec::new(), clusters: Vec::new() };
+    let source = crate::render::Source { kind: "fleet", name: fleet.name.clone() };
+    let mut out = Rendered { source, files: Vec::new(), clusters: Vec::new() };
     let mut written: BTreeMap<String, usize> = BTreeMap::new();
     for (i, first) in first_pass.into_iter().enumerate() {
         // A cluster whose layers all stay at their paths renders exactly as in the first pass.

@@ -1,7 +1,7 @@
 //! The only place that writes to the terminal.
 //!
 //! Data (diffs, lists, ids) goes to stdout; progress, warnings and errors go to stderr with the
-//! Flux glyphs (`►` action, `✚` created, `✔` success, `⚠` warning, `✗` failure). Colour follows
+//! Flux glyphs (`►` action, `✚` created, `−` deleted, `✔` success, `⚠` warning, `✗` failure). Colour follows
 //! `--color` and whether each stream is a terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -73,6 +73,13 @@ impl Printer {
         }
     }
 
+    /// `− message` on stderr, in red (hidden by `--quiet`).
+    pub fn deleted(&self, message: &str) {
+        if !self.quiet {
+            eprintln!("{} {message}", self.err_style(Style::new().red()).apply_to("−"));
+        }
+    }
+
     /// `✔ message` on stderr (hidden by `--quiet`).
     pub fn success(&self, message: &str) {
         if !self.quiet {
@@ -100,10 +107,11 @@ impl Printer {
     }
 
     /// A unified diff of one file on stdout, coloured on a terminal.
-    pub fn file_diff(&self, path: &str, old: Option<&str>, new: &str) {
+    pub fn file_diff(&self, path: &str, old: Option<&str>, new: Option<&str>) {
         let old_name = if old.is_some() { format!("a/{path}") } else { "/dev/null".to_owned() };
-        let diff = similar::TextDiff::from_lines(old.unwrap_or(""), new);
-        let text = diff.unified_diff().context_radius(3).header(&old_name, &format!("b/{path}")).to_string();
+        let new_name = if new.is_some() { format!("b/{path}") } else { "/dev/null".to_owned() };
+        let diff = similar::TextDiff::from_lines(old.unwrap_or(""), new.unwrap_or(""));
+        let text = diff.unified_diff().context_radius(3).header(&old_name, &new_name).to_string();
         self.diff_text(&text);
     }
 
@@ -164,19 +172,28 @@ impl Printer {
 }
 
 /// [`Progress`](crate::progress::Progress) on stderr: one spinner per layer with its phase and
-/// elapsed time on a terminal; plain `►`/`◎`/`✔` lines otherwise.
+/// elapsed time, and a bar per counted task, on a terminal; plain `►`/`◎`/`✔` lines otherwise
+/// (a counted task: when it starts and when it ends); nothing with `--quiet`.
 pub struct ProgressView {
     quiet: bool,
     color: bool,
     bars: Option<indicatif::MultiProgress>,
     layers: std::sync::Mutex<Vec<(String, indicatif::ProgressBar)>>,
+    /// Counted tasks: their bar on a terminal (`None` otherwise), once started.
+    counters: std::sync::Mutex<Vec<(String, Option<indicatif::ProgressBar>)>>,
 }
 
 impl ProgressView {
     fn new(quiet: bool, color: bool) -> Self {
         let tty = Term::stderr().features().is_attended();
         let bars = (tty && !quiet).then(indicatif::MultiProgress::new);
-        Self { quiet, color, bars, layers: std::sync::Mutex::new(Vec::new()) }
+        Self {
+            quiet,
+            color,
+            bars,
+            layers: std::sync::Mutex::new(Vec::new()),
+            counters: std::sync::Mutex::new(Vec::new()),
+        }
     }
 
     fn style(&self, s: Style) -> Style {
@@ -211,12 +228,41 @@ impl ProgressView {
         }
     }
 
+    /// The bar of a counted task, started on first use (`Some(None)` without a terminal, `None`
+    /// when it had started already and has no bar).
+    fn counter(&self, task: &str, total: usize) -> (bool, Option<indicatif::ProgressBar>) {
+        let Ok(mut counters) = self.counters.lock() else { return (false, None) };
+        if let Some((_, bar)) = counters.iter().find(|(t, _)| t == task) {
+            return (false, bar.clone());
+        }
+        let bar = self.bars.as_ref().map(|mp| {
+            let bar = mp.add(indicatif::ProgressBar::new(total as u64));
+            let style = indicatif::ProgressStyle::with_template(
+                "{spinner:.cyan} {prefix:.bold} [{bar:30.cyan/blue}] {pos}/{len} [{elapsed}]",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            bar.set_style(style.progress_chars("=> "));
+            bar.set_prefix(task.to_owned());
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            bar
+        });
+        counters.push((task.to_owned(), bar.clone()));
+        (true, bar)
+    }
+
     /// Stop every spinner (leaving its last line on screen).
     pub fn finish(&self) {
         if let Ok(layers) = self.layers.lock() {
             for (_, bar) in layers.iter() {
                 if !bar.is_finished() {
                     bar.finish();
+                }
+            }
+        }
+        if let Ok(counters) = self.counters.lock() {
+            for bar in counters.iter().filter_map(|(_, b)| b.as_ref()) {
+                if !bar.is_finished() {
+                    bar.abandon();
                 }
             }
         }
@@ -253,6 +299,30 @@ impl crate::progress::Progress for ProgressView {
         match active {
             Some(bar) => bar.set_message(format!("waiting: {text}")),
             None => self.line(&format!("{} {text}", self.style(Style::new().yellow()).apply_to("◎"))),
+        }
+    }
+
+    fn count(&self, task: &str, done: usize, total: usize) {
+        if self.quiet || total == 0 {
+            return;
+        }
+        let (started, bar) = self.counter(task, total);
+        match bar {
+            Some(bar) => {
+                if done as u64 > bar.position() {
+                    bar.set_position(done as u64);
+                }
+                if done >= total {
+                    bar.finish();
+                }
+            }
+            None if done >= total => {
+                self.line(&format!("{} {task}: {done}/{total}", self.style(Style::new().green()).apply_to("✔")));
+            }
+            None if started => {
+                self.line(&format!("{} {task}: {done}/{total}", self.style(Style::new().cyan()).apply_to("►")));
+            }
+            None => {}
         }
     }
 

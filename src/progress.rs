@@ -1,4 +1,4 @@
-//! Progress events from long-running domain work (apply, wait, verify).
+//! Progress events from long-running domain work (render of a fleet, apply, wait, verify).
 //!
 //! Domain code reports what happens through this trait and never prints; the printer implements
 //! it (spinners on a terminal, plain lines otherwise) and tests can record it.
@@ -46,4 +46,13 @@ pub trait Progress: Sync {
     fn status(&self, _object: &ObjectRef, _status: &StatusResult) {}
     /// A warning worth showing.
     fn warn(&self, _message: &str) {}
+    /// A counted task (rendering a fleet's clusters, writing files) reached `done` of `total`;
+    /// `done == total` ends it.
+    fn count(&self, _task: &str, _done: usize, _total: usize) {}
 }
+
+/// Progress nobody watches.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Silent;
+
+impl Progress for Silent {}

@@ -16,7 +16,7 @@ use crate::render::Renderer;
 pub fn run(settings: &LintSettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let renderer = Renderer::new(settings.templates.as_deref())?;
     let loaded = match &settings.source {
-        Source::Fleet(path) => fleet::load(path).map(|f| f.members),
+        Source::Fleet(path) => fleet::load(path, &printer.progress()).map(|f| f.members),
         Source::Profile(source) => profile::load(source).map(|p| vec![p]),
     };
     let findings: Vec<Finding> = match loaded {

@@ -28,9 +28,10 @@ pub fn run(opts: &RenderSettings, printer: &Printer) -> anyhow::Result<ExitStatu
             (rendered, format!("profile {}", loaded.profile.name()))
         }
         Source::Fleet(path) => {
-            let fleet = fleet::load(path)?;
+            let progress = printer.progress();
+            let fleet = fleet::load(path, &progress)?;
             let mut warnings = Vec::new();
-            let rendered = fleet::render_checked(&fleet, &renderer, |m, r| {
+            let rendered = fleet::render_checked(&fleet, &renderer, &progress, |m, r| {
                 warnings.extend(lint::gate(m, r)?);
                 Ok::<_, anyhow::Error>(())
             })?;
@@ -39,13 +40,20 @@ pub fn run(opts: &RenderSettings, printer: &Printer) -> anyhow::Result<ExitStatu
         }
     };
     let name = &name;
+    // Held until the render is written (and committed): renders into one repository take turns.
+    let _lock = if opts.check { None } else { Some(repo::lock(&opts.out)?) };
+    if !opts.check
+        && let Some(done) = repo::recover(&opts.out).with_context(|| format!("recovering {}", opts.out.display()))?
+    {
+        printer.warn(&done);
+    }
     // --check compares everything, owned or not.
     let staged = repo::stage(&opts.out, &rendered, &renderer, opts.force || opts.check)?;
     let changed: Vec<_> = staged.changed().collect();
 
     if opts.check {
         for f in &changed {
-            printer.file_diff(&f.path, f.old.as_deref(), &f.new);
+            printer.file_diff(&f.path, f.old.as_deref(), f.new.as_deref());
         }
         if changed.is_empty() {
             printer.success(&format!("{} is up to date with {name}", opts.out.display()));
@@ -63,18 +71,31 @@ pub fn run(opts: &RenderSettings, printer: &Printer) -> anyhow::Result<ExitStatu
         }
     }
     for f in &changed {
-        if f.old.is_some() {
-            printer.action(&format!("{} updated", f.path));
-        } else {
-            printer.created(&format!("{} created", f.path));
+        match (&f.old, &f.new) {
+            (_, None) => printer
+                .deleted(&format!("{} deleted (osbx rendered it before; the profile no longer produces it)", f.path)),
+            (Some(_), Some(_)) => printer.action(&format!("{} updated", f.path)),
+            (None, Some(_)) => printer.created(&format!("{} created", f.path)),
         }
     }
-    let written = repo::write(&staged).with_context(|| format!("writing into {}", opts.out.display()))?;
-    printer.success(&format!(
-        "rendered {name}: {} file(s) written, {} unchanged",
-        written.len(),
-        staged.files.len() - written.len()
-    ));
+    // Counting files is worth it for a fleet; a profile's few files are written at once.
+    let progress: Box<dyn crate::progress::Progress> = if matches!(opts.source, Source::Fleet(_)) {
+        Box::new(printer.progress())
+    } else {
+        Box::new(crate::progress::Silent)
+    };
+    let written =
+        repo::write(&staged, progress.as_ref()).with_context(|| format!("writing into {}", opts.out.display()))?;
+    let deleted = changed.iter().filter(|f| f.new.is_none()).count();
+    let unchanged = staged.files.len() - written.len();
+    if deleted == 0 {
+        printer.success(&format!("rendered {name}: {} file(s) written, {unchanged} unchanged", written.len()));
+    } else {
+        printer.success(&format!(
+            "rendered {name}: {} file(s) written, {deleted} deleted, {unchanged} unchanged",
+            written.len() - deleted
+        ));
+    }
 
     if let Some(message) = &opts.commit {
         match repo::commit(&opts.out, &written, message)? {

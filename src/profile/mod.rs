@@ -154,6 +154,12 @@ impl LoadedProfile {
         if !self.text.is_empty() {
             walk(&serde_json::to_value(&self.profile).unwrap_or_default(), "", &self.locations, &mut out);
         }
+        // An unnamed profile is named after its cluster.
+        for (field, value) in &mut out {
+            if field == "metadata.name" {
+                *value = serde_json::Value::String(self.profile.name().to_owned());
+            }
+        }
         out
     }
 }

@@ -71,10 +71,27 @@ pub struct RenderedFile {
 /// Everything a render produces.
 #[derive(Debug, Clone)]
 pub struct Rendered {
+    /// What was rendered: the profile or the fleet whose past output this render replaces.
+    pub source: Source,
     /// Owned files, in a stable order.
     pub files: Vec<RenderedFile>,
     /// The cluster kustomizations that must list osbx's layers (one per cluster).
     pub clusters: Vec<ClusterIndex>,
+}
+
+/// A profile or a fleet, as the owner of what it renders into a repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// `profile` or `fleet`.
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.name)
+    }
 }
 
 /// A cluster's `clusters/<cluster>/kustomization.yaml` and the entries osbx needs in it.
@@ -171,6 +188,7 @@ impl Renderer {
             }
         }
         Ok(Rendered {
+            source: Source { kind: "profile", name: p.name().to_owned() },
             files,
             clusters: vec![ClusterIndex { path: format!("{cluster_dir}/kustomization.yaml"), entries }],
         })

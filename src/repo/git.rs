@@ -77,7 +77,12 @@ pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<git
     let mut index = repo.index()?;
     // Exact paths, never pathspecs: a pathspec list would glob-match (and an empty one matches all).
     for path in &paths {
-        index.add_path(Path::new(path))?;
+        // A path osbx deleted leaves the index; the others are (re)added.
+        if workdir.join(path).exists() {
+            index.add_path(Path::new(path))?;
+        } else {
+            index.remove_path(Path::new(path))?;
+        }
     }
     index.write()?;
     let tree_id = index.write_tree()?;

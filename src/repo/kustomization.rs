@@ -1,8 +1,10 @@
-//! Merge entries into a kustomize `kustomization.yaml` that osbx does not own.
+//! Add entries to (and remove osbx's own from) a kustomize `kustomization.yaml` that osbx does not
+//! own.
 //!
 //! The file may hold entries, order and comments that people wrote by hand, so it is edited as
-//! text: the `resources` sequence is located with the YAML parser and new entries are inserted as
-//! lines after its last item, with the indentation the file already uses. Nothing else changes.
+//! text: the `resources` sequence is located with the YAML parser, new entries are inserted as
+//! lines after its last item with the indentation the file already uses, and removed entries lose
+//! their line. Nothing else changes.
 
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, StrInput, StructureStyle};
 
@@ -19,7 +21,8 @@ pub enum MergeError {
 
 /// The `resources` sequence found in a document.
 struct Resources {
-    items: Vec<String>,
+    /// Each item and its line (1-based).
+    items: Vec<(String, usize)>,
     /// Line (1-based) of the last item, and the column (0-based) of its dash.
     last: Option<(usize, usize)>,
     /// Line of the `resources:` key.
@@ -101,7 +104,7 @@ fn collect_items<'a>(
             }
             Event::SequenceStart(..) | Event::MappingStart(..) => depth += 1,
             Event::Scalar(v, ..) if depth == 1 => {
-                res.items.push(v.into_owned());
+                res.items.push((v.into_owned(), span.start.line()));
                 // A block item's dash sits two columns before its scalar.
                 res.last = Some((span.end.line(), span.start.col().saturating_sub(2)));
             }
@@ -118,7 +121,8 @@ fn collect_items<'a>(
 /// [`MergeError`] when the file does not parse or uses a layout osbx does not edit.
 pub(super) fn merge(text: &str, entries: &[String]) -> Result<String, MergeError> {
     let found = find_resources(text)?;
-    let present: Vec<&str> = found.as_ref().map(|r| r.items.iter().map(String::as_str).collect()).unwrap_or_default();
+    let present: Vec<&str> =
+        found.as_ref().map(|r| r.items.iter().map(|(i, _)| i.as_str()).collect()).unwrap_or_default();
     let missing: Vec<&String> = entries.iter().filter(|e| !present.contains(&e.as_str())).collect();
     if missing.is_empty() {
         return Ok(text.to_owned());
@@ -151,6 +155,44 @@ pub(super) fn merge(text: &str, entries: &[String]) -> Result<String, MergeError
     Ok(out)
 }
 
+/// The items of the `resources` of `text`.
+///
+/// # Errors
+/// [`MergeError`] when the file does not parse or uses a layout osbx does not edit.
+pub(super) fn items(text: &str) -> Result<Vec<String>, MergeError> {
+    Ok(find_resources(text)?.map(|r| r.items.into_iter().map(|(i, _)| i).collect()).unwrap_or_default())
+}
+
+/// Whether the `resources` of `text` list `entry`.
+///
+/// # Errors
+/// [`MergeError`] when the file does not parse or uses a layout osbx does not edit.
+pub(super) fn lists(text: &str, entry: &str) -> Result<bool, MergeError> {
+    Ok(find_resources(text)?.is_some_and(|r| r.items.iter().any(|(i, _)| i == entry)))
+}
+
+/// Remove `entries` from the `resources` of `text` (their lines; a comment on such a line goes
+/// with it); returns the new text.
+///
+/// # Errors
+/// [`MergeError`] when the file does not parse or uses a layout osbx does not edit.
+pub(super) fn remove(text: &str, entries: &[String]) -> Result<String, MergeError> {
+    let Some(found) = find_resources(text)? else { return Ok(text.to_owned()) };
+    let drop: Vec<usize> = found.items.iter().filter(|(i, _)| entries.contains(i)).map(|(_, line)| *line).collect();
+    if drop.is_empty() {
+        return Ok(text.to_owned());
+    }
+    let mut out: String = text
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| !drop.contains(&(i + 1)))
+        .map(|(_, l)| l)
+        .collect::<Vec<_>>()
+        .join("\n");
+    out.push('\n');
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +217,15 @@ mod tests {
         let out = merge(text, &entries()).unwrap();
         assert_eq!(out, "resources:\n- apps/opensandbox.yaml\n- other.yaml\n- apps/opensandbox-pools.yaml\n");
         assert_eq!(merge(&out, &entries()).unwrap(), out, "second merge is a no-op");
+    }
+
+    #[test]
+    fn removes_only_the_named_entries() {
+        let text = "resources:\n  - flux-system   # bootstrap\n  - apps/opensandbox.yaml\n  - mine.yaml # mine\n  - apps/opensandbox-pools.yaml\n";
+        let out = remove(text, &entries()).unwrap();
+        assert_eq!(out, "resources:\n  - flux-system   # bootstrap\n  - mine.yaml # mine\n");
+        assert_eq!(remove(&out, &entries()).unwrap(), out);
+        assert!(lists(text, "mine.yaml").unwrap() && !lists(&out, "apps/opensandbox.yaml").unwrap());
     }
 
     #[test]

@@ -1,21 +1,30 @@
 //! The Flux repository on disk: what would change, atomic writes, ownership and git.
 //!
-//! A render is staged ([`stage`]): for every file, its text on disk and the text osbx wants.
-//! Staging refuses files osbx does not own (no ownership marker) unless forced, and the staged
-//! files are written as one transaction ([`write`]): every new file is first written next to its target and synced, then all are
-//! renamed into place; if any step fails, the renames already done are undone, so the tree is the
-//! old one or the new one, never a mix.
+//! A render is staged ([`stage`]): for every file, its text on disk and the text osbx wants, or
+//! its deletion when osbx wrote it before and no longer produces it (see `state`). Staging
+//! refuses files osbx does not own (no ownership marker) unless forced, and the staged changes
+//! are written as one transaction ([`write`]): every new file is first written next to its
+//! target and synced, then all are renamed into place and the stale files deleted; if a step
+//! fails, what was done is undone, so the tree is the old one or the new one, never a mix. A
+//! write-ahead journal (see `journal`) carries that promise across a kill: the next render
+//! finishes what the killed one started ([`recover`]).
 
 mod git;
+mod journal;
 mod kustomization;
+mod state;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use git::{GitError, RepoState, commit, repo_state, staged_conflicts};
+use journal::{Journal, Phase, backup_of};
 pub use kustomization::MergeError;
+use state::State;
 
+use crate::progress::Progress;
 use crate::render::{ClusterIndex, RenderError, Rendered, Renderer, is_owned};
 
 /// Why the repository cannot be updated.
@@ -36,13 +45,31 @@ pub enum RepoError {
         reason: String,
     },
     /// The cluster kustomization cannot be merged into.
-    #[error("{path}: cannot add osbx's entries: {source}")]
+    #[error("{path}: cannot add or remove osbx's entries: {source}")]
     Merge {
         /// The path.
         path: String,
         /// Why.
         #[source]
         source: MergeError,
+    },
+    /// The state of an earlier render cannot be read.
+    #[error(
+        "{path}: not a state osbx can read ({reason}); remove it to start afresh (osbx then deletes nothing it rendered before)"
+    )]
+    State {
+        /// The path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The journal of an interrupted render cannot be read.
+    #[error("{path}: an interrupted render's journal osbx cannot read ({reason})")]
+    Journal {
+        /// The path.
+        path: String,
+        /// Why.
+        reason: String,
     },
     /// Rendering the new cluster kustomization failed.
     #[error(transparent)]
@@ -69,24 +96,24 @@ pub struct FileChange {
     pub path: String,
     /// Current text, `None` when the file does not exist.
     pub old: Option<String>,
-    /// Wanted text.
-    pub new: String,
+    /// Wanted text, `None` to delete the file.
+    pub new: Option<String>,
 }
 
 impl FileChange {
     /// Whether writing it would change the disk.
     #[must_use]
     pub fn changed(&self) -> bool {
-        self.old.as_deref() != Some(self.new.as_str())
+        self.old != self.new
     }
 }
 
-/// Every file osbx writes for a render, compared with the disk.
+/// Every file osbx writes or deletes for a render, compared with the disk.
 #[derive(Debug, Clone)]
 pub struct Staged {
     /// Repository root.
     pub root: PathBuf,
-    /// All files (changed or not), in render order.
+    /// All files (changed or not), in render order, then the deletions.
     pub files: Vec<FileChange>,
 }
 
@@ -97,11 +124,52 @@ impl Staged {
     }
 }
 
+/// An exclusive hold on a repository for one render (an advisory lock on its directory), so that
+/// two renders into one repository take turns instead of mixing their trees. Released when
+/// dropped, or when the process dies; the directories [`lock`] created go again if they are still
+/// empty then (a render that failed leaves nothing behind).
+#[derive(Debug)]
+pub struct RepoLock {
+    _dir: fs::File,
+    created: Vec<PathBuf>,
+}
+
+impl Drop for RepoLock {
+    fn drop(&mut self) {
+        for dir in self.created.iter().rev() {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Take the repository at `root` for one render (creating its directory when missing), waiting
+/// for another render that holds it.
+///
+/// # Errors
+/// [`RepoError::Io`] when the directory cannot be created, opened or locked.
+pub fn lock(root: &Path) -> Result<RepoLock, RepoError> {
+    let mut created = Vec::new();
+    create_dirs(root, &mut created)?;
+    let root = if root.as_os_str().is_empty() { Path::new(".") } else { root };
+    let file = fs::File::open(root).map_err(io(root))?;
+    file.lock().map_err(io(root))?;
+    Ok(RepoLock { _dir: file, created })
+}
+
+/// Finish (or undo) what a render that was killed part-way left in the repository at `root`;
+/// returns what was done, or `None` when nothing was left.
+///
+/// # Errors
+/// [`RepoError`] when the journal cannot be read or a step fails.
+pub fn recover(root: &Path) -> Result<Option<String>, RepoError> {
+    journal::recover(root)
+}
+
 /// Compare a render with the repository at `root`.
 ///
 /// # Errors
-/// [`RepoError`] when a file cannot be read, a path is blocked, the cluster kustomization cannot
-/// be merged, or (unless `force`) a target file is not owned by osbx.
+/// [`RepoError`] when a file cannot be read, a path is blocked, a cluster kustomization cannot
+/// be edited, or (unless `force`) a target file is not owned by osbx.
 pub fn stage(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool) -> Result<Staged, RepoError> {
     let mut files = Vec::new();
     let mut foreign = Vec::new();
@@ -113,33 +181,96 @@ pub fn stage(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool)
         {
             foreign.push(f.path.clone());
         }
-        files.push(FileChange { path: f.path.clone(), old, new: f.content.clone() });
+        files.push(FileChange { path: f.path.clone(), old, new: Some(f.content.clone()) });
+    }
+    let state_path = state::path(&rendered.source);
+    let state_text = read_existing(root, &state_path)?;
+    if state_text.as_deref().is_some_and(|t| !is_owned(t)) && !force {
+        foreign.push(state_path.clone());
     }
     if !foreign.is_empty() {
         return Err(RepoError::Foreign(foreign));
     }
-    for index in &rendered.clusters {
-        files.push(cluster_index(root, index, renderer)?);
+    let previous = match state_text.as_deref().filter(|t| is_owned(t)) {
+        Some(text) => State::parse(text).map_err(|reason| RepoError::State { path: state_path.clone(), reason })?,
+        None => State::default(),
+    };
+    let mut next = State {
+        files: rendered.files.iter().map(|f| f.path.clone()).collect(),
+        entries: BTreeMap::new(),
+        created: BTreeSet::new(),
+    };
+    // What the render no longer produces, and osbx still owns.
+    for path in previous.files.difference(&next.files) {
+        if let Some(old) = read_existing(root, path)?.filter(|t| is_owned(t)) {
+            files.push(FileChange { path: path.clone(), old: Some(old), new: None });
+        }
     }
+    let indexes: BTreeSet<&str> =
+        rendered.clusters.iter().map(|c| c.path.as_str()).chain(previous.entries.keys().map(String::as_str)).collect();
+    for path in indexes {
+        let index = rendered.clusters.iter().find(|c| c.path == path);
+        let recorded = previous.entries.get(path).cloned().unwrap_or_default();
+        let created_before = previous.created.contains(path);
+        if let Some((change, ours)) = cluster_index(root, path, index, &recorded, created_before, renderer)? {
+            if !ours.is_empty() {
+                next.entries.insert(path.to_owned(), ours);
+            }
+            if change.new.is_some() && (created_before || change.old.is_none()) {
+                next.created.insert(path.to_owned());
+            }
+            files.push(change);
+        }
+    }
+    let text = next.text(&rendered.source, &state_path);
+    files.push(FileChange { path: state_path, old: state_text, new: Some(text) });
     Ok(Staged { root: root.to_path_buf(), files })
 }
 
-/// The cluster kustomization: created when missing, else osbx's entries merged in.
-fn cluster_index(root: &Path, index: &ClusterIndex, renderer: &Renderer) -> Result<FileChange, RepoError> {
-    let path = &index.path;
+/// A cluster kustomization: created when missing, else osbx's entries merged in and the ones osbx
+/// added before and no longer needs removed; one osbx created that lists nothing any more (its
+/// cluster left the fleet) is deleted. Returns the change and the entries osbx added that
+/// it lists now (`None`: neither the file nor anything to do).
+fn cluster_index(
+    root: &Path,
+    path: &str,
+    index: Option<&ClusterIndex>,
+    recorded: &BTreeSet<String>,
+    created_before: bool,
+    renderer: &Renderer,
+) -> Result<Option<(FileChange, BTreeSet<String>)>, RepoError> {
+    let merge_error = |source| RepoError::Merge { path: path.to_owned(), source };
+    let wanted: Vec<String> = index.map(|i| i.entries.clone()).unwrap_or_default();
     let old = read_existing(root, path)?;
-    let new = if let Some(text) = &old {
-        kustomization::merge(text, &index.entries).map_err(|source| RepoError::Merge { path: path.clone(), source })?
-    } else {
-        let mut resources = Vec::new();
-        let dir = Path::new(path).parent().unwrap_or(Path::new(""));
-        if root.join(dir).join("flux-system").is_dir() {
-            resources.push("flux-system".to_owned());
+    let (new, added) = match &old {
+        Some(text) => {
+            let added: BTreeSet<String> = wanted
+                .iter()
+                .filter(|e| !kustomization::lists(text, e).unwrap_or(false) || recorded.contains(*e))
+                .cloned()
+                .collect();
+            let stale: Vec<String> = recorded.iter().filter(|e| !wanted.contains(e)).cloned().collect();
+            let merged = kustomization::merge(text, &wanted).map_err(merge_error)?;
+            let new = kustomization::remove(&merged, &stale).map_err(merge_error)?;
+            // A cluster osbx no longer renders, whose kustomization osbx created and which now
+            // lists nothing: the file goes too.
+            if index.is_none() && created_before && kustomization::items(&new).map_err(merge_error)?.is_empty() {
+                return Ok(Some((FileChange { path: path.to_owned(), old, new: None }, BTreeSet::new())));
+            }
+            (new, added)
         }
-        resources.extend(index.entries.iter().cloned());
-        renderer.cluster_kustomization(&resources)?
+        None if index.is_none() => return Ok(None),
+        None => {
+            let mut resources = Vec::new();
+            let dir = Path::new(path).parent().unwrap_or(Path::new(""));
+            if root.join(dir).join("flux-system").is_dir() {
+                resources.push("flux-system".to_owned());
+            }
+            resources.extend(wanted.iter().cloned());
+            (renderer.cluster_kustomization(&resources)?, wanted.iter().cloned().collect())
+        }
     };
-    Ok(FileChange { path: path.clone(), old, new })
+    Ok(Some((FileChange { path: path.to_owned(), old, new: Some(new) }, added)))
 }
 
 fn read_existing(root: &Path, rel: &str) -> Result<Option<String>, RepoError> {
@@ -158,57 +289,101 @@ fn read_existing(root: &Path, rel: &str) -> Result<Option<String>, RepoError> {
     }
 }
 
-/// Test-only fault injection: `OSBX_FAILPOINT=rename:N` fails the N-th rename (1-based) of a
-/// write, to prove that a failure part-way leaves the previous tree in place.
-fn failpoint(renamed: usize) -> std::io::Result<()> {
-    let hit = std::env::var("OSBX_FAILPOINT")
-        .ok()
-        .and_then(|v| v.strip_prefix("rename:").and_then(|n| n.parse::<usize>().ok()))
-        .is_some_and(|n| n == renamed + 1);
-    if hit { Err(std::io::Error::other("injected failure (OSBX_FAILPOINT)")) } else { Ok(()) }
+/// Test-only fault injection, at the N-th step (1-based) of a write's renames and deletions:
+/// `OSBX_FAILPOINT=rename:N` fails it (the write must undo what it did), `OSBX_FAILPOINT=kill:N`
+/// has the process SIGKILLed before it (the next render must finish the write).
+fn failpoint(step: usize) -> std::io::Result<()> {
+    let point = std::env::var("OSBX_FAILPOINT").unwrap_or_default();
+    let at = |prefix: &str| point.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok()) == Some(step + 1);
+    if at("kill:") {
+        let _ = std::process::Command::new("kill").args(["-KILL", &std::process::id().to_string()]).status();
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+    if at("rename:") { Err(std::io::Error::other("injected failure (OSBX_FAILPOINT)")) } else { Ok(()) }
 }
 
-/// Write every changed file as one transaction; returns the paths written.
+/// Write every changed file as one transaction, counting the files on `progress`; returns the
+/// paths written or deleted.
 ///
 /// # Errors
 /// [`RepoError::Io`] naming the file that failed; the tree on disk is then unchanged.
-pub fn write(staged: &Staged) -> Result<Vec<String>, RepoError> {
+pub fn write(staged: &Staged, progress: &dyn Progress) -> Result<Vec<String>, RepoError> {
+    let root = &staged.root;
     let changed: Vec<&FileChange> = staged.changed().collect();
-    let mut created_dirs = Vec::new();
-    let mut temps: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let result =
-        write_temps(&staged.root, &changed, &mut created_dirs, &mut temps).and_then(|()| commit_renames(&temps));
-    for (tmp, _) in &temps {
-        let _ = fs::remove_file(tmp);
+    if changed.is_empty() {
+        return Ok(Vec::new());
     }
+    let mut journal =
+        Journal { phase: Phase::Staging, renames: Vec::new(), deletes: Vec::new(), created_dirs: Vec::new() };
+    for f in &changed {
+        match &f.new {
+            Some(_) => journal.renames.push((temp_of(&f.path), f.path.clone())),
+            None => journal.deletes.push(f.path.clone()),
+        }
+    }
+    let mut created_dirs = Vec::new();
+    let result = journal
+        .save(root)
+        .and_then(|()| write_temps(root, &changed, &mut created_dirs, progress))
+        .and_then(|()| {
+            journal.created_dirs = created_dirs.iter().map(|d| rel(root, d)).collect();
+            journal.phase = Phase::Committing;
+            journal.save(root)
+        })
+        .and_then(|()| commit_steps(root, &journal));
     if let Err(e) = result {
+        for (tmp, _) in &journal.renames {
+            let _ = fs::remove_file(root.join(tmp));
+        }
         for dir in created_dirs.iter().rev() {
             let _ = fs::remove_dir(dir);
         }
+        Journal::finish(root);
         return Err(e);
     }
+    // The renames and deletions are durable before the journal that would redo them goes.
+    let dirs: BTreeSet<PathBuf> = changed
+        .iter()
+        .filter_map(|f| root.join(&f.path).parent().map(Path::to_path_buf))
+        .filter(|d| d.is_dir())
+        .collect();
+    for dir in &dirs {
+        journal::sync_dir(dir);
+    }
+    Journal::finish(root);
     Ok(changed.iter().map(|f| f.path.clone()).collect())
 }
 
-/// Write each file next to its target (synced), recording the directories it had to create and
-/// each temporary file with its target.
+/// The temporary file of a target, next to it.
+fn temp_of(path: &str) -> String {
+    let p = Path::new(path);
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    p.with_file_name(format!(".{name}.osbx-tmp")).to_string_lossy().replace('\\', "/")
+}
+
+fn rel(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root).unwrap_or(path).to_string_lossy().replace('\\', "/")
+}
+
+/// Write each new text next to its target (synced), recording the directories it had to create.
 fn write_temps(
     root: &Path,
     changed: &[&FileChange],
     created_dirs: &mut Vec<PathBuf>,
-    temps: &mut Vec<(PathBuf, PathBuf)>,
+    progress: &dyn Progress,
 ) -> Result<(), RepoError> {
-    for f in changed {
+    progress.count("writing files", 0, changed.len());
+    for (i, f) in changed.iter().enumerate() {
+        progress.count("writing files", i, changed.len());
+        let Some(new) = &f.new else { continue };
         let target = root.join(&f.path);
-        let parent = target.parent().unwrap_or(root).to_path_buf();
-        create_dirs(&parent, created_dirs)?;
-        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = parent.join(format!(".{name}.osbx-tmp"));
+        create_dirs(target.parent().unwrap_or(root), created_dirs)?;
+        let tmp = root.join(temp_of(&f.path));
         let mut file = fs::File::create(&tmp).map_err(io(&tmp))?;
-        temps.push((tmp.clone(), target));
-        file.write_all(f.new.as_bytes()).map_err(io(&tmp))?;
+        file.write_all(new.as_bytes()).map_err(io(&tmp))?;
         file.sync_all().map_err(io(&tmp))?;
     }
+    progress.count("writing files", changed.len(), changed.len());
     Ok(())
 }
 
@@ -220,27 +395,40 @@ fn create_dirs(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), RepoError> 
     if let Some(parent) = dir.parent() {
         create_dirs(parent, created)?;
     }
-    fs::create_dir(dir).map_err(io(dir))?;
-    created.push(dir.to_path_buf());
-    Ok(())
+    match fs::create_dir(dir) {
+        // Another render created it meanwhile.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(io(dir)(e)),
+        Ok(()) => {
+            created.push(dir.to_path_buf());
+            Ok(())
+        }
+    }
 }
 
-/// Rename staged files into place; on failure, put back what was there before.
-fn commit_renames(staged: &[(PathBuf, PathBuf)]) -> Result<(), RepoError> {
-    let mut done: Vec<(&Path, Option<PathBuf>)> = Vec::new();
-    for (i, (tmp, target)) in staged.iter().enumerate() {
-        let backup = target.with_file_name(format!(
-            ".{}.osbx-old",
-            target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-        ));
+/// Rename the temporary files into place and delete the stale files, keeping a backup of each
+/// target; on failure, put back what was there before. Directories emptied by deletions go.
+fn commit_steps(root: &Path, journal: &Journal) -> Result<(), RepoError> {
+    let mut done: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+    let steps = journal
+        .renames
+        .iter()
+        .map(|(tmp, target)| (Some(tmp), target))
+        .chain(journal.deletes.iter().map(|t| (None, t)));
+    for (i, (tmp, target)) in steps.enumerate() {
+        let target = root.join(target);
+        let backup = backup_of(&target);
         let step = || -> Result<Option<PathBuf>, RepoError> {
-            failpoint(i).map_err(io(target))?;
+            failpoint(i).map_err(io(&target))?;
             let had_old = target.exists();
             if had_old {
                 let _ = fs::remove_file(&backup);
-                fs::hard_link(target, &backup).map_err(io(target))?;
+                fs::hard_link(&target, &backup).map_err(io(&target))?;
             }
-            fs::rename(tmp, target).map_err(io(target))?;
+            match tmp {
+                Some(tmp) => fs::rename(root.join(tmp), &target).map_err(io(&target))?,
+                None => fs::remove_file(&target).map_err(io(&target))?,
+            }
             Ok(had_old.then(|| backup.clone()))
         };
         match step() {
@@ -250,10 +438,10 @@ fn commit_renames(staged: &[(PathBuf, PathBuf)]) -> Result<(), RepoError> {
                 for (target, backup) in done.into_iter().rev() {
                     match backup {
                         Some(b) => {
-                            let _ = fs::rename(&b, target);
+                            let _ = fs::rename(&b, &target);
                         }
                         None => {
-                            let _ = fs::remove_file(target);
+                            let _ = fs::remove_file(&target);
                         }
                     }
                 }
@@ -261,10 +449,24 @@ fn commit_renames(staged: &[(PathBuf, PathBuf)]) -> Result<(), RepoError> {
             }
         }
     }
-    for (_, backup) in done {
+    for (_, backup) in &done {
         if let Some(b) = backup {
             let _ = fs::remove_file(b);
         }
     }
+    for target in &journal.deletes {
+        remove_empty_parents(root, &root.join(target));
+    }
     Ok(())
+}
+
+/// Remove the directories above `file` that are empty now, up to `root`.
+fn remove_empty_parents(root: &Path, file: &Path) {
+    let mut dir = file.parent();
+    while let Some(d) = dir {
+        if d == root || !d.starts_with(root) || fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
 }

@@ -92,7 +92,7 @@ fn the_render_benchmark_fleets_render() {
         fleet.cluster(&format!("c-{i}"), overrides)
     });
     std::fs::write(dir.path().join("fleet.yaml"), fleet.yaml()).unwrap();
-    let loaded = osbx::fleet::load(&dir.path().join("fleet.yaml")).unwrap();
+    let loaded = osbx::fleet::load(&dir.path().join("fleet.yaml"), &osbx::progress::Silent).unwrap();
     let rendered = osbx::fleet::render(&loaded, &osbx::render::Renderer::new(None).unwrap()).unwrap();
     assert_eq!(
         rendered.files.len(),

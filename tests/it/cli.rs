@@ -205,7 +205,8 @@ fn commit_commits_exactly_the_files_osbx_changed() {
     let files = git(dir.path(), &["show", "--name-only", "--format=", "HEAD"]);
     let mut files: Vec<&str> = files.lines().collect();
     files.sort_unstable();
-    assert_eq!(files.len(), 11, "{files:?}");
+    assert_eq!(files.len(), 12, "{files:?}");
+    assert!(files.contains(&".osbx/profile-homelab.yaml"), "the render's state goes with it");
     assert!(!files.contains(&"notes.txt"));
     assert_eq!(git(dir.path(), &["status", "--porcelain"]), "?? notes.txt\n");
 

@@ -162,7 +162,7 @@ fn an_override_error_points_into_the_fleet_file() {
 async fn every_clusters_objects_are_accepted_by_the_api_server() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("fleet.yaml"), fleet(8)).unwrap();
-    let fleet = osbx::fleet::load(&dir.path().join("fleet.yaml")).unwrap();
+    let fleet = osbx::fleet::load(&dir.path().join("fleet.yaml"), &osbx::progress::Silent).unwrap();
     let client = cluster::client().await;
     cluster::install_all_crds().await;
     let renderer = osbx::render::Renderer::new(None).unwrap();

@@ -92,7 +92,8 @@ pub fn subjects() -> &'static [Subject] {
             out.push(render(format!("profile {name}"), &loaded));
         }
         let fleet_path = root().join("examples/fleet.yaml");
-        let fleet = osbx::fleet::load(&fleet_path).unwrap_or_else(|e| panic!("load {}: {e}", fleet_path.display()));
+        let fleet = osbx::fleet::load(&fleet_path, &osbx::progress::Silent)
+            .unwrap_or_else(|e| panic!("load {}: {e}", fleet_path.display()));
         for member in &fleet.members {
             out.push(render(format!("fleet {}, cluster {}", fleet.name, member.profile.cluster.name), member));
         }

@@ -3,5 +3,6 @@
 //! show progress.
 
 mod owned;
+mod progress;
 mod schema;
 mod starters;
