@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -22,15 +22,32 @@ struct Entry {
     created: bool,
 }
 
+/// How often a write retries after another writer changed the inventory in between.
+const ATTEMPTS: usize = 8;
+
 /// The inventory of one profile on one cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Inventory {
     /// Its ConfigMap.
     pub config_map: ObjectRef,
     /// Every object osbx applied, and whether osbx created it (only such objects are ever
     /// pruned).
     pub entries: BTreeMap<ObjectRef, bool>,
+    /// The ConfigMap's `resourceVersion` as last read or written (`None`: it did not exist).
+    resource_version: Option<String>,
+    /// What this run changed, in order (`Some(created)`: recorded, `None`: forgotten): replayed
+    /// onto the newer inventory when another writer changed it in between.
+    changes: Vec<(ObjectRef, Option<bool>)>,
 }
+
+/// Two inventories are equal when they list the same objects the same way.
+impl PartialEq for Inventory {
+    fn eq(&self, other: &Self) -> bool {
+        self.config_map == other.config_map && self.entries == other.entries
+    }
+}
+
+impl Eq for Inventory {}
 
 impl Inventory {
     /// The inventory ConfigMap of a profile on a cluster: `osbx-inventory-<profile>-<cluster>` in
@@ -54,32 +71,50 @@ impl Inventory {
         self.config_map.namespace.as_deref().unwrap_or_default()
     }
 
+    fn api_error(&self) -> impl FnOnce(kube::Error) -> ClusterError + '_ {
+        move |source| ClusterError::Api { subject: self.config_map.to_string(), source }
+    }
+
     /// Read the inventory (empty when the ConfigMap does not exist).
     ///
     /// # Errors
     /// [`ClusterError::Api`] when the read fails.
     pub async fn load(cluster: &Cluster, config_map: ObjectRef) -> Result<Self, ClusterError> {
-        let mut inventory = Self { config_map, entries: BTreeMap::new() };
-        let cm = Self::api(cluster, inventory.namespace())
-            .get_opt(&inventory.config_map.name)
-            .await
-            .map_err(|source| ClusterError::Api { subject: inventory.config_map.to_string(), source })?;
+        let mut inventory = Self { config_map, entries: BTreeMap::new(), resource_version: None, changes: Vec::new() };
+        inventory.reload(cluster).await?;
+        Ok(inventory)
+    }
+
+    /// Read the ConfigMap again (entries and `resourceVersion`), then replay this run's changes.
+    async fn reload(&mut self, cluster: &Cluster) -> Result<(), ClusterError> {
+        let cm = Self::api(cluster, self.namespace()).get_opt(&self.config_map.name).await.map_err(self.api_error())?;
+        self.resource_version = cm.as_ref().and_then(|cm| cm.metadata.resource_version.clone());
         let stored: Vec<Entry> = cm
             .and_then(|cm| cm.data.get("data").and_then(|d| d.get(KEY)).and_then(Value::as_str).map(str::to_owned))
             .map(|text| serde_json::from_str(&text).unwrap_or_default())
             .unwrap_or_default();
-        inventory.entries = stored.into_iter().map(|e| (e.id, e.created)).collect();
-        Ok(inventory)
+        self.entries = stored.into_iter().map(|e| (e.id, e.created)).collect();
+        for (id, change) in &self.changes {
+            match change {
+                Some(created) => *self.entries.entry(id.clone()).or_default() |= created,
+                None => {
+                    self.entries.remove(id);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Record an applied object; an object osbx ever created stays marked as created.
     pub fn record(&mut self, id: &ObjectRef, created: bool) {
         *self.entries.entry(id.clone()).or_default() |= created;
+        self.changes.push((id.clone(), Some(created)));
     }
 
     /// Forget an object (after it was pruned).
     pub fn forget(&mut self, id: &ObjectRef) {
         self.entries.remove(id);
+        self.changes.push((id.clone(), None));
     }
 
     /// Entries osbx created that are not in `current`, in reverse apply order (for deletion).
@@ -96,25 +131,55 @@ impl Inventory {
         stale
     }
 
-    /// Write the inventory (server-side apply, manager `osbx`).
+    /// Write the inventory with optimistic concurrency: created when it did not exist (which
+    /// fails if another apply created it meanwhile), else applied with the `resourceVersion`
+    /// last seen as a precondition. When another writer got there first, the inventory is read
+    /// again, this run's changes are replayed onto it, and the write is retried, so no writer's
+    /// entries are lost.
     ///
     /// # Errors
-    /// [`ClusterError::Api`] when the write fails.
-    pub async fn write(&self, cluster: &Cluster) -> Result<(), ClusterError> {
+    /// [`ClusterError::Api`] when a write fails, or [`ClusterError::Contended`] when the
+    /// inventory kept changing under this run.
+    pub async fn write(&mut self, cluster: &Cluster) -> Result<(), ClusterError> {
+        for attempt in 0..ATTEMPTS {
+            match self.try_write(cluster).await {
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    // Conflict (changed) or AlreadyExists (created meanwhile): read, replay, retry.
+                    if attempt > 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(20 << attempt.min(5))).await;
+                    }
+                    self.reload(cluster).await?;
+                }
+                other => return other.map_err(self.api_error()),
+            }
+        }
+        Err(ClusterError::Contended { subject: self.config_map.to_string(), attempts: ATTEMPTS })
+    }
+
+    async fn try_write(&mut self, cluster: &Cluster) -> Result<(), kube::Error> {
         let mut entries: Vec<Entry> =
             self.entries.iter().map(|(id, created)| Entry { id: id.clone(), created: *created }).collect();
         // Stored sorted by subject (the order readers have always seen).
         entries.sort_by_cached_key(|e| e.id.to_string());
-        let cm = json!({
+        let mut cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": self.config_map.name, "namespace": self.namespace(),
                          "labels": {"app.kubernetes.io/managed-by": "osbx"}},
             "data": {KEY: serde_json::to_string(&entries).unwrap_or_default()},
         });
-        Self::api(cluster, self.namespace())
-            .patch(&self.config_map.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&cm))
-            .await
-            .map_err(|source| ClusterError::Api { subject: self.config_map.to_string(), source })?;
+        let api = Self::api(cluster, self.namespace());
+        let stored = match &self.resource_version {
+            None => {
+                let cm: DynamicObject = serde_json::from_value(cm).map_err(kube::Error::SerdeError)?;
+                api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }, &cm)
+                    .await?
+            }
+            Some(version) => {
+                cm["metadata"]["resourceVersion"] = json!(version);
+                api.patch(&self.config_map.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&cm)).await?
+            }
+        };
+        self.resource_version = stored.metadata.resource_version;
         Ok(())
     }
 }

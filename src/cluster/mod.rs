@@ -69,6 +69,16 @@ pub enum ClusterError {
         #[source]
         source: kube::Error,
     },
+    /// A read-modify-write kept losing to other writers.
+    #[error(
+        "{subject}: changed by another writer {attempts} times while this run tried to update it; another osbx apply of this profile is running: let it finish, then rerun"
+    )]
+    Contended {
+        /// The object.
+        subject: String,
+        /// How many times the write was tried.
+        attempts: usize,
+    },
 }
 
 /// One connection for a run.

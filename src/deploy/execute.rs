@@ -39,8 +39,10 @@ struct Run<'a> {
     /// Plans made before the first write, taken as layers use them; cleared when a wait makes
     /// them stale.
     planned: BTreeMap<ObjectRef, Planned>,
-    /// The inventory to write together with the first objects, until it is written.
-    intent: Option<Inventory>,
+    /// The inventory: as planned (every object about to be applied recorded), then as applied.
+    inventory: Inventory,
+    /// Whether the planned inventory is still to be written together with the first objects.
+    intent: bool,
     changes: ChangeSet,
 }
 
@@ -69,9 +71,9 @@ pub async fn execute(
         inventory.record(&p.id, p.action == Action::Created);
     }
     // Written with the first objects (see `apply_layer`), before any other.
-    let saved = inventory.clone();
-    let intent = (!opts.dry_run && inventory != previous).then(|| inventory.clone());
-    let mut run = Run { cluster, opts, progress, planned, intent, changes: ChangeSet::default() };
+    let saved = inventory.entries.clone();
+    let intent = !opts.dry_run && inventory != previous;
+    let mut run = Run { cluster, opts, progress, planned, inventory, intent, changes: ChangeSet::default() };
     let mut not_ready: Option<WaitError> = None;
     let wait_opts = WaitOptions { interval: opts.interval, deadline, fail_fast: true };
     let waits = opts.wait && !opts.dry_run;
@@ -89,7 +91,7 @@ pub async fn execute(
         progress.phase(&layer.name, if opts.dry_run { Phase::Planning } else { Phase::Applying });
         let applied = run.apply_layer(layer).await?;
         for p in &applied {
-            inventory.record(&p.id, p.action == Action::Created);
+            run.inventory.record(&p.id, p.action == Action::Created);
         }
         if waits {
             progress.phase(&layer.name, Phase::Waiting);
@@ -107,7 +109,7 @@ pub async fn execute(
     // Prune once every layer was applied (readiness failures do not stop it: removing stale
     // objects can unblock their replacements).
     let cluster_failed = matches!(not_ready, Some(WaitError::Cluster(_)));
-    let mut changes = run.changes;
+    let (mut changes, mut inventory) = (run.changes, run.inventory);
     if opts.prune && !cluster_failed && covers_every_object(layers, &changes) {
         for stale in previous.stale(&super::kept(profile, layers)) {
             match ssa::prune(cluster, &stale, opts.dry_run).await? {
@@ -122,7 +124,7 @@ pub async fn execute(
             }
         }
     }
-    if !opts.dry_run && (run.intent.is_some() || inventory != saved) {
+    if !opts.dry_run && (run.intent || inventory.entries != saved) {
         inventory.write(cluster).await?;
     }
     if let Some(WaitError::Cluster(e)) = not_ready {
@@ -183,9 +185,11 @@ impl Run<'_> {
         if self.opts.dry_run {
             return Ok(vec![None; stage_plan.len()]);
         }
-        let Some(inventory) = self.intent.take_if(|_| stage_plan.iter().any(Planned::writes)) else {
+        if !(self.intent && stage_plan.iter().any(Planned::writes)) {
             return Ok(ssa::write_all(cluster, stage_plan, force).await?);
-        };
+        }
+        self.intent = false;
+        let inventory = &mut self.inventory;
         let (answers, ()) = futures::try_join!(
             async { ssa::write_all(cluster, stage_plan, force).await.map_err(DeployError::from) },
             async { inventory.write(cluster).await.map_err(DeployError::from) },

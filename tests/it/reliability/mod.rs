@@ -1,0 +1,4 @@
+//! What real use brings besides a dead server: two applies at once, a bad network, a
+//! least-privilege CI account, long fuzzing, and verify under load.
+
+mod inventory;
