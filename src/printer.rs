@@ -289,6 +289,25 @@ impl crate::progress::Progress for ProgressView {
         }
     }
 
+    fn check(&self, check: &str, state: &crate::progress::CheckState) {
+        use crate::progress::CheckState;
+        let bar = self.bar(check);
+        match (state, bar) {
+            (CheckState::Running, Some(bar)) => bar.set_message("running"),
+            (CheckState::Running, None) => {
+                self.line(&format!("{} check {check}: running", self.style(Style::new().cyan()).apply_to("►")));
+            }
+            (CheckState::Finished { outcome, good }, bar) => {
+                let (glyph, color) = if *good { ("✔", Style::new().green()) } else { ("✗", Style::new().red()) };
+                let glyph = self.style(color).apply_to(glyph);
+                match bar {
+                    Some(bar) => bar.finish_with_message(format!("{glyph} {outcome}")),
+                    None => self.line(&format!("{glyph} check {check}: {outcome}")),
+                }
+            }
+        }
+    }
+
     fn status(&self, object: &crate::object::ObjectRef, status: &crate::cluster::status::StatusResult) {
         let text = format!("{object} {}: {}", status.status, status.message);
         let active = self

@@ -8,7 +8,7 @@ use std::fmt;
 use crate::cluster::status::StatusResult;
 use crate::object::ObjectRef;
 
-/// Where a unit of work (a layer, a verify check) is.
+/// Where a layer of an apply is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// Waiting for the layers it depends on.
@@ -19,8 +19,6 @@ pub enum Phase {
     Applying,
     /// Waiting for readiness.
     Waiting,
-    /// Running (a verify check).
-    Running,
     /// Finished.
     Ready,
 }
@@ -32,16 +30,32 @@ impl fmt::Display for Phase {
             Phase::Planning => "planning",
             Phase::Applying => "applying",
             Phase::Waiting => "waiting",
-            Phase::Running => "running",
             Phase::Ready => "ready",
         })
     }
 }
 
+/// Where a verify check is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckState {
+    /// Running.
+    Running,
+    /// Finished with this outcome (`PASS`, `FAIL`, …; the worst of a check's ids), `good` when
+    /// it passed or was skipped.
+    Finished {
+        /// The outcome, as the report shows it.
+        outcome: String,
+        /// Whether it passed (or was skipped).
+        good: bool,
+    },
+}
+
 /// Receiver of progress events. Every method has an empty default.
 pub trait Progress: Sync {
-    /// A unit of work (a layer, a check) enters a phase.
-    fn phase(&self, _unit: &str, _phase: Phase) {}
+    /// A layer enters a phase.
+    fn phase(&self, _layer: &str, _phase: Phase) {}
+    /// A verify check (its ids, comma-separated) starts or ends.
+    fn check(&self, _check: &str, _state: &CheckState) {}
     /// An object's readiness changed while waiting.
     fn status(&self, _object: &ObjectRef, _status: &StatusResult) {}
     /// A warning worth showing.

@@ -16,8 +16,14 @@ const NOISY_METADATA: &[&str] = &[
     "selfLink",
     "deletionGracePeriodSeconds",
 ];
-const NOISY_ANNOTATIONS: &[&str] =
-    &["kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision"];
+/// Annotations that say nothing about the object's meaning: kubectl's and the Deployment
+/// controller's, and osbx's own hash of what it applied last (stale when Flux applied the same
+/// change from git before osbx compares).
+const NOISY_ANNOTATIONS: &[&str] = &[
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "deployment.kubernetes.io/revision",
+    super::ssa::APPLIED_HASH,
+];
 
 /// The object without server-owned fields.
 #[must_use]

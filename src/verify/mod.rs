@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::profile::Profile;
-use crate::progress::{Phase, Progress};
+use crate::progress::{CheckState, Progress};
 
 pub use endpoint::{ApiKeyValue, Endpoint};
 
@@ -37,6 +37,20 @@ pub enum Outcome {
     Error,
     /// Not applicable to this profile.
     Skip,
+}
+
+impl Outcome {
+    /// How bad it is, for the one outcome of several: a failure over an error over a pass over
+    /// a skip.
+    #[must_use]
+    pub fn severity(self) -> u8 {
+        match self {
+            Outcome::Skip => 0,
+            Outcome::Pass => 1,
+            Outcome::Error => 2,
+            Outcome::Fail => 3,
+        }
+    }
 }
 
 impl std::fmt::Display for Outcome {
@@ -169,7 +183,7 @@ pub async fn run(
     let runs = checks.iter().filter(|c| c.ids().iter().any(|id| selection.selects(id))).map(|check| async move {
         let ids = check.ids();
         let label = ids.join(", ");
-        progress.phase(&label, Phase::Running);
+        progress.check(&label, &CheckState::Running);
         let start = Instant::now();
         let started_ms = millis(start.duration_since(run_start));
         let verdicts = match tokio::time::timeout(check.timeout(), check.run(ctx)).await {
@@ -182,12 +196,18 @@ pub async fn run(
                 .collect(),
         };
         let elapsed = millis(start.elapsed());
-        progress.phase(&label, Phase::Ready);
-        ids.into_iter()
+        let results: Vec<CheckResult> = ids
+            .into_iter()
             .zip(verdicts)
             .filter(|(id, _)| selection.selects(id))
             .map(|(id, verdict)| CheckResult { id, started_ms, duration_ms: elapsed, verdict })
-            .collect::<Vec<_>>()
+            .collect();
+        let worst = results.iter().map(|r| r.verdict.outcome).max_by_key(|o| o.severity()).unwrap_or(Outcome::Skip);
+        progress.check(
+            &label,
+            &CheckState::Finished { outcome: worst.to_string(), good: matches!(worst, Outcome::Pass | Outcome::Skip) },
+        );
+        results
     });
     let mut results: Vec<CheckResult> = futures::future::join_all(runs).await.into_iter().flatten().collect();
     let order: Vec<String> = checks.iter().flat_map(|c| c.ids()).collect();

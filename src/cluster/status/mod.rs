@@ -5,7 +5,8 @@
 //! Ready is not Ready); `Reconciling=True` means InProgress and `Stalled=True` Failed; then rules
 //! per kind; then a generic `Ready` condition; an object with no readiness information is Current.
 //! Flux objects must also have been reconciled at least once (`observedGeneration ≥ 1`), and a
-//! `Ready=False` with a terminal reason (`InstallFailed`, …) is Failed, so waits fail fast.
+//! `Ready=False` with a terminal reason (`InstallFailed`, …) is Failed, so waits fail fast, also
+//! while helm-controller waits to retry (`Reconciling=True` with `ProgressingWithRetry`).
 
 use std::fmt;
 
@@ -104,6 +105,16 @@ pub fn compute(obj: &Value) -> StatusResult {
         return r;
     }
     if cond_is(obj, "Reconciling", "True") {
+        // helm-controller keeps a release it will only retry later (`RetryOnFailure`)
+        // Reconciling with `ProgressingWithRetry`: the attempt failed, and only time passes
+        // until the next one.
+        if gvk.is_flux()
+            && condition(obj, "Reconciling").is_some_and(|c| c["reason"] == "ProgressingWithRetry")
+            && let Some(failed) = terminal_ready(obj)
+        {
+            let retry = cond_message(obj, "Reconciling");
+            return result(Status::Failed, if retry.is_empty() { failed } else { format!("{failed} ({retry})") });
+        }
         return result(Status::InProgress, non_empty(cond_message(obj, "Reconciling"), "reconciling"));
     }
     if cond_is(obj, "Stalled", "True") {
@@ -116,13 +127,18 @@ pub fn compute(obj: &Value) -> StatusResult {
         let message = ready["message"].as_str().unwrap_or("").to_owned();
         return match ready["status"].as_str() {
             Some("True") => result(Status::Current, non_empty(message, "Ready")),
-            Some("False") if ready["reason"].as_str().is_some_and(|r| TERMINAL_REASONS.contains(&r)) => {
-                result(Status::Failed, format!("{}: {message}", ready["reason"].as_str().unwrap_or_default()))
-            }
+            Some("False") if let Some(failed) = terminal_ready(obj) => result(Status::Failed, failed),
             _ => result(Status::InProgress, non_empty(message, "not Ready yet")),
         };
     }
     result(Status::Current, "no readiness information")
+}
+
+/// `reason: message` of a `Ready=False` condition with a terminal reason.
+fn terminal_ready(obj: &Value) -> Option<String> {
+    let ready = condition(obj, "Ready").filter(|c| c["status"] == "False")?;
+    let reason = ready["reason"].as_str().filter(|r| TERMINAL_REASONS.contains(r))?;
+    Some(format!("{reason}: {}", ready["message"].as_str().unwrap_or_default()))
 }
 
 fn non_empty(s: String, default: &str) -> String {

@@ -113,6 +113,19 @@ const CASES: &[(&str, &str, Status, &str)] = &[
         "InstallFailed: timed out",
     ),
     (
+        // helm-controller v1.6.2 with `install.strategy: RetryOnFailure`, as seen by the e2e test.
+        "helmrelease install failed, retry scheduled",
+        "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: a, generation: 1}\nstatus: {observedGeneration: 1, conditions: [{type: Reconciling, status: 'True', reason: ProgressingWithRetry, message: retrying after 5m0s}, {type: Ready, status: 'False', reason: InstallFailed, message: 'Helm install failed for release a/a with chart opensandbox@0.2.2: quantities must match the regular expression'}]}",
+        Status::Failed,
+        "InstallFailed: Helm install failed for release a/a with chart opensandbox@0.2.2: quantities must match the regular expression (retrying after 5m0s)",
+    ),
+    (
+        "helmrelease retrying now",
+        "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: a, generation: 1}\nstatus: {observedGeneration: 1, conditions: [{type: Reconciling, status: 'True', reason: Progressing, message: 'Running install'}, {type: Ready, status: 'False', reason: InstallFailed, message: 'earlier attempt failed'}]}",
+        Status::InProgress,
+        "Running install",
+    ),
+    (
         "helmrelease dependency",
         "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: a, generation: 1}\nstatus: {observedGeneration: 1, conditions: [{type: Ready, status: 'False', reason: DependencyNotReady, message: waiting}]}",
         Status::InProgress,

@@ -159,11 +159,16 @@ impl Check for HostKvm {
             });
             let mut ok = Vec::new();
             let mut problems = Vec::new();
+            // Probes that never reported: nothing is known about KVM there.
+            let mut stuck = Vec::new();
+            let mut stuck_fix = None;
             for (node, end) in futures::future::join_all(runs).await {
                 match end {
                     Err(e) => return vec![Verdict::error(format!("host probe on {node}"), e.to_string())],
                     Ok(ProbeEnd::Stuck { diagnosis }) => {
-                        problems.push(format!("{node}: {}", kata_diagnosis(&diagnosis).0));
+                        let (diag, fix) = kata_diagnosis(&diagnosis);
+                        stuck.push(format!("{node}: the host probe did not finish: {diag}"));
+                        stuck_fix = stuck_fix.or(fix);
                     }
                     Ok(ProbeEnd::Terminated { message, .. }) => match probe::json_line(&message) {
                         None => problems.push(format!("{node}: no result ({message})")),
@@ -183,11 +188,21 @@ impl Check for HostKvm {
                     },
                 }
             }
-            vec![if problems.is_empty() {
-                Verdict::pass(ok.join("; "))
-            } else {
-                Verdict::fail(ok.join("; "), problems.join("; "))
+            vec![if !problems.is_empty() {
+                let diagnosis = problems.iter().chain(&stuck).cloned().collect::<Vec<_>>().join("; ");
+                Verdict::fail(ok.join("; "), diagnosis)
                     .with_fix("enable VT-x/AMD-V or nested virtualisation on the Kata nodes")
+            } else if !stuck.is_empty() {
+                let v = Verdict::fail(
+                    format!("the host probe did not finish on {} of {} Kata node(s)", stuck.len(), kata.len()),
+                    stuck.join("; "),
+                );
+                match stuck_fix {
+                    Some(f) => v.with_fix(f),
+                    None => v,
+                }
+            } else {
+                Verdict::pass(ok.join("; "))
             }]
         })
     }

@@ -1,0 +1,313 @@
+//! One scenario's world: a plane with the real controllers, a kwok Node, the Kata RuntimeClass,
+//! the OpenSandbox chart repository, the Flux repository with the render pushed, and the Flux
+//! bootstrap objects; `apply` runs the first `osbx apply`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant, SystemTime};
+
+use kube::Client;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use super::git::{self, FluxRepo};
+use super::{KEY, bench, secs_since_epoch};
+use crate::cluster::{self, api_for, wait_for};
+use crate::support::{osbx, outputs, root};
+
+/// A plane started with `tests/cluster/up --with-controllers --watch-pid <this process>`:
+/// kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the Flux source,
+/// kustomize and helm controllers, the OpenSandbox controller and the git/static server.
+/// `tests/cluster/down` stops all of it when dropped (and the watchdog if the test binary dies).
+pub struct ControllerPlane {
+    dir: tempfile::TempDir,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// `GIT_HTTP_URL` of `controllers.env`.
+    pub git_http_url: String,
+    /// `GIT_ROOT` of `controllers.env`.
+    pub git_root: PathBuf,
+    /// How long `up --with-controllers` took.
+    pub up_time: Duration,
+}
+
+impl ControllerPlane {
+    /// Start one (blocking; about 8 s warm).
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new().prefix("osbx-e2e-plane-").tempdir().unwrap();
+        let started = Instant::now();
+        let out = std::process::Command::new(root().join("tests/cluster/up"))
+            .args(["--with-controllers", "--watch-pid", &std::process::id().to_string()])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run tests/cluster/up");
+        let up_time = started.elapsed();
+        assert!(out.status.success(), "tests/cluster/up --with-controllers failed (see stderr above)");
+        let text = std::fs::read_to_string(dir.path().join("controllers.env")).expect("controllers.env");
+        let env: BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.trim_matches('\'').to_owned()))
+            .collect();
+        let get = |k: &str| env.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from controllers.env:\n{text}"));
+        Self {
+            kubeconfig: PathBuf::from(get("KUBECONFIG")),
+            git_http_url: get("GIT_HTTP_URL"),
+            git_root: PathBuf::from(get("GIT_ROOT")),
+            up_time,
+            dir,
+        }
+    }
+
+    /// The plane's directory (every controller's log is `<dir>/<name>.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for ControllerPlane {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()).output();
+    }
+}
+
+/// The real OpenSandbox server (`tests/opensandbox/serve`) on loopback against the plane,
+/// serving the sandbox namespace; stopped when dropped (and by its own watchdog).
+pub struct RealServer {
+    dir: PathBuf,
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+}
+
+impl Drop for RealServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(root().join("tests/opensandbox/stop")).arg(&self.dir).output();
+    }
+}
+
+/// The flux-system sync objects as `flux bootstrap` commits and applies them (the Flux
+/// components themselves run out of cluster). The source interval is long on purpose: nothing
+/// reaches the cluster until a test asks Flux, as `flux reconcile source git flux-system` does,
+/// so "osbx diff before Flux applies" is deterministic.
+fn gotk_sync(flux_url: &str) -> String {
+    format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  name: flux-system\n  namespace: flux-system\n\
+         spec:\n  interval: 1h\n  ref:\n    branch: main\n  url: {flux_url}\n---\n\
+         apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: flux-system\n  namespace: flux-system\n\
+         spec:\n  interval: 10m\n  path: ./clusters/sandbox\n  prune: true\n  sourceRef:\n    kind: GitRepository\n    name: flux-system\n"
+    )
+}
+
+/// Everything a scenario needs; dropped in field order (server, then plane, then files).
+pub struct World {
+    /// The real OpenSandbox server, once started.
+    pub server: Option<RealServer>,
+    /// The plane.
+    pub plane: ControllerPlane,
+    /// An admin client.
+    pub client: Client,
+    /// The profile document (the embedded `default`, edited).
+    pub profile: Value,
+    /// The Flux repository.
+    pub flux: FluxRepo,
+    scenario: String,
+    work: tempfile::TempDir,
+}
+
+impl World {
+    /// A plane, a Node, the RuntimeClass, the chart repository, the default profile with
+    /// `edit` applied, rendered, committed and pushed, and the Flux bootstrap objects.
+    pub async fn start(scenario: &str, edit: impl FnOnce(&mut Value)) -> Self {
+        let started = Instant::now();
+        let plane = tokio::task::spawn_blocking(ControllerPlane::start).await.unwrap();
+        bench(scenario, "up_with_controllers", plane.up_time.as_secs_f64());
+        let client = cluster::client_for(&plane.kubeconfig).await;
+        node_and_runtime_class(&client).await;
+        let work = tempfile::Builder::new().prefix("osbx-e2e-work-").tempdir().unwrap();
+        let chart_url = git::publish_chart(&plane, work.path());
+
+        // The embedded default profile; the loop changes only the chart source (loopback) and
+        // the probe deadline (see `full_loop`), then what the scenario asks for.
+        let (_, text) = osbx::profile::embedded_text("default").unwrap();
+        let mut profile: Value = serde_saphyr::from_str(&text).unwrap();
+        profile["opensandbox"]["source"]["url"] = json!(chart_url);
+        profile["verify"] = json!({"probeDeadlineSeconds": 10});
+        edit(&mut profile);
+
+        let flux = FluxRepo::init(&plane, work.path());
+        let sync = gotk_sync(&flux.url);
+        crate::support::write(&flux.dir, "clusters/sandbox/flux-system/gotk-sync.yaml", &sync);
+        crate::support::write(
+            &flux.dir,
+            "clusters/sandbox/flux-system/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - gotk-sync.yaml\n",
+        );
+        flux.commit_all("flux bootstrap");
+        let world = Self { server: None, plane, client, profile, flux, scenario: scenario.to_owned(), work };
+        world.render_commit_push().await;
+
+        // `flux bootstrap` applies the sync objects it committed.
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}});
+        apply_object(&world.client, &ns).await;
+        for doc in sync.split("\n---\n") {
+            apply_object(&world.client, &serde_saphyr::from_str::<Value>(doc).unwrap()).await;
+        }
+        bench(scenario, "world_ready", started.elapsed().as_secs_f64());
+        world
+    }
+
+    /// [`World::start`] with the profile as it is, then the first `osbx apply`, which must
+    /// succeed with every layer Ready at its generation.
+    pub async fn start_applied(scenario: &str) -> Self {
+        let world = Self::start(scenario, |_| {}).await;
+        let (out, took, _) = world.apply("5m").await;
+        let (stdout, stderr) = outputs(&out);
+        let helm_log = world.log_tail("helm-controller", 30);
+        assert_eq!(out.status.code(), Some(0), "first apply:\n{stdout}{stderr}\nhelm-controller:\n{helm_log}");
+        super::flux::assert_layers_ready(&world.client, "after the first apply").await;
+        bench(scenario, "apply_wall", took.as_secs_f64());
+        world
+    }
+
+    /// The profile file (outside the Flux work tree, which must stay clean).
+    pub fn profile_path(&self) -> PathBuf {
+        self.work.path().join("profile.yaml")
+    }
+
+    /// Write [`World::profile`] to [`World::profile_path`].
+    pub fn write_profile(&self) {
+        std::fs::write(self.profile_path(), serde_saphyr::to_string(&self.profile).unwrap()).unwrap();
+    }
+
+    /// `osbx <args> --profile <profile> [--kubeconfig <plane>]` off the runtime, with
+    /// `OSBX_API_KEY` set; returns its output and wall time. The key is never printed.
+    pub async fn osbx(&self, args: &[&str]) -> (Output, Duration) {
+        let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        full.extend(["--profile".into(), self.profile_path().display().to_string()]);
+        if args[0] != "render" {
+            full.extend(["--kubeconfig".into(), self.plane.kubeconfig.display().to_string()]);
+        }
+        let cwd = self.work.path().to_path_buf();
+        let (out, took) = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let out = osbx().current_dir(cwd).env("OSBX_API_KEY", KEY).args(full).output().unwrap();
+            (out, started.elapsed())
+        })
+        .await
+        .unwrap();
+        let (stdout, stderr) = outputs(&out);
+        assert!(!stdout.contains(KEY) && !stderr.contains(KEY), "osbx {args:?} printed the API key");
+        (out, took)
+    }
+
+    /// Write the profile, `osbx render --commit` into the Flux work tree and push; returns the
+    /// pushed commit.
+    pub async fn render_commit_push(&self) -> String {
+        self.write_profile();
+        let out_dir = self.flux.dir.display().to_string();
+        let (out, _) = self.osbx(&["render", "--out", &out_dir, "--commit", "-m", "osbx: render"]).await;
+        let (stdout, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(0), "osbx render --commit: {stdout}{stderr}");
+        assert_eq!(self.flux.dirty(), "", "render --commit left changes behind");
+        self.flux.push()
+    }
+
+    /// `osbx apply` with a wall-clock start (for comparing with the objects' timestamps).
+    pub async fn apply(&self, timeout: &str) -> (Output, Duration, f64) {
+        let repo = self.flux.dir.display().to_string();
+        let start = secs_since_epoch(SystemTime::now());
+        let (out, took) = self.osbx(&["apply", "--repo", &repo, "--timeout", timeout]).await;
+        (out, took, start)
+    }
+
+    /// Ask Flux to fetch the Flux repository now, as `flux reconcile source git flux-system`
+    /// does; the Kustomizations on that source follow its new artifact.
+    pub async fn request_reconcile(&self) {
+        let now = format!("{:?}", SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos());
+        let patch = json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": now}}});
+        let obj = json!({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+                         "metadata": {"name": "flux-system", "namespace": "flux-system"}});
+        let (api, name) = api_for(&self.client, &obj).await;
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotate flux-system");
+    }
+
+    /// Start the real OpenSandbox server for the sandbox namespace, with the same API key.
+    pub async fn start_server(&mut self) -> String {
+        let dir = self.work.path().join("server");
+        let kubeconfig = self.plane.kubeconfig.clone();
+        let namespace =
+            self.profile["opensandbox"]["namespaces"]["sandbox"].as_str().unwrap_or("opensandbox").to_owned();
+        let started = Instant::now();
+        let server = tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(root().join("tests/opensandbox/serve"))
+                .args(["--watch-pid", &std::process::id().to_string()])
+                .arg(&dir)
+                .arg(&kubeconfig)
+                .arg(&namespace)
+                .env("OPENSANDBOX_SERVER_API_KEY", KEY)
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("tests/opensandbox/serve");
+            assert!(out.status.success(), "tests/opensandbox/serve failed (see stderr)");
+            let url = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
+            RealServer { dir, url }
+        })
+        .await
+        .unwrap();
+        bench(&self.scenario, "server_start", started.elapsed().as_secs_f64());
+        let url = server.url.clone();
+        self.server = Some(server);
+        url
+    }
+
+    /// The tail of a controller's log (for failure messages).
+    pub fn log_tail(&self, controller: &str, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.plane.dir().join(format!("{controller}.log"))).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+/// Server-side apply one object as the test.
+pub async fn apply_object(client: &Client, obj: &Value) {
+    let (api, name) = api_for(client, obj).await;
+    api.patch(&name, &PatchParams::apply("osbx-e2e").force(), &Patch::Apply(obj))
+        .await
+        .unwrap_or_else(|e| panic!("apply {}/{name}: {e}", obj["kind"]));
+}
+
+/// A kwok Node for the Kata pool and the chart's Deployments, and the Kata RuntimeClass.
+async fn node_and_runtime_class(client: &Client) {
+    let capacity = json!({"cpu": "32", "memory": "256Gi", "pods": "110"});
+    let handler =
+        |name: &str| json!({"name": name, "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}});
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "kwok-node-0", "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"type": "kwok", "kubernetes.io/hostname": "kwok-node-0", "kubernetes.io/os": "linux",
+                                "katacontainers.io/kata-runtime": "true", "kata-deploy.katacontainers.io/default": "true"}},
+        // kwok keeps these (checked: they survive its node-initialize and heartbeat stages);
+        // `osbx verify`'s nodes.ready reads runtimeHandlers when the server reports them.
+        "status": {"capacity": capacity, "allocatable": capacity,
+                   "runtimeHandlers": [handler("runc"), handler("kata-clh-runtime-rs")]},
+    });
+    let (api, _) = api_for(client, &node).await;
+    api.create(&PostParams::default(), &serde_json::from_value(node).unwrap()).await.expect("create the kwok Node");
+    wait_for("kwok-node-0 Ready", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            let n = api.get("kwok-node-0").await.ok()?;
+            let conditions = n.data["status"]["conditions"].as_array()?.clone();
+            conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True").then_some(())
+        }
+    })
+    .await;
+    // In a real cluster the (external) kata-deploy install creates this RuntimeClass; the
+    // default profile's Kata pool only names it, so the test stands in for kata-deploy.
+    let rc = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "kata-clh-runtime-rs"},
+        "handler": "kata-clh-runtime-rs", "overhead": {"podFixed": {"cpu": "250m", "memory": "130Mi"}},
+        "scheduling": {"nodeSelector": {"katacontainers.io/kata-runtime": "true"}}});
+    apply_object(client, &rc).await;
+}
