@@ -1,4 +1,8 @@
-//! Flux controllers' Ready conditions, and the chart installing the Pool CRD.
+//! A healthy Flux (every object Ready at its generation, or a stale Ready) and the CRDs a release's
+//! chart installs, for the fast tests that run without the real controllers. A failing release
+//! is not modelled: the real helm-controller's is in `tests/it/e2e/chart_failure.rs` (the
+//! stand-in's guess at it missed the `Reconciling=ProgressingWithRetry` condition that the real
+//! one writes).
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -40,14 +44,10 @@ pub struct Controllers {
     pub flux_namespaces: Vec<String>,
     /// Namespaces whose Pools the stand-in fills.
     pub pool_namespaces: Vec<String>,
-    /// HelmReleases get Ready=False / InstallFailed with this message instead of Ready.
-    pub helm_install_fails: Option<String>,
     /// Flux objects keep reporting the previous generation (a stale Ready).
     pub stale: bool,
     /// Never touch Pools (a Pool with no capacity).
     pub pools_stay_empty: bool,
-    /// Install the OpenSandbox CRDs once a HelmRelease is Ready (what the chart does).
-    pub chart_installs_crds: bool,
     /// Install `../shared/crds/<dir>` once the HelmRelease `<name>` is Ready (what its chart does).
     pub release_crds: Vec<(String, String)>,
 }
@@ -72,7 +72,6 @@ impl Controllers {
     }
 
     async fn reconcile(&self, client: &Client) {
-        let mut helm_ready = false;
         for (group, version, kind) in FLUX_KINDS {
             let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
             let Ok((ar, _)) = kube::discovery::pinned_kind(client, &gvk).await else { continue };
@@ -83,25 +82,16 @@ impl Controllers {
                     let v = serde_json::to_value(&obj).unwrap();
                     let generation = v["metadata"]["generation"].as_i64().unwrap_or(1);
                     let name = obj.metadata.name.clone().unwrap_or_default();
-                    let failing = *kind == "HelmRelease" && self.helm_install_fails.is_some();
-                    let (ready, reason, message) = if failing {
-                        (false, "InstallFailed", self.helm_install_fails.clone().unwrap_or_default())
-                    } else {
-                        (
-                            true,
-                            if *kind == "HelmRelease" { "InstallSucceeded" } else { "Succeeded" },
-                            "reconciled by the stand-in".to_owned(),
-                        )
-                    };
+                    let reason = if *kind == "HelmRelease" { "InstallSucceeded" } else { "Succeeded" };
                     let observed = if self.stale { generation - 1 } else { generation };
                     let current = v["status"]["observedGeneration"].as_i64() == Some(observed)
                         && v["status"]["conditions"][0]["reason"] == reason;
                     if !current {
-                        let cond = Ready { status: ready, reason, message: &message, observed: Some(observed) };
+                        let message = "reconciled by the stand-in";
+                        let cond = Ready { status: true, reason, message, observed: Some(observed) };
                         flux_ready(client, &ar, ns, &name, &cond).await;
                     }
-                    helm_ready |= *kind == "HelmRelease" && ready;
-                    if *kind == "HelmRelease" && ready {
+                    if *kind == "HelmRelease" {
                         for (release, dir) in &self.release_crds {
                             if *release == name {
                                 crate::cluster::install_crds(client, dir).await;
@@ -110,9 +100,6 @@ impl Controllers {
                     }
                 }
             }
-        }
-        if helm_ready && self.chart_installs_crds {
-            crate::cluster::install_crds(client, "opensandbox").await;
         }
         if !self.pools_stay_empty {
             self.fill_pools(client).await;

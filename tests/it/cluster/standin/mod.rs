@@ -1,8 +1,23 @@
-//! The test stand-in for what no real component can play in these tests, acting only through
-//! the real API: node-side results (a kubelet's Node status, probe pods' terminated state and
-//! termination message), and, for the tests that run without the real controllers, a Flux
-//! object's Ready condition and the OpenSandbox controller's part of a pooled sandbox. What they
-//! would write, the stand-in writes with status patches, exactly where a real component would.
+//! The test stand-in, acting only through the real API (status patches, exactly where a real
+//! component would write). The real controllers run in `tests/it/e2e` (`up --with-controllers`:
+//! Flux, kube-controller-manager, kube-scheduler, kwok, the OpenSandbox controller and server);
+//! the stand-in is what is left:
+//!
+//! - **What cannot run here** (`kubelet`): a Node's runtime handlers and kernel, and the results of
+//!   the probe pods: the guest kernel inside a Kata VM, `/dev/kvm` and `KVM_CREATE_VM` on the host,
+//!   Cloud Hypervisor's shared memory, and a SPIFFE Workload API answer. There is no KVM, no Kata VM
+//!   and no SPIRE agent on this machine; the stand-in returns each as a probe's termination message
+//!   in the format the probe scripts write. Limits: the scripts' parsing of `/proc`, `uname` and
+//!   the Workload API is exercised only against these messages.
+//! - **Failure modes the real parts do not produce on demand**: a stale Ready (`flux`, `stale`), a
+//!   Pool that never gets capacity (`pools_stay_empty`), a controller that never allocates or never
+//!   releases a pooled sandbox (`sandbox`).
+//! - **Speed** (`flux`, `sandbox`): the apply and verify tests of osbx's own logic (ordering,
+//!   zero-write re-applies, prune, conflicts, permissions, every verify diagnosis) run in seconds
+//!   on a plane without controllers; the stand-in marks Flux objects Ready and fills Pools there.
+//!   That the real controllers agree is proven by `e2e`: real Flux's conditions (including a failed
+//!   install, which the stand-in no longer models), the Pool CRD from the real chart, Pools filled
+//!   by the real controller, the Lifecycle API against the real server and controller.
 
 mod flux;
 mod kubelet;
