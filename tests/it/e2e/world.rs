@@ -233,7 +233,8 @@ impl World {
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotate flux-system");
     }
 
-    /// Start the real OpenSandbox server for the sandbox namespace, with the same API key.
+    /// Start the real OpenSandbox server for the sandbox namespace, with the same API key: the
+    /// version the pinned chart deploys (`opensandbox-server` 0.2.2).
     pub async fn start_server(&mut self) -> String {
         let dir = self.work.path().join("server");
         let kubeconfig = self.plane.kubeconfig.clone();
