@@ -6,7 +6,10 @@
 //! detached watchdog stops it as soon as the test binary exits, however it exits (statics are
 //! never dropped, so no destructor could do it).
 
+mod server;
 pub mod standin;
+
+pub use server::RealServer;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

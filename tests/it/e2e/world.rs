@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::git::{self, FluxRepo};
 use super::{KEY, bench, secs_since_epoch};
-use crate::cluster::{self, api_for, wait_for};
+use crate::cluster::{self, RealServer, api_for, wait_for};
 use crate::support::{osbx, outputs, root};
 
 /// A plane started with `tests/cluster/up --with-controllers --watch-pid <this process>`:
@@ -70,20 +70,6 @@ impl ControllerPlane {
 impl Drop for ControllerPlane {
     fn drop(&mut self) {
         let _ = std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()).output();
-    }
-}
-
-/// The real OpenSandbox server (`tests/opensandbox/serve`) on loopback against the plane,
-/// serving the sandbox namespace; stopped when dropped (and by its own watchdog).
-pub struct RealServer {
-    dir: PathBuf,
-    /// `http://127.0.0.1:<port>`.
-    pub url: String,
-}
-
-impl Drop for RealServer {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(root().join("tests/opensandbox/stop")).arg(&self.dir).output();
     }
 }
 
@@ -241,22 +227,9 @@ impl World {
         let namespace =
             self.profile["opensandbox"]["namespaces"]["sandbox"].as_str().unwrap_or("opensandbox").to_owned();
         let started = Instant::now();
-        let server = tokio::task::spawn_blocking(move || {
-            let out = std::process::Command::new(root().join("tests/opensandbox/serve"))
-                .args(["--watch-pid", &std::process::id().to_string()])
-                .arg(&dir)
-                .arg(&kubeconfig)
-                .arg(&namespace)
-                .env("OPENSANDBOX_SERVER_API_KEY", KEY)
-                .stderr(std::process::Stdio::inherit())
-                .output()
-                .expect("tests/opensandbox/serve");
-            assert!(out.status.success(), "tests/opensandbox/serve failed (see stderr)");
-            let url = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
-            RealServer { dir, url }
-        })
-        .await
-        .unwrap();
+        let server = tokio::task::spawn_blocking(move || RealServer::start(&dir, &kubeconfig, &namespace, KEY, &[]))
+            .await
+            .unwrap();
         bench(&self.scenario, "server_start", started.elapsed().as_secs_f64());
         let url = server.url.clone();
         self.server = Some(server);

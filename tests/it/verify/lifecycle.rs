@@ -1,41 +1,23 @@
 //! The Lifecycle API checks against the real OpenSandbox server (PyPI `opensandbox-server`,
 //! pinned in tests/opensandbox) on loopback; the stand-in plays the OpenSandbox controller.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::{World, assert_check};
-use crate::cluster::standin;
+use crate::cluster::{RealServer, standin};
 use crate::support::{osbx, outputs};
-
-/// The real OpenSandbox server (PyPI `opensandbox-server`, pinned in tests/opensandbox) on
-/// loopback against this world's plane; stopped when dropped (and by its watchdog).
-struct RealServer {
-    dir: PathBuf,
-    url: String,
-}
-
-impl Drop for RealServer {
-    fn drop(&mut self) {
-        let _ =
-            std::process::Command::new(crate::support::root().join("tests/opensandbox/stop")).arg(&self.dir).output();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_against_the_real_opensandbox_server() {
     let world = World::start().await;
     let key = "osbx-test-key-5f1d2c";
     let server = tokio::task::spawn_blocking({
-        let world_dir = world.dir.path().to_path_buf();
+        let dir = world.dir.path().join("server");
         let kubeconfig = world.plane.kubeconfig.clone();
-        move || {
-            let fake = WorldPaths { dir: world_dir, kubeconfig };
-            fake.start_server(key)
-        }
+        move || RealServer::start(&dir, &kubeconfig, "vf-sbx", key, &[("OSBX_OPENSANDBOX_CREATE_TIMEOUT", "6")])
     })
     .await
     .unwrap();
@@ -108,30 +90,4 @@ async fn lifecycle_against_the_real_opensandbox_server() {
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(!stdout.contains(key) && !stderr.contains(key));
     drop(server);
-}
-
-/// What `RealServer::start` needs of a world, movable to a blocking thread.
-struct WorldPaths {
-    dir: PathBuf,
-    kubeconfig: PathBuf,
-}
-
-impl WorldPaths {
-    fn start_server(&self, key: &str) -> RealServer {
-        let dir = self.dir.join("server");
-        let out = std::process::Command::new(crate::support::root().join("tests/opensandbox/serve"))
-            .arg("--watch-pid")
-            .arg(std::process::id().to_string())
-            .arg(&dir)
-            .arg(&self.kubeconfig)
-            .arg("vf-sbx")
-            .env("OPENSANDBOX_SERVER_API_KEY", key)
-            .env("OSBX_OPENSANDBOX_CREATE_TIMEOUT", "6")
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("tests/opensandbox/serve");
-        assert!(out.status.success(), "tests/opensandbox/serve failed (see stderr)");
-        let url = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
-        RealServer { dir, url }
-    }
 }
