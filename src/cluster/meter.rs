@@ -2,7 +2,8 @@
 //!
 //! kube-rs has no client-side throttle, so osbx stacks tower's rate and concurrency limits under
 //! the client, and counts every request by kind so that runs can report (and tests assert) how
-//! many reads, dry-runs and real writes they made: a no-op apply must make zero writes.
+//! many reads, dry-runs and real writes they made (a no-op apply must make zero writes), and the
+//! most that were in flight at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +20,8 @@ pub struct RequestStats {
     dry_runs: AtomicU64,
     writes: AtomicU64,
     reviews: AtomicU64,
+    in_flight: AtomicU64,
+    peak_in_flight: AtomicU64,
 }
 
 /// A snapshot of [`RequestStats`].
@@ -32,6 +35,9 @@ pub struct RequestCounts {
     pub writes: u64,
     /// Access reviews (`SelfSubjectAccessReview`), which change nothing.
     pub reviews: u64,
+    /// The most requests that were waiting for their response at once (never more than the
+    /// client's concurrency limit: they are counted below it).
+    pub peak_in_flight: u64,
 }
 
 impl RequestStats {
@@ -43,7 +49,15 @@ impl RequestStats {
             dry_runs: self.dry_runs.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             reviews: self.reviews.load(Ordering::Relaxed),
+            peak_in_flight: self.peak_in_flight.load(Ordering::Relaxed),
         }
+    }
+
+    /// A request is sent: counted in flight until the guard drops (its response arrived).
+    fn enter(self: &Arc<Self>) -> InFlight {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_in_flight.fetch_max(now, Ordering::Relaxed);
+        InFlight(self.clone())
     }
 
     fn record<B>(&self, req: &Request<B>) {
@@ -57,6 +71,15 @@ impl RequestStats {
             &self.writes
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One request in flight (see [`RequestStats::enter`]).
+struct InFlight(Arc<RequestStats>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -82,10 +105,11 @@ pub(super) struct Count<S> {
 impl<S, B> Service<Request<B>> for Count<S>
 where
     S: Service<Request<B>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -93,6 +117,12 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         self.stats.record(&req);
-        self.inner.call(req)
+        let in_flight = self.stats.enter();
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let answer = response.await;
+            drop(in_flight);
+            answer
+        })
     }
 }
