@@ -52,6 +52,11 @@ pub enum Command {
     ///
     /// Exit status: 0 written, 2 a file is in the way (nothing written) or an error.
     Init(InitArgs),
+    /// Print the least-privilege RBAC roles osbx needs for a profile (YAML), bound to a user or
+    /// ServiceAccount when one is named.
+    ///
+    /// Exit status: 0 printed, 2 the profile cannot be loaded or rendered.
+    Rbac(RbacArgs),
     /// Print the JSON Schema of the profile format (or of the fleet format).
     Schema {
         /// The fleet format instead.
@@ -231,6 +236,54 @@ pub struct LintArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
+}
+
+/// Which commands `osbx rbac` prints roles for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RbacFor {
+    /// `osbx apply` (without --verify).
+    Apply,
+    /// `osbx diff`.
+    Diff,
+    /// `osbx verify`.
+    Verify,
+    /// All three, and `osbx apply --verify`.
+    #[default]
+    All,
+}
+
+/// `osbx rbac` arguments.
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// Profile and templates.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// The commands the roles are for.
+    #[arg(long = "for", value_name = "COMMAND", value_enum, default_value_t)]
+    pub purpose: RbacFor,
+    /// Also what `apply --prune` deletes and `diff` shows as to be pruned: reading and deleting
+    /// any object of the rendered kinds in the rendered namespaces.
+    #[arg(long)]
+    pub prune: bool,
+    /// Bind the roles to this ServiceAccount (NAMESPACE/NAME); repeatable.
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_service_account)]
+    pub service_account: Vec<(String, String)>,
+    /// Bind the roles to this user (a client certificate's CN, an OIDC username); repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub user: Vec<String>,
+}
+
+/// Parse `NAMESPACE/NAME`.
+///
+/// # Errors
+/// A message when either part is missing.
+pub fn parse_service_account(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
+    }
 }
 
 /// The runtimes of a starter's pools.

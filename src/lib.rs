@@ -30,6 +30,7 @@ pub mod object;
 pub mod printer;
 pub mod profile;
 pub mod progress;
+pub mod rbac;
 pub mod render;
 pub mod repo;
 pub mod verify;

@@ -183,3 +183,19 @@ impl Inventory {
         Ok(())
     }
 }
+
+/// The permissions the inventory needs, declared next to the calls above.
+impl Inventory {
+    /// Reading it ([`Inventory::load`]): `get` on its ConfigMap.
+    #[must_use]
+    pub fn read_need(config_map: &ObjectRef) -> super::preflight::Need {
+        super::preflight::Need::on("get", config_map)
+    }
+
+    /// Writing it ([`Inventory::write`]): `create` in its namespace when it does not exist,
+    /// `patch` on its ConfigMap when it does (after a conflict it is read again: [`Self::read_need`]).
+    #[must_use]
+    pub fn write_needs(config_map: &ObjectRef) -> Vec<super::preflight::Need> {
+        ["create", "patch"].into_iter().map(|verb| super::preflight::Need::on(verb, config_map)).collect()
+    }
+}

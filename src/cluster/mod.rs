@@ -152,18 +152,6 @@ impl Cluster {
             api.get_opt(&id.name).await.map_err(|source| ClusterError::Api { subject: id.to_string(), source })?;
         Ok(obj.map(|o| serde_json::to_value(o).unwrap_or(serde_json::Value::Null)))
     }
-
-    /// The server version (`v1.36.3`); the first request of a run, so it also proves the
-    /// cluster is reachable and the credentials are accepted.
-    ///
-    /// # Errors
-    /// [`ClusterError::Unreachable`] with a readable reason.
-    pub async fn version(&self) -> Result<String, ClusterError> {
-        match self.client.apiserver_version().await {
-            Ok(v) => Ok(v.git_version),
-            Err(e) => Err(ClusterError::Unreachable { server: self.server.clone(), reason: describe(&e) }),
-        }
-    }
 }
 
 /// A one-line reason for a client error, without the debug noise of nested hyper errors.

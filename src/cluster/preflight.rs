@@ -1,17 +1,25 @@
 //! Checks before any write: the cluster answers, Flux serves the API versions osbx renders, and
-//! the caller may do everything the apply needs (SelfSubjectAccessReview per resource, namespace
-//! and verb). Each failure is a clear message; the command exits 2 without writing.
+//! the caller may do everything the run needs (SelfSubjectAccessReview per resource, namespace
+//! and verb, then per object where a role names objects). Each failure is a clear message; the
+//! command exits 2 without writing.
+//!
+//! What a run needs is declared as [`Need`]s next to the code that makes the calls (the apply's
+//! plan, the inventory, each verify check); the same declarations are reviewed here and turned
+//! into roles by [`crate::rbac`], so the two cannot drift apart.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::stream::{self, StreamExt};
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use kube::api::{Api, PostParams};
+use kube::discovery::Scope;
 
-use super::{Cluster, ClusterError};
+use super::{Cluster, ClusterError, describe};
 use crate::object::{Gvk, ObjectRef};
 
-/// Why the apply cannot start.
+/// Why the run cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum PreflightError {
     /// The cluster does not answer or refuses the credentials.
@@ -29,8 +37,122 @@ pub enum PreflightError {
     )]
     FluxNamespace(String),
     /// The caller lacks permissions.
-    #[error("the current user may not do everything this apply needs:\n{}\nask a cluster admin for these permissions, or use another --context", .0.iter().map(|d| format!("  {d}")).collect::<Vec<_>>().join("\n"))]
-    Forbidden(Vec<String>),
+    #[error("the current user may not do everything {run} needs:\n{}\nask a cluster admin for these permissions (`osbx rbac` prints them as roles), or use another --context", .denied.iter().map(|d| format!("  {d}")).collect::<Vec<_>>().join("\n"))]
+    Forbidden {
+        /// What was refused: `this apply`, `this diff`, `this verify run`, `osbx`.
+        run: &'static str,
+        /// One line per missing permission (`cannot create namespaces (cluster-wide)`).
+        denied: Vec<String>,
+    },
+}
+
+/// Verbs that Kubernetes RBAC cannot restrict to named objects: `create` (the name is in the
+/// body), and the collection verbs (osbx never selects by name).
+const COLLECTION_VERBS: &[&str] = &["create", "list", "deletecollection"];
+
+/// One permission a run needs: a verb on objects of a kind (every object, or one named object;
+/// in a namespace, or cluster-wide; optionally on a subresource), or on a non-resource URL.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Need {
+    /// The verb (`get`, `list`, `create`, `patch`, `delete`, `deletecollection`).
+    pub verb: &'static str,
+    /// What it is done to.
+    pub target: Target,
+}
+
+/// What a [`Need`] is done to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// Objects of a kind.
+    Objects {
+        /// The kind.
+        kind: Gvk,
+        /// The namespace; `None`: a cluster-scoped kind, or every namespace (a namespace whose
+        /// name is known only at run time, such as a verify run's probe namespace).
+        namespace: Option<String>,
+        /// Only this object; `None`: any object (collections, `create`, names known only at run
+        /// time).
+        name: Option<String>,
+        /// A subresource (`proxy`).
+        subresource: Option<&'static str>,
+    },
+    /// A non-resource URL (`/version`).
+    Url(&'static str),
+}
+
+impl Need {
+    /// `verb` on the object `id` (on every object of its kind in its namespace for the verbs
+    /// RBAC cannot restrict to names: `create`, `list`, `deletecollection`).
+    #[must_use]
+    pub fn on(verb: &'static str, id: &ObjectRef) -> Self {
+        let name = (!COLLECTION_VERBS.contains(&verb)).then(|| id.name.clone());
+        let target = Target::Objects { kind: id.gvk.clone(), namespace: id.namespace.clone(), name, subresource: None };
+        Self { verb, target }
+    }
+
+    /// `verb` on any object of `kind` in `namespace` (`None`: cluster-scoped, or every namespace).
+    #[must_use]
+    pub fn any(verb: &'static str, kind: &Gvk, namespace: Option<&str>) -> Self {
+        let target = Target::Objects {
+            kind: kind.clone(),
+            namespace: namespace.map(str::to_owned),
+            name: None,
+            subresource: None,
+        };
+        Self { verb, target }
+    }
+
+    /// `verb` on the `subresource` of the object `id` (e.g. `create` on `services/proxy`, which
+    /// a POST through the proxy is authorized as). The object is named in the request path, so
+    /// every verb can be restricted to it.
+    #[must_use]
+    pub fn on_subresource(verb: &'static str, id: &ObjectRef, subresource: &'static str) -> Self {
+        let target = Target::Objects {
+            kind: id.gvk.clone(),
+            namespace: id.namespace.clone(),
+            name: Some(id.name.clone()),
+            subresource: Some(subresource),
+        };
+        Self { verb, target }
+    }
+
+    /// `verb` on a non-resource URL.
+    #[must_use]
+    pub fn url(verb: &'static str, path: &'static str) -> Self {
+        Self { verb, target: Target::Url(path) }
+    }
+
+    /// The resource name of a kind, without asking the cluster: the lower-case plural
+    /// (`BatchSandbox` → `batchsandboxes`), as Kubernetes derives it for built-in kinds and CRDs
+    /// conventionally declare it.
+    #[must_use]
+    pub fn plural(kind: &Gvk) -> String {
+        kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind))
+            .plural
+    }
+}
+
+/// Creating a SelfSubjectAccessReview: how every review here is made.
+#[must_use]
+pub fn review_need() -> Need {
+    Need::any("create", &Gvk::new("authorization.k8s.io", "v1", "SelfSubjectAccessReview"), None)
+}
+
+/// The server version's URL.
+const VERSION: &str = "/version";
+/// Aggregated discovery's URLs (the core group, then the others).
+const DISCOVERY: [&str; 2] = ["/api", "/apis"];
+
+/// What connecting needs ([`warm_up`]): the server version and aggregated discovery.
+#[must_use]
+pub fn connect_needs() -> Vec<Need> {
+    std::iter::once(VERSION).chain(DISCOVERY).map(|path| Need::url("get", path)).collect()
+}
+
+/// Reading the Flux namespace, which must exist before an apply ([`check`]).
+#[must_use]
+pub fn flux_namespace_need(flux_ns: &str) -> Need {
+    Need::on("get", &Gvk::new("", "v1", "Namespace").object(None, flux_ns))
 }
 
 /// What preflight found.
@@ -45,11 +167,47 @@ pub struct Report {
 /// until the first connection has negotiated HTTP/2, a second request would open a second one.
 ///
 /// # Errors
-/// [`PreflightError::Cluster`]: unreachable, refused credentials, or failed discovery.
+/// [`PreflightError::Cluster`]: unreachable, refused credentials, or failed discovery;
+/// [`PreflightError::Forbidden`] when the user may not read the version or discovery.
 pub async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
-    let version = cluster.version().await?;
-    cluster.resolver.refresh().await?;
+    let version = match cluster.client.apiserver_version().await {
+        Ok(v) => v.git_version,
+        Err(e) if is_forbidden(&e) => return Err(forbidden("osbx", &[Need::url("get", VERSION)])),
+        Err(e) => return Err(ClusterError::Unreachable { server: cluster.server.clone(), reason: describe(&e) }.into()),
+    };
+    if let Err(e) = cluster.resolver.refresh().await {
+        if matches!(&e, ClusterError::Api { source, .. } if is_forbidden(source)) {
+            // Name the refused discovery URL when a review can tell which.
+            review(cluster, &DISCOVERY.map(|path| Need::url("get", path)), "osbx").await?;
+        }
+        return Err(e.into());
+    }
     Ok(Report { version })
+}
+
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
+/// Denials of needs named without discovery (URLs, the review itself; plurals guessed from the
+/// kind: [`Need::plural`]).
+fn forbidden(run: &'static str, needs: &[Need]) -> PreflightError {
+    let denied = needs
+        .iter()
+        .map(|n| match &n.target {
+            Target::Url(path) => format!("cannot {} {path}", n.verb),
+            Target::Objects { kind, namespace, name, subresource } => Key {
+                group: kind.group.clone(),
+                plural: Need::plural(kind),
+                subresource: *subresource,
+                namespace: namespace.clone(),
+                namespaced: namespace.is_some(),
+                verb: n.verb,
+            }
+            .denial(name.as_slice()),
+        })
+        .collect();
+    PreflightError::Forbidden { run, denied }
 }
 
 /// Checks before the first write of an apply whose plan needs `needs`: Flux serves every Flux
@@ -60,12 +218,7 @@ pub async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
 ///
 /// # Errors
 /// [`PreflightError`] for the first failing check.
-pub async fn check(
-    cluster: &Cluster,
-    used: &[ObjectRef],
-    needs: &[(ObjectRef, &'static str)],
-    flux_ns: &str,
-) -> Result<(), PreflightError> {
+pub async fn check(cluster: &Cluster, used: &[ObjectRef], needs: &[Need], flux_ns: &str) -> Result<(), PreflightError> {
     let flux_kinds: BTreeSet<&Gvk> = used.iter().map(|o| &o.gvk).filter(|k| k.is_flux()).collect();
     let mut missing = Vec::new();
     for kind in flux_kinds {
@@ -77,9 +230,17 @@ pub async fn check(
         return Err(PreflightError::FluxMissing(missing));
     }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
-    let (flux_ns_found, allowed) = futures::join!(namespaces.get_opt(flux_ns), access(cluster, needs));
-    let flux_ns_found =
-        flux_ns_found.map_err(|source| ClusterError::Api { subject: format!("Namespace/{flux_ns}"), source })?;
+    let (flux_ns_found, allowed) = futures::join!(namespaces.get_opt(flux_ns), review(cluster, needs, "this apply"));
+    let flux_ns_found = match flux_ns_found {
+        Ok(found) => found,
+        Err(e) if is_forbidden(&e) => {
+            let mut needs = needs.to_vec();
+            needs.push(flux_namespace_need(flux_ns));
+            review(cluster, &needs, "this apply").await?;
+            return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), source: e }.into());
+        }
+        Err(source) => return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), source }.into()),
+    };
     allowed?;
     if flux_ns_found.is_none() {
         return Err(PreflightError::FluxNamespace(flux_ns.to_owned()));
@@ -87,73 +248,168 @@ pub async fn check(
     Ok(())
 }
 
-/// Every permission an apply of `objects` could need (reads included), checked when a read was
-/// refused, so that the error names everything that is missing rather than the first refusal.
-///
-/// # Errors
-/// [`PreflightError::Forbidden`] with every missing permission.
-pub async fn access_all(
-    cluster: &Cluster,
-    objects: &[ObjectRef],
-    inventory: &ObjectRef,
-    prune: bool,
-) -> Result<(), PreflightError> {
-    let verbs: &[&'static str] =
-        if prune { &["get", "list", "create", "patch", "delete"] } else { &["get", "list", "create", "patch"] };
-    let mut needs: Vec<(ObjectRef, &'static str)> =
-        objects.iter().flat_map(|o| verbs.iter().map(move |v| (o.clone(), *v))).collect();
-    needs.extend(["get", "create", "patch"].map(|v| (inventory.clone(), v)));
-    let namespace = Gvk::new("", "v1", "Namespace").object(None, inventory.namespace.as_deref().unwrap_or_default());
-    needs.push((namespace, "get"));
-    access(cluster, &needs).await
+/// One review: a verb on a resource in a namespace (or cluster-wide).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    group: String,
+    plural: String,
+    subresource: Option<&'static str>,
+    namespace: Option<String>,
+    /// Whether the kind is namespaced (with no namespace: every namespace).
+    namespaced: bool,
+    verb: &'static str,
 }
 
-async fn access(cluster: &Cluster, needs: &[(ObjectRef, &'static str)]) -> Result<(), PreflightError> {
-    let mut checks: BTreeSet<(String, String, Option<String>, &'static str)> = BTreeSet::new();
-    for (o, verb) in needs {
-        // Kinds not served yet (CRDs another layer installs) cannot be resolved; checked later by the apply.
-        let Some((ar, scope)) = cluster.resolver.resolve(o).await? else { continue };
-        let ns = matches!(scope, kube::discovery::Scope::Namespaced).then(|| o.namespace.clone()).flatten();
-        checks.insert((ar.group.clone(), ar.plural.clone(), ns, verb));
+impl Key {
+    fn what(&self) -> String {
+        let resource = match self.subresource {
+            Some(sub) => format!("{}/{sub}", self.plural),
+            None => self.plural.clone(),
+        };
+        if self.group.is_empty() { resource } else { format!("{resource}.{}", self.group) }
     }
-    let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client.clone());
-    let results: Vec<Result<Option<String>, ClusterError>> =
-        stream::iter(checks.into_iter().map(|(group, resource, ns, verb)| {
-            let api = api.clone();
-            async move {
-                let review = SelfSubjectAccessReview {
-                    spec: SelfSubjectAccessReviewSpec {
-                        resource_attributes: Some(ResourceAttributes {
-                            group: Some(group.clone()),
-                            resource: Some(resource.clone()),
-                            namespace: ns.clone(),
-                            verb: Some(verb.to_owned()),
-                            ..ResourceAttributes::default()
-                        }),
-                        ..SelfSubjectAccessReviewSpec::default()
-                    },
-                    ..SelfSubjectAccessReview::default()
-                };
-                let answer = api
-                    .create(&PostParams::default(), &review)
-                    .await
-                    .map_err(|source| ClusterError::Api { subject: "SelfSubjectAccessReview".into(), source })?;
-                let allowed = answer.status.is_some_and(|s| s.allowed);
-                let what = if group.is_empty() { resource } else { format!("{resource}.{group}") };
-                Ok((!allowed).then(|| match ns {
-                    Some(ns) => format!("cannot {verb} {what} in namespace {ns}"),
-                    None => format!("cannot {verb} {what} (cluster-wide)"),
-                }))
-            }
-        }))
-        .buffered(cluster.concurrency)
-        .collect()
-        .await;
-    let mut denied = Vec::new();
-    for r in results {
-        if let Some(d) = r? {
-            denied.push(d);
+
+    /// `cannot <verb> <resource> in namespace <ns>` (or `(cluster-wide)`, `in every namespace`),
+    /// then the names when only some objects are refused.
+    fn denial(&self, names: &[String]) -> String {
+        let (verb, what) = (self.verb, self.what());
+        let mut line = match (&self.namespace, self.namespaced) {
+            (Some(ns), _) => format!("cannot {verb} {what} in namespace {ns}"),
+            (None, false) => format!("cannot {verb} {what} (cluster-wide)"),
+            (None, true) => format!("cannot {verb} {what} in every namespace"),
+        };
+        if !names.is_empty() {
+            line.push_str(": ");
+            line.push_str(&names.join(", "));
+        }
+        line
+    }
+
+    fn attributes(&self, name: Option<&str>) -> ResourceAttributes {
+        ResourceAttributes {
+            group: Some(self.group.clone()),
+            resource: Some(self.plural.clone()),
+            subresource: self.subresource.map(str::to_owned),
+            namespace: self.namespace.clone(),
+            name: name.map(str::to_owned),
+            verb: Some(self.verb.to_owned()),
+            ..ResourceAttributes::default()
         }
     }
-    if denied.is_empty() { Ok(()) } else { Err(PreflightError::Forbidden(denied)) }
+}
+
+/// Review `needs` for the current user, one SelfSubjectAccessReview per resource, namespace
+/// and verb; where that is refused and the needs name objects, one per object (a role may grant
+/// only named objects). Kinds the cluster does not serve yet (CRDs another layer installs) are
+/// left to the run. `run` names the run in the error (`this apply`).
+///
+/// # Errors
+/// [`PreflightError::Forbidden`] with every missing permission; [`PreflightError::Cluster`] when
+/// a review fails.
+pub async fn review(cluster: &Cluster, needs: &[Need], run: &'static str) -> Result<(), PreflightError> {
+    // Per review: the names asked for (`None`: any object).
+    let mut keys: BTreeMap<Key, Option<BTreeSet<String>>> = BTreeMap::new();
+    let mut urls: BTreeSet<(&'static str, &'static str)> = BTreeSet::new();
+    for need in needs {
+        let (kind, namespace, name, subresource) = match &need.target {
+            Target::Url(path) => {
+                urls.insert((need.verb, path));
+                continue;
+            }
+            Target::Objects { kind, namespace, name, subresource } => (kind, namespace, name, subresource),
+        };
+        let Some((ar, scope)) = cluster.resolver.resolve(&kind.object(namespace.as_deref(), "")).await? else {
+            continue;
+        };
+        let namespace = namespace.clone().filter(|_| matches!(scope, Scope::Namespaced));
+        let key = Key {
+            group: ar.group.clone(),
+            plural: ar.plural.clone(),
+            subresource: *subresource,
+            namespace,
+            namespaced: matches!(scope, Scope::Namespaced),
+            verb: need.verb,
+        };
+        let names = keys.entry(key).or_insert_with(|| Some(BTreeSet::new()));
+        match (names.as_mut(), name) {
+            (Some(names), Some(name)) => {
+                names.insert(name.clone());
+            }
+            (_, None) => *names = None,
+            (None, Some(_)) => {}
+        }
+    }
+    let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client.clone());
+    let resources: Vec<_> = keys
+        .into_iter()
+        .map(|(key, names)| {
+            let api = api.clone();
+            async move {
+                if allowed(&api, Some(key.attributes(None)), None).await? {
+                    return Ok(None);
+                }
+                let Some(names) = names.filter(|n| !n.is_empty()) else { return Ok(Some(key.denial(&[]))) };
+                let answers = futures::future::join_all(
+                    names.iter().map(|name| allowed(&api, Some(key.attributes(Some(name))), None)),
+                )
+                .await;
+                let mut refused = Vec::new();
+                for (name, answer) in names.iter().zip(answers) {
+                    if !answer? {
+                        refused.push(name.clone());
+                    }
+                }
+                Ok(if refused.is_empty() { None } else { Some(key.denial(&refused)) })
+            }
+        })
+        .collect();
+    let urls: Vec<_> = urls
+        .into_iter()
+        .map(|(verb, path)| {
+            let api = api.clone();
+            async move {
+                let attributes = NonResourceAttributes { path: Some(path.to_owned()), verb: Some(verb.to_owned()) };
+                let ok = allowed(&api, None, Some(attributes)).await?;
+                Ok(if ok { None } else { Some(format!("cannot {verb} {path}")) })
+            }
+        })
+        .collect();
+    let resources =
+        stream::iter(resources).buffered(cluster.concurrency).collect::<Vec<Result<Option<String>, ReviewError>>>();
+    let urls = stream::iter(urls).buffered(cluster.concurrency).collect::<Vec<Result<Option<String>, ReviewError>>>();
+    let (resources, urls) = futures::join!(resources, urls);
+    let mut denied = Vec::new();
+    for r in urls.into_iter().chain(resources) {
+        match r {
+            Ok(Some(d)) => denied.push(d),
+            Ok(None) => {}
+            Err(ReviewError::Refused) => return Err(forbidden(run, &[review_need()])),
+            Err(ReviewError::Cluster(e)) => return Err(e.into()),
+        }
+    }
+    if denied.is_empty() { Ok(()) } else { Err(PreflightError::Forbidden { run, denied }) }
+}
+
+enum ReviewError {
+    /// The user may not create access reviews.
+    Refused,
+    Cluster(ClusterError),
+}
+
+async fn allowed(
+    api: &Api<SelfSubjectAccessReview>,
+    resource_attributes: Option<ResourceAttributes>,
+    non_resource_attributes: Option<NonResourceAttributes>,
+) -> Result<bool, ReviewError> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec { resource_attributes, non_resource_attributes },
+        ..SelfSubjectAccessReview::default()
+    };
+    match api.create(&PostParams::default(), &review).await {
+        Ok(answer) => Ok(answer.status.is_some_and(|s| s.allowed)),
+        Err(e) if is_forbidden(&e) => Err(ReviewError::Refused),
+        Err(source) => {
+            Err(ReviewError::Cluster(ClusterError::Api { subject: "SelfSubjectAccessReview".into(), source }))
+        }
+    }
 }

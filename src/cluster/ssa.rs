@@ -13,6 +13,7 @@ use futures::stream::{self, StreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::Value;
 
+use super::preflight::Need;
 use super::{Cluster, ClusterError, describe};
 use crate::changeset::{Action, Change};
 use crate::object::{Gvk, Object, ObjectRef};
@@ -250,20 +251,62 @@ pub async fn plan_all<'o>(
         .collect()
 }
 
-/// Read the live state of objects in one concurrent wave: one LIST per (kind, namespace) with
-/// at least `MIN_LIST` objects, a GET for each of the others. Returns each object's live state
-/// (`None`: absent). Kinds that are not served are left to `plan`.
-async fn prefetch(
-    cluster: &Cluster,
-    ids: impl Iterator<Item = &ObjectRef>,
-) -> Result<HashMap<ObjectRef, Option<Value>>, ApplyError> {
-    const MIN_LIST: usize = 4;
+/// How many objects of one kind in one namespace make one LIST cheaper than a GET each.
+const MIN_LIST: usize = 4;
+
+/// How [`plan_all`] reads `ids`: the groups read with one LIST per (kind, namespace) (at least
+/// `MIN_LIST` objects), and the objects read with a GET each.
+fn partition<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> (Vec<Vec<&'a ObjectRef>>, Vec<&'a ObjectRef>) {
     let mut groups: BTreeMap<(&Gvk, Option<&str>), Vec<&ObjectRef>> = BTreeMap::new();
     for id in ids {
         groups.entry((&id.gvk, id.namespace.as_deref())).or_default().push(id);
     }
     let (lists, singles): (Vec<Vec<&ObjectRef>>, Vec<Vec<&ObjectRef>>) =
         groups.into_values().partition(|g| g.len() >= MIN_LIST);
+    (lists, singles.into_iter().flatten().collect())
+}
+
+/// The reads of planning `ids` ([`plan_all`]): `list` on each kind and namespace read with one
+/// LIST, `get` on each other object.
+#[must_use]
+pub fn read_needs<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<Need> {
+    let (lists, gets) = partition(ids);
+    let lists = lists.into_iter().map(|g| Need::any("list", &g[0].gvk, g[0].namespace.as_deref()));
+    lists.chain(gets.into_iter().map(|id| Need::on("get", id))).collect()
+}
+
+/// The objects among `ids` that planning reads with a LIST rather than by name.
+#[must_use]
+pub fn listed<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<&'a ObjectRef> {
+    partition(ids).0.into_iter().flatten().collect()
+}
+
+/// What writing (or dry-running) an object planned as `action` needs: a server-side apply that
+/// creates the object needs `create` and `patch`, one that changes it `patch`.
+#[must_use]
+pub fn write_needs(id: &ObjectRef, action: Action) -> Vec<Need> {
+    let verbs: &[&'static str] = match action {
+        Action::Created => &["create", "patch"],
+        Action::Configured => &["patch"],
+        _ => &[],
+    };
+    verbs.iter().map(|verb| Need::on(verb, id)).collect()
+}
+
+/// What pruning an object needs ([`prune`]): reading it, then deleting it.
+#[must_use]
+pub fn prune_needs(id: &ObjectRef) -> Vec<Need> {
+    vec![Need::on("get", id), Need::on("delete", id)]
+}
+
+/// Read the live state of objects in one concurrent wave: one LIST per (kind, namespace) with
+/// at least `MIN_LIST` objects, a GET for each of the others (see `partition`). Returns each
+/// object's live state (`None`: absent). Kinds that are not served are left to `plan`.
+async fn prefetch(
+    cluster: &Cluster,
+    ids: impl Iterator<Item = &ObjectRef>,
+) -> Result<HashMap<ObjectRef, Option<Value>>, ApplyError> {
+    let (lists, singles) = partition(ids);
     let lists = lists.into_iter().map(|ids| async move {
         let first = ids[0];
         let Some(api) = cluster.resolver.api(first).await? else { return Ok(Vec::new()) };
@@ -282,7 +325,7 @@ async fn prefetch(
             .collect();
         Ok::<_, ApplyError>(ids.into_iter().map(|id| (id.clone(), by_name.remove(&id.name))).collect::<Vec<_>>())
     });
-    let gets = singles.into_iter().flatten().map(|id| async move {
+    let gets = singles.into_iter().map(|id| async move {
         let Some(api) = cluster.resolver.api(id).await? else { return Ok(Vec::new()) };
         let live = api.get_opt(&id.name).await.map_err(|e| api_error(id, "read", e))?;
         Ok::<_, ApplyError>(vec![(id.clone(), live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null)))])

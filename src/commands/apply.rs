@@ -10,6 +10,7 @@ use crate::deploy;
 use crate::printer::Printer;
 use crate::progress::Progress as _;
 use crate::repo;
+use crate::verify;
 
 /// Run `osbx apply`.
 ///
@@ -39,16 +40,24 @@ pub fn run(settings: &ApplySettings, printer: &Printer) -> anyhow::Result<ExitSt
         let (cluster, report) = connecting.await??;
         printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
         let ids = deploy::ids(layers);
+        // With --verify, what the verify run needs is reviewed before the apply writes too.
+        let verify_needs = settings
+            .verify
+            .as_ref()
+            .map_or_else(Vec::new, |v| verify::session::needs(profile, &deploy::flux_objects(layers), &v.run));
         let plan = match deploy::plan(&cluster, profile, layers, opts).await {
             Ok(plan) => plan,
             Err(e) if e.forbidden() => {
                 // Name every missing permission, not only the read that was refused.
-                preflight::access_all(&cluster, &ids, &deploy::inventory(profile), opts.prune).await?;
+                let mut needs = deploy::access(profile, layers, opts);
+                needs.extend(verify_needs);
+                preflight::review(&cluster, &needs, "this apply").await?;
                 return Err(e.into());
             }
             Err(e) => return Err(e.into()),
         };
-        let needs = plan.needs(profile, layers, opts.prune);
+        let mut needs = plan.needs(profile, layers, opts);
+        needs.extend(verify_needs);
         preflight::check(&cluster, &ids, &needs, &profile.cluster.flux_namespace).await?;
         let progress = printer.progress();
         let result = deploy::execute(&cluster, profile, layers, plan, opts, &progress).await;

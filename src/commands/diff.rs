@@ -7,6 +7,7 @@ use super::session::{prepare, runtime, start_connect};
 use super::settings::DiffSettings;
 use crate::changeset::Action;
 use crate::cli::Output;
+use crate::cluster::preflight;
 use crate::deploy;
 use crate::printer::Printer;
 
@@ -23,7 +24,16 @@ pub fn run(settings: &DiffSettings, printer: &Printer) -> anyhow::Result<ExitSta
     }
     rt.block_on(async {
         let (cluster, _) = connecting.await??;
-        let changes = deploy::diff(&cluster, &prepared.loaded.profile, &prepared.layers).await?;
+        let (profile, layers) = (&prepared.loaded.profile, &prepared.layers);
+        let changes = match deploy::diff(&cluster, profile, layers).await {
+            Ok(changes) => changes,
+            Err(e) if e.forbidden() => {
+                // Name every missing permission, not only the read that was refused.
+                preflight::review(&cluster, &deploy::diff_needs(profile, layers, false), "this diff").await?;
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         match settings.output {
             Output::Json => printer.json(&json!({
                 "changes": changes,

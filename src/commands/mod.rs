@@ -7,6 +7,7 @@ pub mod diff;
 pub mod init;
 pub mod lint;
 pub mod profiles;
+pub mod rbac;
 pub mod render;
 pub mod session;
 pub mod settings;
@@ -52,6 +53,7 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Verify(args) => verify::run(&(&args).try_into()?, printer),
         Command::Lint(args) => lint::run(&(&args).try_into()?, printer),
         Command::Init(args) => init::run(&(&args).into(), printer),
+        Command::Rbac(args) => rbac::run(&(&args).into(), printer),
         Command::Schema { fleet } => {
             printer.json(&if fleet { crate::fleet::schema() } else { crate::profile::schema() });
             Ok(ExitStatus::Success)

@@ -72,7 +72,7 @@ pub async fn verify(
     output: Output,
     printer: &Printer,
 ) -> anyhow::Result<ExitStatus> {
-    let flux_objects = deploy::ids(&prepared.layers).into_iter().filter(|id| id.gvk.is_flux()).collect();
+    let flux_objects = deploy::flux_objects(&prepared.layers);
     let session = Session::start(cluster, &prepared.loaded.profile, flux_objects, settings.run.clone()).await?;
     if !session.swept.is_empty() {
         printer.warn(&format!("removed what earlier interrupted runs left: {}", session.swept.join(", ")));

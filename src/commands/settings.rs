@@ -9,13 +9,14 @@ use serde_json::Value;
 
 use crate::chart::Chart;
 use crate::cli::{
-    ApplyArgs, ClusterArgs, DiffArgs, InitArgs, LintArgs, Output, ProfileArgs, RenderArgs, RuntimeArg, VerifyArgs,
-    VerifyFlags,
+    ApplyArgs, ClusterArgs, DiffArgs, InitArgs, LintArgs, Output, ProfileArgs, RbacArgs, RbacFor, RenderArgs,
+    RuntimeArg, VerifyArgs, VerifyFlags,
 };
 use crate::cluster::ConnectOptions;
 use crate::deploy::ApplyOptions;
 use crate::init::{Runtimes, Starter};
 use crate::profile::ProfileSource;
+use crate::rbac::{self, Purpose, Subject};
 use crate::verify::session;
 use crate::verify::{ApiKeyValue, Selection};
 
@@ -272,6 +273,34 @@ impl TryFrom<&LintArgs> for LintSettings {
             chart: a.chart.as_deref().map(Chart::load).transpose()?,
             output: a.output,
         })
+    }
+}
+
+/// `osbx rbac`.
+#[derive(Debug, Clone)]
+pub struct RbacSettings {
+    /// The profile.
+    pub profile: ProfileSettings,
+    /// What to print.
+    pub rbac: rbac::Options,
+}
+
+impl From<&RbacArgs> for RbacSettings {
+    fn from(a: &RbacArgs) -> Self {
+        let accounts = a.service_account.iter().map(|(ns, name)| Subject::ServiceAccount(ns.clone(), name.clone()));
+        Self {
+            profile: (&a.profile).into(),
+            rbac: rbac::Options {
+                purpose: match a.purpose {
+                    RbacFor::Apply => Purpose::Apply,
+                    RbacFor::Diff => Purpose::Diff,
+                    RbacFor::Verify => Purpose::Verify,
+                    RbacFor::All => Purpose::All,
+                },
+                prune: a.prune,
+                subjects: a.user.iter().cloned().map(Subject::User).chain(accounts).collect(),
+            },
+        }
     }
 }
 

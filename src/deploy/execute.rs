@@ -144,7 +144,7 @@ fn covers_every_object(layers: &[Layer], changes: &ChangeSet) -> bool {
     ids(layers).iter().all(|id| applied.contains(id))
 }
 
-fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
+pub(super) fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
     Gvk::new("kustomize.toolkit.fluxcd.io", "v1", "Kustomization").object(Some(&profile.cluster.flux_namespace), name)
 }
 

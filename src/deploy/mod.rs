@@ -16,9 +16,10 @@ mod plan;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use self::execute::{ApplyReport, execute};
-pub use self::plan::{ApplyOptions, Plan, plan};
+pub use self::plan::{ApplyOptions, Plan, access, plan};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::inventory::Inventory;
+use crate::cluster::preflight::Need;
 use crate::cluster::ssa::{self, ApplyError, PlanOptions};
 use crate::cluster::wait::WaitError;
 use crate::cluster::{Cluster, ClusterError};
@@ -42,6 +43,12 @@ pub struct Layer {
 #[must_use]
 pub fn ids(layers: &[Layer]) -> Vec<ObjectRef> {
     objects(layers).map(|o| o.id.clone()).collect()
+}
+
+/// The Flux objects of `layers` (what `verify`'s `flux.layers` check reads).
+#[must_use]
+pub fn flux_objects(layers: &[Layer]) -> Vec<ObjectRef> {
+    ids(layers).into_iter().filter(|id| id.gvk.is_flux()).collect()
 }
 
 fn objects(layers: &[Layer]) -> impl Iterator<Item = &Object> {
@@ -156,6 +163,22 @@ pub fn kept(profile: &Profile, layers: &[Layer]) -> Vec<ObjectRef> {
 #[must_use]
 pub fn inventory(profile: &Profile) -> ObjectRef {
     Inventory::config_map(&profile.cluster.flux_namespace, profile.name(), &profile.cluster.name)
+}
+
+/// Every permission [`diff`] can need: the plan's reads, a server-side dry-run of creating or
+/// changing every object (the API key Secret the profile names included), reading the
+/// inventory and, with `stale`, reading any object of the rendered kinds in the rendered
+/// namespaces (what the inventory lists and the render no longer has, shown as to be pruned).
+#[must_use]
+pub fn diff_needs(profile: &Profile, layers: &[Layer], stale: bool) -> Vec<Need> {
+    let ids = kept(profile, layers);
+    let mut out: BTreeSet<Need> = ssa::read_needs(ids.iter()).into_iter().collect();
+    out.extend(ids.iter().flat_map(|id| ssa::write_needs(id, Action::Created)));
+    out.insert(Inventory::read_need(&inventory(profile)));
+    if stale {
+        out.extend(ids.iter().map(|id| Need::any("get", &id.gvk, id.namespace.as_deref())));
+    }
+    out.into_iter().collect()
 }
 
 /// Diff every rendered object against the cluster (server-side dry-run), plus the objects osbx

@@ -3,12 +3,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::{DeployError, Layer, inventory, kept, objects};
+use super::execute::flux_kustomization;
+use super::{DeployError, Layer, ids, inventory, kept, objects};
 use crate::changeset::Action;
 use crate::cluster::Cluster;
 use crate::cluster::inventory::Inventory;
+use crate::cluster::preflight::{self, Need};
 use crate::cluster::ssa::{self, PlanOptions, Planned};
-use crate::object::ObjectRef;
+use crate::object::{Gvk, ObjectRef};
 use crate::profile::Profile;
 
 /// Apply options.
@@ -46,30 +48,68 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The writes this plan makes: server-side apply of a new object needs `create` and
-    /// `patch`, of a changed one `patch`; `--prune` needs `delete` for what the inventory holds
-    /// and the render no longer has; any write also writes the inventory ConfigMap. An
-    /// unchanged object needs nothing beyond the read that already happened.
+    /// The permissions the writes of this plan need, reviewed before the first write: the
+    /// server-side apply of each new or changed object ([`ssa::write_needs`]); with `--prune`,
+    /// reading and deleting what the inventory holds and the render no longer has; the inventory
+    /// ConfigMap with any write. When the apply then waits, also the reads of the waits that the
+    /// plan's own reads did not prove: objects the plan read with one LIST, and the Flux
+    /// Kustomizations of external layers. An unchanged object needs nothing beyond the read that
+    /// already happened, so a no-op apply reviews nothing.
     #[must_use]
-    pub fn needs(&self, profile: &Profile, layers: &[Layer], prune: bool) -> Vec<(ObjectRef, &'static str)> {
+    pub fn needs(&self, profile: &Profile, layers: &[Layer], opts: &ApplyOptions) -> Vec<Need> {
         let mut out = BTreeSet::new();
         for p in self.planned.values() {
-            let verbs: &[&'static str] = match p.action {
-                Action::Created => &["create", "patch"],
-                Action::Configured => &["patch"],
-                _ => &[],
-            };
-            out.extend(verbs.iter().map(|verb| (p.id.clone(), *verb)));
+            out.extend(ssa::write_needs(&p.id, p.action));
         }
-        if prune {
-            out.extend(self.previous.stale(&kept(profile, layers)).into_iter().map(|id| (id, "delete")));
+        if opts.prune {
+            out.extend(self.previous.stale(&kept(profile, layers)).iter().flat_map(ssa::prune_needs));
         }
         let later = self.planned.values().any(|p| p.action == Action::Skipped);
         if !out.is_empty() || later {
-            out.extend(["create", "patch"].map(|verb| (self.previous.config_map.clone(), verb)));
+            out.extend(Inventory::write_needs(&self.previous.config_map));
+            if opts.wait && !opts.dry_run {
+                out.extend(wait_needs(profile, layers, true));
+            }
         }
         out.into_iter().collect()
     }
+}
+
+/// The reads of the waits (readiness of each layer's objects, and first of the external layers
+/// it depends on): `get` on each object (`only_listed`: only on those the plan reads with a
+/// LIST, the others being read by name already) and on each external layer's Kustomization.
+fn wait_needs(profile: &Profile, layers: &[Layer], only_listed: bool) -> Vec<Need> {
+    let ids = ids(layers);
+    let objects = if only_listed { ssa::listed(ids.iter()) } else { ids.iter().collect() };
+    let deps = layers.iter().flat_map(|l| &l.external_deps).map(|d| flux_kustomization(profile, d));
+    objects.into_iter().map(|id| Need::on("get", id)).chain(deps.map(|id| Need::on("get", &id))).collect()
+}
+
+/// Every permission an apply of `layers` can need, whatever the cluster holds: the plan's reads,
+/// creating and changing every object (the API key Secret the profile names included), the
+/// inventory, the Flux namespace, the waits' reads, and with `--prune` reading and deleting any
+/// object of the rendered kinds in the rendered namespaces (the names of what is pruned are known
+/// only from the inventory). `osbx rbac` turns this into roles; preflight reviews it all when a
+/// read is refused, to name everything that is missing at once.
+#[must_use]
+pub fn access(profile: &Profile, layers: &[Layer], opts: &ApplyOptions) -> Vec<Need> {
+    let ids = kept(profile, layers);
+    let inventory = inventory(profile);
+    let mut out: BTreeSet<Need> = ssa::read_needs(ids.iter()).into_iter().collect();
+    out.extend(ids.iter().flat_map(|id| ssa::write_needs(id, Action::Created)));
+    out.insert(Inventory::read_need(&inventory));
+    out.extend(Inventory::write_needs(&inventory));
+    out.insert(preflight::flux_namespace_need(&profile.cluster.flux_namespace));
+    if opts.wait && !opts.dry_run {
+        out.extend(wait_needs(profile, layers, false));
+    }
+    if opts.prune {
+        let kinds: BTreeSet<(&Gvk, Option<&str>)> = ids.iter().map(|id| (&id.gvk, id.namespace.as_deref())).collect();
+        for (kind, ns) in kinds {
+            out.extend(["get", "delete"].map(|verb| Need::any(verb, kind, ns)));
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// Read everything an apply needs to decide what to write, in one wave: the inventory and the

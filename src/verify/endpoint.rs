@@ -6,6 +6,9 @@ use http_body_util::BodyExt;
 use kube::Client;
 use serde_json::Value;
 
+use crate::cluster::preflight::Need;
+use crate::object::Gvk;
+
 /// The value of an API key (a secret): it never prints, not even in debug output.
 #[derive(Clone, Default)]
 pub struct ApiKeyValue(Option<String>);
@@ -51,6 +54,11 @@ pub enum Endpoint {
     },
 }
 
+/// The service name in a service proxy path: `<service>:<port>`.
+fn proxied(service: &str, port: u16) -> String {
+    format!("{service}:{port}")
+}
+
 /// A response: status code and body (JSON when it parses).
 #[derive(Debug, Clone)]
 pub struct Response {
@@ -66,7 +74,24 @@ impl Endpoint {
     /// Through the service proxy of `service` in `namespace`.
     #[must_use]
     pub fn proxy(client: Client, namespace: &str, service: &str, port: u16, key: ApiKeyValue) -> Self {
-        Endpoint::Proxy { client, base: format!("/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy"), key }
+        let name = proxied(service, port);
+        Endpoint::Proxy { client, base: format!("/api/v1/namespaces/{namespace}/services/{name}/proxy"), key }
+    }
+
+    /// What a request with `method` through the service proxy of `service` in `namespace`
+    /// needs: the verb the API server authorizes that method as, on the `proxy` subresource of
+    /// the service, named `<service>:<port>` as in the request path.
+    #[must_use]
+    pub fn proxy_need(namespace: &str, service: &str, port: u16, method: &http::Method) -> Need {
+        let verb = match *method {
+            http::Method::POST => "create",
+            http::Method::PUT => "update",
+            http::Method::PATCH => "patch",
+            http::Method::DELETE => "delete",
+            _ => "get",
+        };
+        let service = Gvk::new("", "v1", "Service").object(Some(namespace), &proxied(service, port));
+        Need::on_subresource(verb, &service, "proxy")
     }
 
     /// At a URL; requests time out after `timeout`.

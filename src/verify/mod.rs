@@ -148,6 +148,9 @@ pub trait Check: Send + Sync {
     }
     /// Run it; one verdict per id.
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>>;
+    /// The permissions `run` needs for this profile and run (none when it would skip), reviewed
+    /// before the run starts and printed as roles by `osbx rbac`.
+    fn needs(&self, profile: &Profile, settings: &session::Settings) -> Vec<crate::cluster::preflight::Need>;
 }
 
 /// Which checks to run.

@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
+use crate::cluster::preflight::Need;
 use crate::cluster::{Cluster, ClusterError};
+use crate::object::Gvk;
 
 /// Label on everything a verify run creates.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "osbx-verify");
@@ -135,6 +137,37 @@ pub async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[String]
         }
     }
     swept
+}
+
+fn kind(kind: &str) -> Gvk {
+    Gvk::new("", "v1", kind)
+}
+
+/// What a run's own namespace, the sweep of earlier runs and the cleanup need
+/// ([`Run::create_namespace`], [`sweep`], [`Run::cleanup`]): creating, listing and deleting
+/// namespaces (probe namespaces are named per run), deleting labelled pods and service accounts
+/// in any namespace (the run's, an expired run's) and listing them in `extra_namespaces`.
+#[must_use]
+pub fn run_needs(extra_namespaces: &[String]) -> Vec<Need> {
+    let mut needs: Vec<Need> =
+        ["create", "list", "delete"].map(|verb| Need::any(verb, &kind("Namespace"), None)).into();
+    for k in ["Pod", "ServiceAccount"] {
+        needs.push(Need::any("deletecollection", &kind(k), None));
+        needs.extend(extra_namespaces.iter().map(|ns| Need::any("list", &kind(k), Some(ns))));
+    }
+    needs
+}
+
+/// What a probe pod in `namespace` needs ([`create_pod`], [`wait_terminated`], [`wait_running`],
+/// [`diagnose`]): creating and reading pods, listing events. `None`: the run's own namespace,
+/// named only when the run starts, so any namespace.
+#[must_use]
+pub fn pod_needs(namespace: Option<&str>) -> Vec<Need> {
+    vec![
+        Need::any("create", &kind("Pod"), namespace),
+        Need::any("get", &kind("Pod"), namespace),
+        Need::any("list", &kind("Event"), namespace),
+    ]
 }
 
 /// How a probe pod ended.

@@ -2,6 +2,7 @@
 //! namespace (after sweeping what interrupted runs left), the checks under an overall deadline,
 //! and cleanup however the run ends. `osbx verify` and `osbx apply --verify` both use it.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
 
@@ -9,9 +10,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
 use super::{CheckResult, Ctx, Endpoint, Selection, checks, probe};
+use crate::cluster::preflight::{self, Need, PreflightError};
 use crate::cluster::{Cluster, ClusterError};
 use crate::components::opensandbox::OpenSandbox;
-use crate::object::ObjectRef;
+use crate::object::{Gvk, ObjectRef};
 use crate::profile::Profile;
 use crate::progress::Progress;
 use crate::verify::ApiKeyValue;
@@ -29,12 +31,24 @@ pub struct Settings {
     pub timeout: Duration,
 }
 
+impl Settings {
+    /// Whether the Lifecycle API is reached through the API server's service proxy (no
+    /// `--server-url`).
+    #[must_use]
+    pub fn through_proxy(&self) -> bool {
+        self.server_url.is_none()
+    }
+}
+
 /// Why a verify run could not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     /// The cluster refused or failed a request the run needs.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// The user may not do everything the run needs (nothing was created).
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
     /// The Lifecycle API client could not be built.
     #[error("cannot reach the Lifecycle API at {url}: {reason}")]
     Endpoint {
@@ -63,17 +77,20 @@ pub struct Session {
 }
 
 impl Session {
-    /// Prepare a run: find the API key, sweep what interrupted runs left, create the probe
-    /// namespace. `flux_objects` are the Flux objects the profile renders.
+    /// Prepare a run: review every permission the selected checks need (before anything is
+    /// created), find the API key, sweep what interrupted runs left, create the probe namespace.
+    /// `flux_objects` are the Flux objects the profile renders.
     ///
     /// # Errors
-    /// [`VerifyError`] when the namespace cannot be created or the endpoint is unusable.
+    /// [`VerifyError`] when a permission is missing, the namespace cannot be created or the
+    /// endpoint is unusable.
     pub async fn start(
         cluster: &Cluster,
         profile: &Profile,
         flux_objects: Vec<ObjectRef>,
         settings: Settings,
     ) -> Result<Self, VerifyError> {
+        preflight::review(cluster, &needs(profile, &flux_objects, &settings), "this verify run").await?;
         let key = api_key(cluster, profile, &settings.api_key).await;
         let os = &profile.opensandbox;
         let endpoint = match &settings.server_url {
@@ -88,7 +105,7 @@ impl Session {
             ),
         };
         let run = probe::Run::new(profile.verify.probe_deadline_seconds, settings.timeout);
-        let extra_namespaces: Vec<String> = profile.spiffe_smoke().into_iter().map(|s| s.namespace).collect();
+        let extra_namespaces = extra_namespaces(profile);
         let swept = probe::sweep(cluster, &run, &extra_namespaces).await;
         run.create_namespace(cluster).await?;
         let ctx = Ctx { cluster: cluster.clone(), profile: profile.clone(), run, endpoint };
@@ -130,6 +147,50 @@ impl Session {
             Some(Err(_)) => Err(VerifyError::TimedOut(timeout)),
             Some(Ok(results)) => Ok(results),
         }
+    }
+}
+
+/// Namespaces outside the run's own where it creates probes (the SPIFFE smoke namespace).
+fn extra_namespaces(profile: &Profile) -> Vec<String> {
+    profile.spiffe_smoke().into_iter().map(|s| s.namespace).collect()
+}
+
+/// Every permission a run with `settings` needs: its namespace, sweep and cleanup, and what each
+/// selected check declares ([`super::Check::needs`]).
+#[must_use]
+pub fn needs(profile: &Profile, flux_objects: &[ObjectRef], settings: &Settings) -> Vec<Need> {
+    let mut out: BTreeSet<Need> = probe::run_needs(&extra_namespaces(profile)).into_iter().collect();
+    for check in checks::catalogue(profile, flux_objects.to_vec()) {
+        if check.ids().iter().any(|id| settings.selection.selects(id)) {
+            out.extend(check.needs(profile, settings));
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// What requests to the Lifecycle API with `methods` need: through the service proxy, the
+/// verbs those methods are authorized as ([`Endpoint::proxy_need`]); at a URL, nothing.
+#[must_use]
+pub fn lifecycle_api_needs(profile: &Profile, settings: &Settings, methods: &[http::Method]) -> Vec<Need> {
+    if !settings.through_proxy() {
+        return Vec::new();
+    }
+    let ns = &profile.opensandbox.namespaces.control_plane;
+    let (service, port) = (OpenSandbox::SERVER_SERVICE, OpenSandbox::SERVER_PORT);
+    methods.iter().map(|m| Endpoint::proxy_need(ns, service, port, m)).collect()
+}
+
+/// What reading the API key needs ([`api_key`]): `get` on the Secret the profile names, unless
+/// the run was given a key or the profile has an inline one.
+#[must_use]
+pub fn api_key_needs(profile: &Profile, given: &ApiKeyValue) -> Vec<Need> {
+    let os = &profile.opensandbox;
+    match &os.server.api_key.secret_ref {
+        Some(secret_ref) if given.value().is_none() && os.server.api_key.inline.is_none() => {
+            let secret = Gvk::new("", "v1", "Secret").object(Some(&os.namespaces.control_plane), &secret_ref.name);
+            vec![Need::on("get", &secret)]
+        }
+        _ => Vec::new(),
     }
 }
 

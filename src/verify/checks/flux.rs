@@ -2,9 +2,12 @@
 
 use futures::future::BoxFuture;
 
+use crate::cluster::preflight::Need;
 use crate::cluster::status::Status;
 use crate::cluster::wait::status_of;
 use crate::object::ObjectRef;
+use crate::profile::Profile;
+use crate::verify::session::Settings;
 use crate::verify::{Check, Ctx, Verdict};
 
 pub(super) struct Layers {
@@ -14,6 +17,11 @@ pub(super) struct Layers {
 impl Check for Layers {
     fn ids(&self) -> Vec<String> {
         vec!["flux.layers".into()]
+    }
+
+    /// Reading each Flux object ([`status_of`]).
+    fn needs(&self, _: &Profile, _: &Settings) -> Vec<Need> {
+        self.objects.iter().map(|r| Need::on("get", r)).collect()
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {

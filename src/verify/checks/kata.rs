@@ -7,10 +7,17 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::list;
-use super::nodes::kata_nodes;
-use crate::object::Gvk;
+use super::nodes::{kata_nodes, node};
+use crate::cluster::preflight::Need;
+use crate::profile::Profile;
 use crate::verify::probe::{self, ProbeEnd};
+use crate::verify::session::Settings;
 use crate::verify::{Check, Ctx, Verdict, scripts};
+
+/// What a Kata check needs when the profile has a Kata pool (else it skips: nothing).
+fn if_kata(profile: &Profile, needs: impl FnOnce() -> Vec<Need>) -> Vec<Need> {
+    if profile.pools.kata_classes().is_empty() { Vec::new() } else { needs() }
+}
 
 fn probe_timeout(ctx: &Ctx) -> Duration {
     Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180) + 10)
@@ -69,7 +76,7 @@ fn stuck_verdict(what: &str, diagnosis: &str) -> Verdict {
 }
 
 async fn node_kernel(ctx: &Ctx, node: &str) -> Option<String> {
-    let n = ctx.cluster.get(&Gvk::new("", "v1", "Node").object(None, node)).await.ok()??;
+    let n = ctx.cluster.get(&self::node().object(None, node)).await.ok()??;
     n["status"]["nodeInfo"]["kernelVersion"].as_str().map(str::to_owned)
 }
 
@@ -78,6 +85,15 @@ pub(super) struct GuestKernel;
 impl Check for GuestKernel {
     fn ids(&self) -> Vec<String> {
         vec!["kata.guest-kernel".into()]
+    }
+
+    /// A probe pod, and reading the node it ran on (named only then).
+    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
+        if_kata(profile, || {
+            let mut needs = probe::pod_needs(None);
+            needs.push(Need::any("get", &node(), None));
+            needs
+        })
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
@@ -135,12 +151,21 @@ impl Check for HostKvm {
         vec!["kata.host-kvm".into()]
     }
 
+    /// Listing nodes, and a probe pod per Kata node.
+    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
+        if_kata(profile, || {
+            let mut needs = probe::pod_needs(None);
+            needs.push(Need::any("list", &node(), None));
+            needs
+        })
+    }
+
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
             if ctx.profile.pools.kata_classes().is_empty() {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             }
-            let nodes = match list(&ctx.cluster, &Gvk::new("", "v1", "Node"), None, None).await {
+            let nodes = match list(&ctx.cluster, &node(), None, None).await {
                 Ok(n) => n,
                 Err(e) => return vec![Verdict::error("listing nodes", e.to_string())],
             };
@@ -213,6 +238,11 @@ pub(super) struct VmmSharedMemory;
 impl Check for VmmSharedMemory {
     fn ids(&self) -> Vec<String> {
         vec!["kata.vmm-shared-memory".into()]
+    }
+
+    /// A target pod and a host probe pod.
+    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
+        if_kata(profile, || probe::pod_needs(None))
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {

@@ -4,13 +4,25 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::list;
+use crate::cluster::preflight::Need;
 use crate::object::Gvk;
+use crate::profile::Profile;
+use crate::verify::session::Settings;
 use crate::verify::{Check, Ctx, Verdict};
 
 /// The label kata-deploy sets to `true` on nodes that can run Kata.
 pub(super) const KATA_LABEL: &str = "katacontainers.io/kata-runtime";
 
 pub(super) struct NodesReady;
+
+/// The Node kind.
+pub(super) fn node() -> Gvk {
+    Gvk::new("", "v1", "Node")
+}
+
+fn runtime_class(name: &str) -> crate::object::ObjectRef {
+    Gvk::new("node.k8s.io", "v1", "RuntimeClass").object(None, name)
+}
 
 fn name(v: &Value) -> String {
     v["metadata"]["name"].as_str().unwrap_or_default().to_owned()
@@ -26,9 +38,14 @@ impl Check for NodesReady {
         vec!["nodes.ready".into()]
     }
 
+    /// Listing nodes.
+    fn needs(&self, _: &Profile, _: &Settings) -> Vec<Need> {
+        vec![Need::any("list", &node(), None)]
+    }
+
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let nodes = match list(&ctx.cluster, &Gvk::new("", "v1", "Node"), None, None).await {
+            let nodes = match list(&ctx.cluster, &node(), None, None).await {
                 Ok(n) => n,
                 Err(e) => return vec![Verdict::error("listing nodes", e.to_string())],
             };
@@ -108,6 +125,11 @@ impl Check for RuntimeClasses {
         vec!["kata.runtimeclass".into()]
     }
 
+    /// Reading each Kata pool's RuntimeClass.
+    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
+        profile.pools.kata_classes().iter().map(|class| Need::on("get", &runtime_class(class))).collect()
+    }
+
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
             let classes = ctx.profile.pools.kata_classes();
@@ -117,7 +139,7 @@ impl Check for RuntimeClasses {
             let mut ok = Vec::new();
             let mut problems = Vec::new();
             for class in &classes {
-                match ctx.cluster.get(&Gvk::new("node.k8s.io", "v1", "RuntimeClass").object(None, class)).await {
+                match ctx.cluster.get(&runtime_class(class)).await {
                     Err(e) => return vec![Verdict::error(format!("reading RuntimeClass {class}"), e.to_string())],
                     Ok(None) => problems.push(format!("RuntimeClass {class} not found: kata-deploy's runtimeClasses.enabled is off, the shim is disabled, or a multiInstallSuffix renamed it")),
                     Ok(Some(rc)) => {

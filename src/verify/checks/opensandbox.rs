@@ -9,13 +9,29 @@ use http::Method;
 use serde_json::{Value, json};
 
 use super::list;
+use crate::cluster::preflight::Need;
 use crate::cluster::status::{self, Status};
 use crate::components::opensandbox::OpenSandbox;
 use crate::components::pools::EffectivePool;
-use crate::object::Gvk;
+use crate::object::{Gvk, ObjectRef};
+use crate::profile::Profile;
+use crate::verify::session::{self, Settings};
 use crate::verify::{Check, Ctx, Verdict};
 
 const SANDBOX_GROUP: &str = "sandbox.opensandbox.io";
+
+fn pool(profile: &Profile, name: &str) -> ObjectRef {
+    Gvk::new(SANDBOX_GROUP, "v1alpha1", "Pool").object(Some(&profile.opensandbox.namespaces.sandbox), name)
+}
+
+fn batch_sandbox() -> Gvk {
+    Gvk::new(SANDBOX_GROUP, "v1alpha1", "BatchSandbox")
+}
+
+fn server_deployment(profile: &Profile) -> ObjectRef {
+    let ns = &profile.opensandbox.namespaces.control_plane;
+    Gvk::new("apps", "v1", "Deployment").object(Some(ns), OpenSandbox::SERVER_SERVICE)
+}
 
 pub(super) struct Server;
 
@@ -24,13 +40,22 @@ impl Check for Server {
         vec!["opensandbox.server".into()]
     }
 
+    /// Through the service proxy: reading the server Deployment and `GET`s to the server.
+    fn needs(&self, profile: &Profile, settings: &Settings) -> Vec<Need> {
+        let mut needs = session::lifecycle_api_needs(profile, settings, &[Method::GET]);
+        if settings.through_proxy() {
+            needs.push(Need::on("get", &server_deployment(profile)));
+        }
+        needs
+    }
+
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
             let ns = &ctx.profile.opensandbox.namespaces.control_plane;
             let server = OpenSandbox::SERVER_SERVICE;
             let mut evidence = Vec::new();
             if ctx.endpoint.is_proxy() {
-                match ctx.cluster.get(&Gvk::new("apps", "v1", "Deployment").object(Some(ns), server)).await {
+                match ctx.cluster.get(&server_deployment(&ctx.profile)).await {
                     Err(e) => return vec![Verdict::error("reading the server Deployment", e.to_string())],
                     Ok(None) => {
                         return vec![Verdict::fail(
@@ -83,6 +108,16 @@ impl Check for Pools {
         vec!["opensandbox.pools".into()]
     }
 
+    /// Reading each Pool, and listing the sandbox pods when a pool runs under a runtime class.
+    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
+        let pools = profile.pools.effective();
+        let mut needs: Vec<Need> = pools.iter().map(|p| Need::on("get", &pool(profile, &p.pool.name))).collect();
+        if pools.iter().any(|p| p.runtime_class_name.is_some()) {
+            needs.push(Need::any("list", &Gvk::new("", "v1", "Pod"), Some(&profile.opensandbox.namespaces.sandbox)));
+        }
+        needs
+    }
+
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
             let ns = &ctx.profile.opensandbox.namespaces.sandbox;
@@ -90,15 +125,14 @@ impl Check for Pools {
             let mut problems = Vec::new();
             for p in ctx.profile.pools.effective() {
                 let name = &p.pool.name;
-                let pool =
-                    match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "Pool").object(Some(ns), name)).await {
-                        Err(e) => return vec![Verdict::error(format!("reading Pool {name}"), e.to_string())],
-                        Ok(None) => {
-                            problems.push(format!("Pool {ns}/{name} does not exist"));
-                            continue;
-                        }
-                        Ok(Some(pool)) => pool,
-                    };
+                let pool = match ctx.cluster.get(&pool(&ctx.profile, name)).await {
+                    Err(e) => return vec![Verdict::error(format!("reading Pool {name}"), e.to_string())],
+                    Ok(None) => {
+                        problems.push(format!("Pool {ns}/{name} does not exist"));
+                        continue;
+                    }
+                    Ok(Some(pool)) => pool,
+                };
                 let s = status::compute(&pool);
                 if s.status != Status::Current {
                     problems.push(format!("Pool {name}: {}", s.message));
@@ -144,6 +178,19 @@ impl Check for Lifecycle {
         vec![format!("opensandbox.lifecycle.{}", self.pool)]
     }
 
+    /// Reading the Pool, the API key, the sandbox's BatchSandbox and pods (named only at run
+    /// time), and `POST`, `GET` and `DELETE` to the server.
+    fn needs(&self, profile: &Profile, settings: &Settings) -> Vec<Need> {
+        let ns = &profile.opensandbox.namespaces.sandbox;
+        let mut needs = vec![Need::on("get", &pool(profile, &self.pool)), Need::any("get", &batch_sandbox(), Some(ns))];
+        needs.extend(session::lifecycle_api_needs(profile, settings, &[Method::POST, Method::GET, Method::DELETE]));
+        needs.extend(session::api_key_needs(profile, &settings.api_key));
+        if deletes_released_pods(profile, &self.pool) {
+            needs.push(Need::any("get", &Gvk::new("", "v1", "Pod"), Some(ns)));
+        }
+        needs
+    }
+
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move { vec![lifecycle(ctx, &self.pool).await] })
     }
@@ -152,7 +199,7 @@ impl Check for Lifecycle {
 /// Create a sandbox from `pool`, see it Running and bound to the pool, delete it, see it gone.
 async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
     let ns = &ctx.profile.opensandbox.namespaces.sandbox;
-    let pool_obj = match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "Pool").object(Some(ns), pool)).await {
+    let pool_obj = match ctx.cluster.get(&self::pool(&ctx.profile, pool)).await {
         Ok(p) => p,
         Err(e) => return Verdict::error(format!("reading Pool {pool}"), e.to_string()),
     };
@@ -241,7 +288,7 @@ async fn running_on_pool(
             "the sandbox never became Running",
         ));
     }
-    let bsbx = match ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "BatchSandbox").object(Some(ns), id)).await {
+    let bsbx = match ctx.cluster.get(&batch_sandbox().object(Some(ns), id)).await {
         Ok(Some(b)) => b,
         Ok(None) => return Err(Verdict::fail(format!("sandbox {id} Running"), format!("no BatchSandbox {ns}/{id}"))),
         Err(e) => return Err(Verdict::error("reading the BatchSandbox", e.to_string())),
@@ -263,6 +310,12 @@ async fn running_on_pool(
     Ok(pods)
 }
 
+/// Whether the pool's released pods are deleted (recycle strategy Delete): then a deleted
+/// sandbox's pods must be gone.
+fn deletes_released_pods(profile: &Profile, pool: &str) -> bool {
+    profile.pools.effective().iter().find(|p| p.pool.name == pool).is_none_or(EffectivePool::deletes_released_pods)
+}
+
 /// Delete the sandbox; its BatchSandbox and (with recycle strategy Delete) its pods must go,
 /// and the server must forget it.
 async fn deleted_with_its_pods(ctx: &Ctx, pool: &str, id: &str, pods: &[String], limit: Duration) -> Verdict {
@@ -280,7 +333,7 @@ async fn deleted_with_its_pods(ctx: &Ctx, pool: &str, id: &str, pods: &[String],
     }
     let start = Instant::now();
     loop {
-        let left = ctx.cluster.get(&Gvk::new(SANDBOX_GROUP, "v1alpha1", "BatchSandbox").object(Some(ns), id)).await;
+        let left = ctx.cluster.get(&batch_sandbox().object(Some(ns), id)).await;
         match left {
             Ok(None) => break,
             Ok(Some(b)) if start.elapsed() > limit => {
@@ -298,14 +351,7 @@ async fn deleted_with_its_pods(ctx: &Ctx, pool: &str, id: &str, pods: &[String],
         }
     }
     let mut left_pods = Vec::new();
-    if ctx
-        .profile
-        .pools
-        .effective()
-        .iter()
-        .find(|p| p.pool.name == pool)
-        .is_none_or(EffectivePool::deletes_released_pods)
-    {
+    if deletes_released_pods(&ctx.profile, pool) {
         for pod in pods {
             if let Ok(Some(p)) = ctx.cluster.get(&Gvk::new("", "v1", "Pod").object(Some(ns), pod)).await
                 && p["metadata"]["deletionTimestamp"].is_null()

@@ -12,10 +12,16 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-use crate::object::Gvk;
-use crate::profile::SpiffeSmoke;
+use crate::cluster::preflight::Need;
+use crate::object::{Gvk, ObjectRef};
+use crate::profile::{Profile, SpiffeSmoke};
 use crate::verify::probe::{self, ProbeEnd};
+use crate::verify::session::Settings;
 use crate::verify::{Check, Ctx, Verdict, scripts};
+
+fn cluster_spiffe_id(name: &str) -> ObjectRef {
+    Gvk::new("spire.spiffe.io", "v1alpha1", "ClusterSPIFFEID").object(None, name)
+}
 
 pub(super) struct Spiffe;
 
@@ -136,8 +142,7 @@ impl Spiffe {
     /// leaves it empty.
     async fn ignored(ctx: &Ctx, smoke: &SpiffeSmoke) -> Option<String> {
         let name = smoke.cluster_spiffe_id.as_deref()?;
-        let id = Gvk::new("spire.spiffe.io", "v1alpha1", "ClusterSPIFFEID").object(None, name);
-        let Ok(found) = ctx.cluster.get(&id).await else { return None };
+        let Ok(found) = ctx.cluster.get(&cluster_spiffe_id(name)).await else { return None };
         let Some(obj) = found else {
             return Some(format!("ClusterSPIFFEID {name} does not exist: the spire-smoke layer has not been applied"));
         };
@@ -191,6 +196,16 @@ impl Check for Spiffe {
 
     fn timeout(&self) -> Duration {
         Duration::from_secs(600)
+    }
+
+    /// Probe pods in the smoke namespace, the wrong ServiceAccount there, and reading the smoke
+    /// ClusterSPIFFEID to explain a missing identity.
+    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
+        let Some(smoke) = profile.spiffe_smoke() else { return Vec::new() };
+        let mut needs = probe::pod_needs(Some(&smoke.namespace));
+        needs.push(Need::any("create", &Gvk::new("", "v1", "ServiceAccount"), Some(&smoke.namespace)));
+        needs.extend(smoke.cluster_spiffe_id.as_deref().map(|name| Need::on("get", &cluster_spiffe_id(name))));
+        needs
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {

@@ -73,7 +73,9 @@ async fn first_apply_reapply_change_and_prune_on_an_empty_cluster() {
     // "Flux installed": its CRDs and namespace. No OpenSandbox CRDs: the chart brings them.
     cluster::install_crds(&client, "flux").await;
     create_namespace(&client, "lc-flux").await;
-    let _controllers = Controllers { release_crds: vec![("opensandbox".into(), "opensandbox".into())], ..controllers("lc") }.spawn(client.clone());
+    let _controllers =
+        Controllers { release_crds: vec![("opensandbox".into(), "opensandbox".into())], ..controllers("lc") }
+            .spawn(client.clone());
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("profile.yaml"),
@@ -152,7 +154,9 @@ async fn the_text_output_of_apply_and_diff_matches_the_golden_files() {
     let client = cluster::client_for(&plane.kubeconfig).await;
     cluster::install_crds(&client, "flux").await;
     create_namespace(&client, "gd-flux").await;
-    let _controllers = Controllers { release_crds: vec![("opensandbox".into(), "opensandbox".into())], ..controllers("gd") }.spawn(client.clone());
+    let _controllers =
+        Controllers { release_crds: vec![("opensandbox".into(), "opensandbox".into())], ..controllers("gd") }
+            .spawn(client.clone());
     let dir = tempfile::tempdir().unwrap();
     let write =
         |pools: &[(&str, &str, [i64; 4])]| std::fs::write(dir.path().join("profile.yaml"), profile("gd", pools));

@@ -74,7 +74,13 @@ async fn pool_names(client: &kube::Client, ns: &str) -> BTreeSet<String> {
     let gvk = kube::core::GroupVersionKind::gvk("sandbox.opensandbox.io", "v1alpha1", "Pool");
     let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    api.list(&kube::api::ListParams::default()).await.unwrap().items.into_iter().filter_map(|p| p.metadata.name).collect()
+    api.list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect()
 }
 
 #[track_caller]

@@ -2,3 +2,4 @@
 //! least-privilege CI account, long fuzzing, and verify under load.
 
 mod inventory;
+mod rbac;

@@ -1,0 +1,366 @@
+//! `osbx rbac`: the least-privilege roles that let a user or a ServiceAccount run osbx for a
+//! profile.
+//!
+//! The roles are computed from the same declarations the commands review before they write
+//! ([`Need`]s: the apply's reads and writes in [`deploy::access`], the diff's in
+//! [`deploy::diff_needs`], each verify check's in [`crate::verify::Check::needs`], connecting in
+//! [`preflight::connect_needs`]), so a role cannot grant less than a run asks for or more than it
+//! uses. Namespaced permissions go into one Role per namespace; cluster-scoped ones, permissions
+//! in every namespace (a verify run's probe namespace is named per run) and non-resource URLs
+//! into one ClusterRole. Permissions on named objects are restricted with `resourceNames`, except
+//! for the verbs Kubernetes cannot restrict that way (`create`, `list`, `deletecollection`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::cluster::preflight::{self, Need, Target};
+use crate::deploy::{self, ApplyOptions, Layer};
+use crate::object::Gvk;
+use crate::profile::Profile;
+use crate::verify::session::{self, Settings};
+use crate::verify::{ApiKeyValue, Selection};
+
+/// Which commands the roles are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Purpose {
+    /// `osbx apply` (without `--verify`).
+    Apply,
+    /// `osbx diff`.
+    Diff,
+    /// `osbx verify` (every check, the Lifecycle API through the service proxy).
+    Verify,
+    /// All three (and `apply --verify`).
+    All,
+}
+
+impl Purpose {
+    /// The lower-case name (`apply`), used in the roles' names.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Purpose::Apply => "apply",
+            Purpose::Diff => "diff",
+            Purpose::Verify => "verify",
+            Purpose::All => "all",
+        }
+    }
+
+    fn covers(self, other: Purpose) -> bool {
+        self == Purpose::All || self == other
+    }
+}
+
+/// Who the roles are bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// A user (as the API server authenticates it: a certificate's CN, an OIDC claim).
+    User(String),
+    /// A ServiceAccount: namespace and name.
+    ServiceAccount(String, String),
+}
+
+impl Subject {
+    fn value(&self) -> Value {
+        match self {
+            Subject::User(name) => json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}),
+            Subject::ServiceAccount(ns, name) => json!({"kind": "ServiceAccount", "name": name, "namespace": ns}),
+        }
+    }
+}
+
+/// What to print.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Which commands.
+    pub purpose: Purpose,
+    /// Also what `apply --prune` deletes and `diff` shows as to be pruned.
+    pub prune: bool,
+    /// Bind the roles to these (none: the roles only).
+    pub subjects: Vec<Subject>,
+}
+
+/// Every permission the commands of `opts.purpose` need for the profile rendered as `layers`.
+#[must_use]
+pub fn needs(profile: &Profile, layers: &[Layer], opts: &Options) -> BTreeSet<Need> {
+    let mut out: BTreeSet<Need> = preflight::connect_needs().into_iter().collect();
+    // Apply and verify review their needs before they write; diff when a read is refused.
+    out.insert(preflight::review_need());
+    if opts.purpose.covers(Purpose::Apply) {
+        let apply = ApplyOptions {
+            dry_run: false,
+            prune: opts.prune,
+            wait: true,
+            timeout: Duration::ZERO,
+            interval: Duration::ZERO,
+            force_conflicts: false,
+        };
+        out.extend(deploy::access(profile, layers, &apply));
+    }
+    if opts.purpose.covers(Purpose::Diff) {
+        out.extend(deploy::diff_needs(profile, layers, opts.prune));
+    }
+    if opts.purpose.covers(Purpose::Verify) {
+        let settings = Settings {
+            selection: Selection::default(),
+            server_url: None,
+            api_key: ApiKeyValue::default(),
+            timeout: Duration::ZERO,
+        };
+        out.extend(session::needs(profile, &deploy::flux_objects(layers), &settings));
+    }
+    out
+}
+
+/// A verb, resource and subresource of a role, for merging needs into rules.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Resource {
+    group: String,
+    /// `plural` or `plural/subresource`.
+    resource: String,
+}
+
+/// One role's permissions: per resource and verb, the names it is restricted to (`None`: any).
+type Grants = BTreeMap<(Resource, &'static str), Option<BTreeSet<String>>>;
+
+/// Non-resource URLs by verb.
+type Urls = BTreeMap<&'static str, BTreeSet<&'static str>>;
+
+/// Where each need goes: `None` the ClusterRole, `Some(ns)` the Role in `ns`; URLs to the
+/// ClusterRole.
+fn place(needs: &BTreeSet<Need>) -> (BTreeMap<Option<String>, Grants>, Urls) {
+    let mut roles: BTreeMap<Option<String>, Grants> = BTreeMap::new();
+    let mut urls = Urls::new();
+    // Cluster-wide grants first, so that namespaced needs they cover are left out.
+    let mut ordered: Vec<&Need> = needs.iter().collect();
+    ordered.sort_by_key(|n| !matches!(&n.target, Target::Objects { namespace: None, .. }));
+    for need in ordered {
+        let (kind, namespace, name, subresource) = match &need.target {
+            Target::Url(path) => {
+                urls.entry(need.verb).or_default().insert(path);
+                continue;
+            }
+            Target::Objects { kind, namespace, name, subresource } => (kind, namespace, name, subresource),
+        };
+        let plural = Need::plural(kind);
+        let resource = Resource {
+            group: kind.group.clone(),
+            resource: subresource.map_or_else(|| plural.clone(), |s| format!("{plural}/{s}")),
+        };
+        let key = (resource, need.verb);
+        let covered = |grants: Option<&Grants>| {
+            grants.and_then(|g| g.get(&key)).is_some_and(|names| match (names, name) {
+                (None, _) => true,
+                (Some(names), Some(name)) => names.contains(name),
+                (Some(_), None) => false,
+            })
+        };
+        if namespace.is_some() && covered(roles.get(&None)) {
+            continue;
+        }
+        let grants = roles.entry(namespace.clone()).or_default();
+        if covered(Some(grants)) {
+            continue;
+        }
+        match (grants.entry(key).or_insert_with(|| Some(BTreeSet::new())), name) {
+            (Some(names), Some(name)) => {
+                names.insert(name.clone());
+            }
+            (names, None) => *names = None,
+            (None, Some(_)) => {}
+        }
+    }
+    (roles, urls)
+}
+
+/// The order verbs are listed in.
+const VERBS: &[&str] = &["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
+
+fn verb_rank(verb: &str) -> usize {
+    VERBS.iter().position(|v| *v == verb).unwrap_or(VERBS.len())
+}
+
+/// The rules of one role: one per resource and set of names, with its verbs.
+fn rules(grants: &Grants) -> Vec<Value> {
+    let mut merged: BTreeMap<(&Resource, Option<&BTreeSet<String>>), Vec<&'static str>> = BTreeMap::new();
+    for ((resource, verb), names) in grants {
+        merged.entry((resource, names.as_ref())).or_default().push(verb);
+    }
+    merged
+        .into_iter()
+        .map(|((resource, names), mut verbs)| {
+            verbs.sort_by_key(|v| verb_rank(v));
+            let mut rule = json!({"apiGroups": [resource.group], "resources": [resource.resource]});
+            if let Some(names) = names {
+                rule["resourceNames"] = json!(names);
+            }
+            rule["verbs"] = json!(verbs);
+            rule
+        })
+        .collect()
+}
+
+/// The name of the roles and bindings: `osbx-<profile>-<cluster>-<purpose>`.
+#[must_use]
+pub fn role_name(profile: &Profile, purpose: Purpose) -> String {
+    let mut name = format!("osbx-{}-{}-{}", profile.name(), profile.cluster.name, purpose.name());
+    name.truncate(253);
+    name
+}
+
+/// The roles (a ClusterRole, then a Role per namespace) and, when `opts` names subjects, their
+/// bindings, as Kubernetes objects. A Role can only be created in a namespace that exists: the
+/// namespaces the profile renders (which the first apply would create) come first, as rendered.
+#[must_use]
+pub fn roles(profile: &Profile, layers: &[Layer], needs: &BTreeSet<Need>, opts: &Options) -> Vec<Value> {
+    let name = role_name(profile, opts.purpose);
+    let labels = json!({"app.kubernetes.io/name": "osbx", "app.kubernetes.io/component": "rbac"});
+    let (mut roles, urls) = place(needs);
+    let mut cluster_rules = rules(&roles.remove(&None).unwrap_or_default());
+    for (verb, paths) in urls {
+        cluster_rules.push(json!({"nonResourceURLs": paths, "verbs": [verb]}));
+    }
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let role_ref = |kind: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name});
+    let subjects: Vec<Value> = opts.subjects.iter().map(Subject::value).collect();
+    let mut out = vec![json!({"apiVersion": rbac, "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": labels}, "rules": cluster_rules})];
+    if !subjects.is_empty() {
+        out.push(
+            json!({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": name, "labels": labels},
+            "roleRef": role_ref("ClusterRole"), "subjects": subjects}),
+        );
+    }
+    let rendered: BTreeSet<String> = deploy::ids(layers)
+        .into_iter()
+        .filter(|id| id.gvk == Gvk::new("", "v1", "Namespace"))
+        .map(|id| id.name)
+        .collect();
+    let namespaces = roles.keys().flatten().filter(|ns| rendered.contains(*ns));
+    let namespaces: Vec<Value> =
+        namespaces.map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).collect();
+    out.splice(0..0, namespaces);
+    for (ns, grants) in roles {
+        let ns = ns.unwrap_or_default();
+        out.push(json!({"apiVersion": rbac, "kind": "Role",
+            "metadata": {"name": name, "namespace": ns, "labels": labels}, "rules": rules(&grants)}));
+        if !subjects.is_empty() {
+            out.push(json!({"apiVersion": rbac, "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "roleRef": role_ref("Role"), "subjects": subjects}));
+        }
+    }
+    out
+}
+
+/// The objects as one multi-document YAML stream, after a comment saying what they are for.
+#[must_use]
+pub fn yaml(profile: &Profile, opts: &Options, objects: &[Value]) -> String {
+    let prune = if opts.prune { " --prune" } else { "" };
+    let mut out = format!(
+        "# osbx rbac --for {}{prune}: what osbx needs for profile {} on cluster {}.\n",
+        opts.purpose.name(),
+        profile.name(),
+        profile.cluster.name
+    );
+    for object in objects {
+        let options = serde_saphyr::ser_options! { compact_list_indent: false, folded_wrap_chars: usize::MAX };
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string_with_options(object, options).unwrap_or_default());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendered(profile: &str) -> (Profile, Vec<Layer>) {
+        let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded(profile.into())).unwrap();
+        let rendered = crate::render::Renderer::new(None).unwrap().render(&loaded).unwrap();
+        let layers = deploy::layers(&loaded.profile, &rendered);
+        (loaded.profile, layers)
+    }
+
+    fn objects(profile: &str, purpose: Purpose, prune: bool) -> Vec<Value> {
+        let (profile, layers) = rendered(profile);
+        let opts = Options { purpose, prune, subjects: vec![Subject::ServiceAccount("ci".into(), "osbx".into())] };
+        roles(&profile, &layers, &needs(&profile, &layers, &opts), &opts)
+    }
+
+    fn rule<'a>(role: &'a Value, resource: &str, named: bool) -> &'a Value {
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resources"][0] == resource && r.get("resourceNames").is_some() == named)
+            .unwrap_or_else(|| panic!("no {resource} rule (named: {named}) in {role}"))
+    }
+
+    fn role<'a>(objects: &'a [Value], kind: &str, ns: Option<&str>) -> &'a Value {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["namespace"].as_str() == ns)
+            .unwrap_or_else(|| panic!("no {kind} {ns:?}"))
+    }
+
+    #[test]
+    fn apply_creates_and_patches_named_objects_and_owns_its_inventory() {
+        let objects = objects("default", Purpose::Apply, false);
+        let flux = role(&objects, "Role", Some("flux-system"));
+        assert_eq!(rule(flux, "configmaps", true)["resourceNames"], json!(["osbx-inventory-default-sandbox"]));
+        assert_eq!(rule(flux, "configmaps", true)["verbs"], json!(["get", "patch"]));
+        assert_eq!(rule(flux, "configmaps", false)["verbs"], json!(["create"]), "create cannot be restricted");
+        let cluster = role(&objects, "ClusterRole", None);
+        let rules = cluster["rules"].as_array().unwrap();
+        let get = json!({"apiGroups": [""], "resources": ["namespaces"],
+            "resourceNames": ["flux-system", "opensandbox", "opensandbox-system"], "verbs": ["get"]});
+        let patch = json!({"apiGroups": [""], "resources": ["namespaces"],
+            "resourceNames": ["opensandbox", "opensandbox-system"], "verbs": ["patch"]});
+        assert!(rules.contains(&get) && rules.contains(&patch), "{cluster}");
+        assert_eq!(rule(cluster, "namespaces", false)["verbs"], json!(["create"]));
+        let system = role(&objects, "Role", Some("opensandbox-system"));
+        assert_eq!(rule(system, "secrets", true)["resourceNames"], json!(["opensandbox-api-key"]));
+        let text = serde_json::to_string(&objects).unwrap();
+        assert!(!text.contains("\"delete\"") && !text.contains("services/proxy"), "apply alone: {text}");
+        let namespaces: Vec<&Value> = objects.iter().take_while(|o| o["kind"] == "Namespace").collect();
+        assert_eq!(namespaces.len(), 2, "the rendered namespaces, so that the Roles can be created: {objects:?}");
+        let binding = role(&objects, "RoleBinding", Some("flux-system"));
+        assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "osbx", "namespace": "ci"}]));
+    }
+
+    #[test]
+    fn verify_reaches_the_server_through_the_proxy_and_probes_in_any_namespace() {
+        let objects = objects("default", Purpose::Verify, false);
+        let system = role(&objects, "Role", Some("opensandbox-system"));
+        let proxy = rule(system, "services/proxy", true);
+        assert_eq!(proxy["resourceNames"], json!(["opensandbox-server:80"]));
+        assert_eq!(proxy["verbs"], json!(["get", "create", "delete"]));
+        let cluster = role(&objects, "ClusterRole", None);
+        assert_eq!(rule(cluster, "pods", false)["verbs"], json!(["get", "create", "deletecollection"]));
+        assert_eq!(rule(cluster, "namespaces", false)["verbs"], json!(["list", "create", "delete"]));
+        // Pods in the sandbox namespace are covered by the cluster-wide grant, except listing.
+        let sandbox = role(&objects, "Role", Some("opensandbox"));
+        assert_eq!(rule(sandbox, "pods", false)["verbs"], json!(["list"]));
+    }
+
+    #[test]
+    fn prune_deletes_any_object_of_the_rendered_kinds() {
+        let objects = objects("default", Purpose::Apply, true);
+        let sandbox = role(&objects, "Role", Some("opensandbox"));
+        assert_eq!(rule(sandbox, "pools", false)["verbs"], json!(["get", "create", "delete"]));
+        assert_eq!(rule(sandbox, "pools", true)["verbs"], json!(["patch"]));
+    }
+
+    #[test]
+    fn discovery_and_access_reviews_are_in_every_cluster_role() {
+        for purpose in [Purpose::Apply, Purpose::Diff, Purpose::Verify, Purpose::All] {
+            let objects = objects("runc-only", purpose, false);
+            let cluster = role(&objects, "ClusterRole", None);
+            let rules = cluster["rules"].as_array().unwrap();
+            assert!(rules.contains(&json!({"nonResourceURLs": ["/api", "/apis", "/version"], "verbs": ["get"]})));
+            assert_eq!(rule(cluster, "selfsubjectaccessreviews", false)["verbs"], json!(["create"]));
+        }
+    }
+}

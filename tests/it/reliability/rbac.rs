@@ -1,0 +1,470 @@
+//! A least-privilege CI account: `osbx rbac --for all` prints roles that let a user holding
+//! nothing else (not even the default discovery and self-review bindings every authenticated user
+//! has) apply, diff and verify; and every single permission in them is needed: without it, a
+//! command's preflight stops before any write and names that permission.
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::discovery::{Discovery, Scope};
+use serde_json::{Value, json};
+
+use crate::builder::TestProfile;
+use crate::cluster::standin::{self, Controllers, Kubelet, NodeState, Scenario};
+use crate::cluster::{self, OwnPlane};
+use crate::support::{osbx, outputs};
+
+const USER: &str = "rb-ci";
+const KEY: &str = "rb-test-key-7c41";
+const SMOKE_ID: &str = "spiffe://example.org/rb/smoke";
+/// The bindings through which every authenticated user may discover the API, read the version
+/// and review its own access; removed, so that the printed roles must grant these too.
+const DEFAULT_BINDINGS: [&str; 3] = ["system:discovery", "system:public-info-viewer", "system:basic-user"];
+
+/// Two runc and two Kata pools (four Pools in one namespace: planned with one LIST, waited for
+/// by name), a SPIFFE smoke identity, short probe deadlines.
+fn profile(pools: &[&str]) -> TestProfile {
+    let smoke = json!({"namespace": "rb-spire", "serviceAccount": "spire-smoke", "id": SMOKE_ID,
+                       "retrySeconds": 3, "clusterSpiffeId": "rb-smoke"});
+    pools.iter().fold(
+        TestProfile::new("rb").set("verify.probeDeadlineSeconds", 4).set("verify.spiffe", smoke),
+        |p, name| match name.strip_prefix("vm") {
+            Some(_) => p.pool(name, "kata", [1, 1, 0, 2]),
+            None => p.pool(name, "runc", [1, 2, 1, 4]),
+        },
+    )
+}
+
+/// A plane with the Flux, OpenSandbox and SPIRE CRDs, a Kata node, the stand-in controllers and
+/// kubelet, and the CI user's kubeconfig.
+struct World {
+    _plane: OwnPlane,
+    dir: tempfile::TempDir,
+    client: kube::Client,
+    user: PathBuf,
+    _controllers: standin::AbortOnDrop,
+    _kubelet: standin::AbortOnDrop,
+}
+
+impl World {
+    async fn start() -> Self {
+        let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+        let client = cluster::client_for(&plane.kubeconfig).await;
+        for dir in ["flux", "opensandbox", "spire"] {
+            cluster::install_crds(&client, dir).await;
+        }
+        let rc = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "kata-clh-runtime-rs"},
+            "handler": "kata-clh-runtime-rs", "overhead": {"podFixed": {"cpu": "250m", "memory": "130Mi"}},
+            "scheduling": {"nodeSelector": {"katacontainers.io/kata-runtime": "true"}}});
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "spire-smoke", "namespace": "rb-spire"}});
+        let namespaces = ["rb-flux", "rb-spire"]
+            .map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        for obj in namespaces.iter().chain([&sa, &rc]) {
+            apply(&client, obj).await;
+        }
+        standin::node(
+            &client,
+            "rb-node",
+            &NodeState {
+                ready: true,
+                kernel: "6.8.0-45-generic",
+                runtime_handlers: &["runc", "kata-clh-runtime-rs"],
+                labels: json!({"katacontainers.io/kata-runtime": "true"}),
+            },
+        )
+        .await;
+        let controllers = Controllers {
+            flux_namespaces: vec!["rb-flux".into(), "rb-system".into()],
+            pool_namespaces: vec!["rb-sbx".into()],
+            ..Controllers::default()
+        }
+        .spawn(client.clone());
+        let scenario = Scenario {
+            node: "rb-node".into(),
+            guest_kernel: "6.18.35".into(),
+            cmdline_marker: true,
+            kvm: true,
+            shared_memory: true,
+            smoke_id: Some(SMOKE_ID.into()),
+            wrong_id: None,
+            workload_api_error: None,
+        };
+        let kubelet = Kubelet::spawn(client.clone(), Arc::new(Mutex::new(scenario)));
+        let dir = tempfile::tempdir().unwrap();
+        let user = cluster::user_kubeconfig(&plane.kubeconfig, USER, dir.path());
+        Self { _plane: plane, dir, client, user, _controllers: controllers, _kubelet: kubelet }
+    }
+
+    /// Run osbx as the CI user (`OSBX_API_KEY` set with `key`).
+    async fn osbx(&self, args: &[&str], key: bool) -> Output {
+        let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        full.extend(["--profile".into(), self.dir.path().join("profile.yaml").display().to_string()]);
+        full.extend(["--kubeconfig".into(), self.user.display().to_string()]);
+        let cwd = self.dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = osbx();
+            if key {
+                cmd.env("OSBX_API_KEY", KEY);
+            }
+            cmd.current_dir(cwd).args(full).output().unwrap()
+        })
+        .await
+        .unwrap()
+    }
+
+    /// `osbx rbac` for the current profile, bound to the CI user: the objects it prints.
+    async fn rbac(&self, args: &[&str]) -> Vec<Value> {
+        let mut full = vec!["rbac", "--user", USER];
+        full.extend(args);
+        let out = tokio::task::spawn_blocking({
+            let profile = self.dir.path().join("profile.yaml");
+            let full: Vec<String> = full.iter().map(|s| (*s).to_owned()).collect();
+            move || osbx().args(full).arg("--profile").arg(profile).output().unwrap()
+        })
+        .await
+        .unwrap();
+        let (stdout, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(stdout.starts_with("# osbx rbac --for "), "{stdout}");
+        stdout.split("\n---\n").skip(1).map(|doc| serde_saphyr::from_str(doc).unwrap()).collect()
+    }
+}
+
+async fn apply(client: &kube::Client, obj: &Value) {
+    let (api, name) = cluster::api_for(client, obj).await;
+    api.patch(&name, &PatchParams::apply("test").force(), &Patch::Apply(obj)).await.unwrap();
+}
+
+/// One permission of a role: a verb on a resource (maybe one named object) or on a URL.
+#[derive(Debug, Clone)]
+struct Atom {
+    /// The role (index into the printed objects) and its rule.
+    role: usize,
+    rule: usize,
+    verb: String,
+    target: Target,
+}
+
+#[derive(Debug, Clone)]
+enum Target {
+    Resource { group: String, resource: String, name: Option<String> },
+    Url(String),
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
+}
+
+/// Every permission of every role, one per verb, resource (or URL) and object name.
+fn atoms(objects: &[Value]) -> Vec<Atom> {
+    let mut out = Vec::new();
+    for (role, o) in objects.iter().enumerate().filter(|(_, o)| o["kind"] == "Role" || o["kind"] == "ClusterRole") {
+        for (rule, r) in o["rules"].as_array().unwrap().iter().enumerate() {
+            for verb in strings(&r["verbs"]) {
+                let atom = |target| Atom { role, rule, verb: verb.clone(), target };
+                if let Some(urls) = r.get("nonResourceURLs") {
+                    out.extend(strings(urls).into_iter().map(|u| atom(Target::Url(u))));
+                    continue;
+                }
+                let (groups, resources) = (strings(&r["apiGroups"]), strings(&r["resources"]));
+                assert_eq!((groups.len(), resources.len()), (1, 1), "one resource per rule: {r}");
+                let (group, resource) = (groups[0].clone(), resources[0].clone());
+                let names = strings(&r["resourceNames"]);
+                if names.is_empty() {
+                    out.push(atom(Target::Resource { group, resource, name: None }));
+                } else {
+                    out.extend(names.into_iter().map(|n| {
+                        atom(Target::Resource { group: group.clone(), resource: resource.clone(), name: Some(n) })
+                    }));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The role without one permission: its rule split into the other verbs on the same objects,
+/// and this verb on the other objects.
+fn without(role: &Value, atom: &Atom) -> Value {
+    let mut role = role.clone();
+    let rules = role["rules"].as_array_mut().unwrap();
+    let rule = rules.remove(atom.rule);
+    let mut others = rule.clone();
+    others["verbs"] = json!(strings(&rule["verbs"]).into_iter().filter(|v| *v != atom.verb).collect::<Vec<_>>());
+    if !strings(&others["verbs"]).is_empty() {
+        rules.push(others);
+    }
+    let (field, item) = match &atom.target {
+        Target::Url(u) => ("nonResourceURLs", Some(u)),
+        Target::Resource { name, .. } => ("resourceNames", name.as_ref()),
+    };
+    if let Some(item) = item {
+        let rest: Vec<String> = strings(&rule[field]).into_iter().filter(|i| i != item).collect();
+        if !rest.is_empty() {
+            let mut narrowed = rule.clone();
+            narrowed[field] = json!(rest);
+            narrowed["verbs"] = json!([atom.verb]);
+            rules.push(narrowed);
+        }
+    }
+    role
+}
+
+/// Whether `user` may do what `spec` asks (asked as the admin, through the same authorizer the
+/// API server uses for the user's requests).
+async fn user_may_do(client: &kube::Client, user: &str, mut spec: SubjectAccessReviewSpec) -> bool {
+    spec.user = Some(user.into());
+    spec.groups = Some(vec!["system:authenticated".into()]);
+    let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
+    let answer = Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await.unwrap();
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+/// Whether `user` may do what `atom` grants.
+async fn user_may(client: &kube::Client, user: &str, role: &Value, atom: &Atom) -> bool {
+    let mut spec = SubjectAccessReviewSpec::default();
+    match &atom.target {
+        Target::Url(path) => {
+            spec.non_resource_attributes =
+                Some(NonResourceAttributes { path: Some(path.clone()), verb: Some(atom.verb.clone()) });
+        }
+        Target::Resource { group, resource, name } => {
+            let (resource, subresource) = match resource.split_once('/') {
+                Some((r, s)) => (r.to_owned(), Some(s.to_owned())),
+                None => (resource.clone(), None),
+            };
+            spec.resource_attributes = Some(ResourceAttributes {
+                group: Some(group.clone()),
+                resource: Some(resource),
+                subresource,
+                namespace: role["metadata"]["namespace"].as_str().map(str::to_owned),
+                name: name.clone(),
+                verb: Some(atom.verb.clone()),
+                ..ResourceAttributes::default()
+            });
+        }
+    }
+    user_may_do(client, user, spec).await
+}
+
+/// Wait until the authorizer has seen the role change (`may`: the atom granted again or not).
+async fn settle(client: &kube::Client, user: &str, role: &Value, atom: &Atom, may: bool) {
+    let start = Instant::now();
+    while user_may(client, user, role, atom).await != may {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{atom:?}: still {} after the role changed{}",
+            if may { "denied" } else { "allowed" },
+            if may { "" } else { ": another rule grants it too, so the roles are not minimal" }
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The preflight line that names `atom` (`namespaced`: whether its resource is namespaced).
+fn denial(role: &Value, atom: &Atom, namespaced: bool) -> (String, Option<String>) {
+    match &atom.target {
+        Target::Url(path) => (format!("cannot {} {path}", atom.verb), None),
+        Target::Resource { group, resource, name } => {
+            let what = if group.is_empty() { resource.clone() } else { format!("{resource}.{group}") };
+            let line = match role["metadata"]["namespace"].as_str() {
+                Some(ns) => format!("cannot {} {what} in namespace {ns}", atom.verb),
+                None if namespaced => format!("cannot {} {what} in every namespace", atom.verb),
+                None => format!("cannot {} {what} (cluster-wide)", atom.verb),
+            };
+            (line, name.clone())
+        }
+    }
+}
+
+/// Whether stderr lists the denial: the line, then (for a named object) that name among the
+/// names refused.
+fn names_denial(stderr: &str, (line, name): &(String, Option<String>)) -> bool {
+    stderr.lines().map(str::trim).any(|l| match l.strip_prefix(line.as_str()) {
+        Some("") => name.is_none(),
+        Some(rest) => rest
+            .strip_prefix(": ")
+            .is_some_and(|names| name.as_ref().is_none_or(|name| names.split(", ").any(|n| n == name))),
+        None => false,
+    })
+}
+
+/// Prove each of `atoms` needed, one at a time: without it, `apply --dry-run` on a cluster where
+/// the profile was never applied (so it needs every write an apply makes) or `verify` (every
+/// check) stops in preflight and names it.
+async fn prove(world: &World, discovery: &Discovery, objects: &[Value], atoms: &[Atom]) {
+    let (client, user) = (&world.client, USER);
+    for atom in atoms {
+        let role = &objects[atom.role];
+        apply(client, &without(role, atom)).await;
+        settle(client, user, role, atom, false).await;
+        let expected = denial(role, atom, namespaced(discovery, atom));
+        let mut out = world.osbx(&["apply", "--dry-run"], true).await;
+        if out.status.code() == Some(0) {
+            out = world.osbx(&["verify"], false).await;
+        }
+        let (stdout, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(2), "{atom:?}: neither apply nor verify needs it: {stdout}{stderr}");
+        assert!(names_denial(&stderr, &expected), "{atom:?}: {expected:?} not named:\n{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        apply(client, role).await;
+        settle(client, user, role, atom, true).await;
+    }
+}
+
+fn namespaced(discovery: &Discovery, atom: &Atom) -> bool {
+    let Target::Resource { group, resource, .. } = &atom.target else { return false };
+    let plural = resource.split('/').next().unwrap();
+    discovery
+        .groups()
+        .filter(|g| g.name() == group)
+        .flat_map(kube::discovery::ApiGroup::recommended_resources)
+        .find(|(ar, _)| ar.plural == plural)
+        .is_some_and(|(_, caps)| caps.scope == Scope::Namespaced)
+}
+
+async fn namespace_names(client: &kube::Client) -> Vec<String> {
+    cluster::namespace_names(client)
+        .await
+        .into_iter()
+        .filter(|n| n.starts_with("rb-") || n.starts_with("osbx-"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_roles_are_enough_for_apply_diff_and_verify_and_each_permission_is_needed() {
+    let world = World::start().await;
+    let client = &world.client;
+    profile(&["pod-a", "pod-b", "vm-a", "vm-b"]).write_to(world.dir.path());
+    let objects = world.rbac(&["--for", "all"]).await;
+    for obj in &objects {
+        apply(client, obj).await;
+    }
+    for name in DEFAULT_BINDINGS {
+        Api::<ClusterRoleBinding>::all(client.clone()).delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let discovery = Discovery::new(client.clone()).run_aggregated().await.unwrap();
+    let atoms = atoms(&objects);
+    // Wait until the authorizer sees the roles, and no longer the default bindings (which also
+    // grant `/healthz`).
+    for atom in &atoms {
+        settle(client, USER, &objects[atom.role], atom, true).await;
+    }
+    let healthz = SubjectAccessReviewSpec {
+        non_resource_attributes: Some(NonResourceAttributes {
+            path: Some("/healthz".into()),
+            verb: Some("get".into()),
+        }),
+        ..SubjectAccessReviewSpec::default()
+    };
+    let start = Instant::now();
+    while user_may_do(client, USER, healthz.clone()).await {
+        assert!(start.elapsed() < Duration::from_secs(10), "the default bindings are still in effect");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = namespace_names(client).await;
+
+    // Each permission alone.
+    let start = Instant::now();
+    prove(&world, &discovery, &objects, &atoms).await;
+    #[allow(clippy::print_stderr, reason = "the time the per-permission runs take")]
+    let () = eprintln!("rbac: {} permissions each proven needed in {:.1}s", atoms.len(), start.elapsed().as_secs_f64());
+    assert!(atoms.len() > 40, "{atoms:?}");
+    assert_eq!(namespace_names(client).await, before, "preflight stops before any write");
+    let inventory = Api::<ConfigMap>::namespaced(client.clone(), "rb-flux").get_opt("osbx-inventory-rb-rb").await;
+    assert!(inventory.unwrap().is_none(), "no inventory written");
+
+    // With all of them: apply, diff and verify succeed as the CI user.
+    let out = world.osbx(&["apply", "--timeout", "60s"], true).await;
+    assert_eq!(out.status.code(), Some(0), "apply: {}", outputs(&out).1);
+    let out = world.osbx(&["diff"], true).await;
+    assert_eq!(out.status.code(), Some(0), "diff: {}{}", outputs(&out).0, outputs(&out).1);
+    // The Lifecycle API checks need the real server (tests/it/verify/lifecycle.rs): the proxy
+    // permissions are checked below with requests through the proxy instead.
+    let out = world.osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle"], false).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "verify: {stdout}{stderr}");
+    assert_eq!(stdout.lines().last(), Some("Ready"), "{stdout}");
+
+    // The service proxy grants name the service as the API server authorizes it
+    // (`<service>:<port>`): requests get past authorization (no such service here: 404/503).
+    let user = cluster::client_for(&world.user).await;
+    for method in [http::Method::GET, http::Method::POST, http::Method::DELETE] {
+        let req = http::Request::builder()
+            .method(method.clone())
+            .uri("/api/v1/namespaces/rb-system/services/opensandbox-server:80/proxy/v1/sandboxes")
+            .body(kube::client::Body::from(Vec::new()))
+            .unwrap();
+        let status = user.send(req).await.unwrap().status();
+        assert_ne!(status, http::StatusCode::FORBIDDEN, "{method} through the service proxy");
+    }
+
+    // Pruning: the roles for `apply --prune` of the profile without pod-b (and nothing else)
+    // delete it; without deleting Pools, preflight refuses and names the pool.
+    for obj in objects.iter().rev().filter(|o| o["kind"] != "Namespace") {
+        let (api, name) = cluster::api_for(client, obj).await;
+        api.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
+    profile(&["pod-a", "vm-a", "vm-b"]).write_to(world.dir.path());
+    let objects = world.rbac(&["--for", "apply", "--prune"]).await;
+    for obj in &objects {
+        apply(client, obj).await;
+    }
+    let delete_pools = self::atoms(&objects)
+        .into_iter()
+        .find(|a| a.verb == "delete" && matches!(&a.target, Target::Resource { resource, .. } if resource == "pools"))
+        .unwrap();
+    let role = &objects[delete_pools.role];
+    settle(client, USER, role, &delete_pools, true).await;
+    apply(client, &without(role, &delete_pools)).await;
+    settle(client, USER, role, &delete_pools, false).await;
+    let out = world.osbx(&["apply", "--prune", "--dry-run"], true).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let line = "cannot delete pools.sandbox.opensandbox.io in namespace rb-sbx: pod-b";
+    assert!(stderr.lines().any(|l| l.trim() == line), "{stderr}");
+    apply(client, role).await;
+    settle(client, USER, role, &delete_pools, true).await;
+    let out = world.osbx(&["apply", "--prune", "-o", "json", "--timeout", "60s"], true).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let deleted: Vec<&str> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["action"] == "deleted")
+        .filter_map(|c| c["object"].as_str())
+        .collect();
+    assert_eq!(deleted, ["Pool/rb-sbx/pod-b"], "{stdout}");
+    let pools = cluster::pool_api_in(client, "rb-sbx").await;
+    assert!(pools.get_opt("pod-b").await.unwrap().is_none(), "pruned");
+}
+
+#[test]
+fn a_permission_is_removed_alone() {
+    let role = json!({"kind": "Role", "metadata": {"name": "r", "namespace": "n"}, "rules": [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a", "b"], "verbs": ["get", "patch"]}]});
+    let atoms = atoms(std::slice::from_ref(&role));
+    assert_eq!(atoms.len(), 4);
+    let a_get = atoms
+        .iter()
+        .find(|a| a.verb == "get" && matches!(&a.target, Target::Resource { name: Some(n), .. } if n == "a"))
+        .unwrap();
+    assert_eq!(
+        without(&role, a_get)["rules"],
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a", "b"], "verbs": ["patch"]},
+               {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["b"], "verbs": ["get"]}])
+    );
+    let expected = denial(&role, a_get, true);
+    assert!(names_denial("  cannot get configmaps in namespace n: a, c\n", &expected));
+    assert!(!names_denial("  cannot get configmaps in namespace n: b\n", &expected));
+}
