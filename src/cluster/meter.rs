@@ -54,13 +54,13 @@ impl RequestStats {
     }
 
     /// A request is sent: counted in flight until the guard drops (its response arrived).
-    fn enter(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn enter(self: &Arc<Self>) -> InFlight {
         let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.peak_in_flight.fetch_max(now, Ordering::Relaxed);
         InFlight(self.clone())
     }
 
-    fn record<B>(&self, req: &Request<B>) {
+    pub(crate) fn record<B>(&self, req: &Request<B>) {
         let counter = if req.method() == Method::GET || req.method() == Method::HEAD {
             &self.reads
         } else if req.uri().path().starts_with("/apis/authorization.k8s.io/") {
@@ -75,7 +75,7 @@ impl RequestStats {
 }
 
 /// One request in flight (see [`RequestStats::enter`]).
-struct InFlight(Arc<RequestStats>);
+pub(crate) struct InFlight(Arc<RequestStats>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {

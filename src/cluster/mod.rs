@@ -8,7 +8,7 @@
 pub mod diff;
 mod http2;
 pub mod inventory;
-mod meter;
+pub mod meter;
 pub mod preflight;
 mod resolve;
 pub mod ssa;
@@ -94,6 +94,8 @@ pub struct Cluster {
     pub resolver: Resolver,
     /// Bound on concurrent operations (mirrors the client's limit, for fan-out).
     pub concurrency: usize,
+    /// Requests per second (the client's limit, for other clients of the same run).
+    pub qps: u32,
 }
 
 impl Cluster {
@@ -133,7 +135,7 @@ impl Cluster {
             .with_layer(&tower::limit::RateLimitLayer::new(qps, Duration::from_secs(1)))
             .build();
         let resolver = Resolver::new(client.clone());
-        Ok(Self { client, server, stats, resolver, concurrency: opts.concurrency.max(1) })
+        Ok(Self { client, server, stats, resolver, concurrency: opts.concurrency.max(1), qps: opts.qps.max(1) })
     }
 
     /// Request counts so far.

@@ -79,6 +79,7 @@ pub async fn verify(
     }
     printer.action(&format!("verify run {} (probe namespace {})", session.id(), session.namespace()));
     let run_id = session.id().to_owned();
+    let endpoint = session.endpoint().clone();
     let progress = printer.progress();
     let results = session.run(&progress, interrupted()).await;
     progress.finish();
@@ -87,7 +88,10 @@ pub async fn verify(
         std::fs::write(path, report::junit(&results)).with_context(|| format!("writing {}", path.display()))?;
     }
     match output {
-        Output::Json => printer.json(&report::json(&run_id, &results)),
+        Output::Json => {
+            let requests = report::Requests { api: cluster.requests(), lifecycle: endpoint.requests() };
+            printer.json(&report::json(&run_id, &results, &requests));
+        }
         Output::Text => {
             for line in report::table(&results) {
                 printer.data(&line);

@@ -2,10 +2,14 @@
 //! port-forward needed) or at a URL. The API key is sent as `OPEN-SANDBOX-API-KEY` and never
 //! shown: [`ApiKeyValue`] prints as `***`.
 
+use std::sync::Arc;
+
 use http_body_util::BodyExt;
 use kube::Client;
 use serde_json::Value;
 
+use crate::cluster::RequestCounts;
+use crate::cluster::meter::RequestStats;
 use crate::cluster::preflight::Need;
 use crate::object::Gvk;
 
@@ -51,7 +55,34 @@ pub enum Endpoint {
         base: String,
         /// The key.
         key: ApiKeyValue,
+        /// The run's client limits, which requests to the URL keep too.
+        limits: Arc<Limits>,
     },
+}
+
+/// `--qps` and `--concurrency` for requests that do not go through the cluster client (whose
+/// own stack keeps them there), and their counts.
+pub struct Limits {
+    /// Requests in flight at most.
+    slots: tokio::sync::Semaphore,
+    /// One tick per request: `qps` per second.
+    ticks: tokio::sync::Mutex<tokio::time::Interval>,
+    /// Counts and the peak in flight.
+    stats: Arc<RequestStats>,
+}
+
+impl Limits {
+    /// At most `concurrency` in flight and `qps` per second.
+    #[must_use]
+    pub fn new(qps: u32, concurrency: usize) -> Self {
+        let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1) / qps.max(1));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            slots: tokio::sync::Semaphore::new(concurrency.max(1)),
+            ticks: tokio::sync::Mutex::new(ticks),
+            stats: Arc::default(),
+        }
+    }
 }
 
 /// The service name in a service proxy path: `<service>:<port>`.
@@ -94,13 +125,29 @@ impl Endpoint {
         Need::on_subresource(verb, &service, "proxy")
     }
 
-    /// At a URL; requests time out after `timeout`.
+    /// At a URL; requests time out after `timeout` and keep the run's client limits (`--qps`,
+    /// `--concurrency`).
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
-    pub fn direct(url: &str, key: ApiKeyValue, timeout: std::time::Duration) -> Result<Self, reqwest::Error> {
+    pub fn direct(
+        url: &str,
+        key: ApiKeyValue,
+        timeout: std::time::Duration,
+        limits: Limits,
+    ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder().timeout(timeout).build()?;
-        Ok(Endpoint::Direct { http, base: url.trim_end_matches('/').to_owned(), key })
+        Ok(Endpoint::Direct { http, base: url.trim_end_matches('/').to_owned(), key, limits: Arc::new(limits) })
+    }
+
+    /// The requests made to a URL so far (`None` through the service proxy, where the cluster
+    /// client counts them).
+    #[must_use]
+    pub fn requests(&self) -> Option<RequestCounts> {
+        match self {
+            Endpoint::Proxy { .. } => None,
+            Endpoint::Direct { limits, .. } => Some(limits.stats.snapshot()),
+        }
     }
 
     /// Whether requests go through the API server's service proxy (the in-cluster server).
@@ -146,8 +193,15 @@ impl Endpoint {
                 let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
                 (status, String::from_utf8_lossy(&bytes).into_owned())
             }
-            Endpoint::Direct { http, base, key } => {
-                let mut req = http.request(method, format!("{base}{path}"));
+            Endpoint::Direct { http, base, key, limits } => {
+                let _slot = limits.slots.acquire().await.map_err(|e| e.to_string())?;
+                limits.ticks.lock().await.tick().await;
+                let url = format!("{base}{path}");
+                limits
+                    .stats
+                    .record(&http::Request::builder().method(method.clone()).uri(path).body(()).unwrap_or_default());
+                let _in_flight = limits.stats.enter();
+                let mut req = http.request(method, url);
                 if let (true, Some(k)) = (with_key, key.value()) {
                     req = req.header("OPEN-SANDBOX-API-KEY", k);
                 }

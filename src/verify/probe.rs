@@ -88,10 +88,19 @@ async fn delete_labelled(cluster: &Cluster, namespace: &str, selector: &str) {
     let _ = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace).delete_collection(&now, &lp).await;
 }
 
+/// What [`sweep`] removed, and the runs still live (the current one, and those whose probe
+/// namespace has not expired).
+pub struct Swept {
+    /// What was removed, for the user.
+    pub removed: Vec<String>,
+    /// Ids of the live runs.
+    pub live_runs: std::collections::BTreeSet<String>,
+}
+
 /// Delete what earlier runs left behind: probe namespaces whose run has expired, and labelled
 /// pods and service accounts in `extra_namespaces` whose run is no longer live (its probe
-/// namespace is gone, being deleted, or expired). Returns what was swept.
-pub async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[String]) -> Vec<String> {
+/// namespace is gone, being deleted, or expired).
+pub async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[String]) -> Swept {
     let mut swept = Vec::new();
     let mut live_runs = std::collections::BTreeSet::from([current.id.clone()]);
     let lp = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
@@ -136,7 +145,7 @@ pub async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[String]
             swept.push(format!("{ns} (run {run})"));
         }
     }
-    swept
+    Swept { removed: swept, live_runs }
 }
 
 fn kind(kind: &str) -> Gvk {

@@ -48,10 +48,21 @@ pub fn table(results: &[CheckResult]) -> Vec<String> {
     lines
 }
 
+/// The requests a run made.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Requests {
+    /// To the Kubernetes API (the Lifecycle API through the service proxy included).
+    pub api: crate::cluster::RequestCounts,
+    /// To the Lifecycle API at `--server-url` (absent through the service proxy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<crate::cluster::RequestCounts>,
+}
+
 /// The JSON report.
 #[must_use]
-pub fn json(run_id: &str, results: &[CheckResult]) -> serde_json::Value {
-    json!({"run": run_id, "ready": all_passed(results), "summary": summary(results), "checks": results})
+pub fn json(run_id: &str, results: &[CheckResult], requests: &Requests) -> serde_json::Value {
+    json!({"run": run_id, "ready": all_passed(results), "summary": summary(results), "checks": results,
+           "requests": requests})
 }
 
 fn xml(s: &str) -> String {

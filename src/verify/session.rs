@@ -17,6 +17,7 @@ use crate::object::{Gvk, ObjectRef};
 use crate::profile::Profile;
 use crate::progress::Progress;
 use crate::verify::ApiKeyValue;
+use crate::verify::endpoint::Limits;
 
 /// How to run the checks.
 #[derive(Debug, Clone)]
@@ -94,8 +95,10 @@ impl Session {
         let key = api_key(cluster, profile, &settings.api_key).await;
         let os = &profile.opensandbox;
         let endpoint = match &settings.server_url {
-            Some(url) => Endpoint::direct(url, key, Duration::from_secs(300))
-                .map_err(|e| VerifyError::Endpoint { url: url.clone(), reason: e.to_string() })?,
+            Some(url) => {
+                Endpoint::direct(url, key, Duration::from_secs(300), Limits::new(cluster.qps, cluster.concurrency))
+                    .map_err(|e| VerifyError::Endpoint { url: url.clone(), reason: e.to_string() })?
+            }
             None => Endpoint::proxy(
                 cluster.client.clone(),
                 &os.namespaces.control_plane,
@@ -106,7 +109,8 @@ impl Session {
         };
         let run = probe::Run::new(profile.verify.probe_deadline_seconds, settings.timeout);
         let extra_namespaces = extra_namespaces(profile);
-        let swept = probe::sweep(cluster, &run, &extra_namespaces).await;
+        let probe::Swept { removed: mut swept, live_runs } = probe::sweep(cluster, &run, &extra_namespaces).await;
+        swept.extend(checks::sweep_sandboxes(cluster, profile, &live_runs).await);
         run.create_namespace(cluster).await?;
         let ctx = Ctx { cluster: cluster.clone(), profile: profile.clone(), run, endpoint };
         Ok(Self { ctx, settings, flux_objects, extra_namespaces, swept })
@@ -116,6 +120,12 @@ impl Session {
     #[must_use]
     pub fn id(&self) -> &str {
         &self.ctx.run.id
+    }
+
+    /// Where this run reaches the Lifecycle API (a clone shares its request counts).
+    #[must_use]
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ctx.endpoint
     }
 
     /// This run's probe namespace.
@@ -160,6 +170,7 @@ fn extra_namespaces(profile: &Profile) -> Vec<String> {
 #[must_use]
 pub fn needs(profile: &Profile, flux_objects: &[ObjectRef], settings: &Settings) -> Vec<Need> {
     let mut out: BTreeSet<Need> = probe::run_needs(&extra_namespaces(profile)).into_iter().collect();
+    out.extend(checks::sweep_sandboxes_needs(profile));
     for check in checks::catalogue(profile, flux_objects.to_vec()) {
         if check.ids().iter().any(|id| settings.selection.selects(id)) {
             out.extend(check.needs(profile, settings));

@@ -6,6 +6,8 @@ mod nodes;
 mod opensandbox;
 mod spiffe;
 
+pub(crate) use opensandbox::{sweep_sandboxes, sweep_sandboxes_needs};
+
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 

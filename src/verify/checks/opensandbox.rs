@@ -28,6 +28,50 @@ fn batch_sandbox() -> Gvk {
     Gvk::new(SANDBOX_GROUP, "v1alpha1", "BatchSandbox")
 }
 
+/// The label the server puts on a Lifecycle check's sandbox (from the create's `metadata`),
+/// naming the run that created it.
+const SANDBOX_RUN_LABEL: &str = "osbx-smoke";
+
+/// Delete the sandboxes that earlier runs' Lifecycle checks left in the sandbox namespace (a
+/// run killed before it could delete them): the BatchSandboxes labelled with a run not in
+/// `live_runs`. The server keeps no state of its own for them. Returns what was removed.
+pub(crate) async fn sweep_sandboxes(
+    cluster: &crate::cluster::Cluster,
+    profile: &Profile,
+    live_runs: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    let ns = &profile.opensandbox.namespaces.sandbox;
+    if profile.pools.items.is_empty() {
+        return Vec::new();
+    }
+    let Ok(Some(api)) = cluster.resolver.api(&batch_sandbox().object(Some(ns), "")).await else { return Vec::new() };
+    let Ok(list) = api.list(&kube::api::ListParams::default().labels(SANDBOX_RUN_LABEL)).await else {
+        return Vec::new();
+    };
+    let runs: std::collections::BTreeSet<String> = list
+        .items
+        .iter()
+        .filter_map(|b| b.metadata.labels.as_ref().and_then(|l| l.get(SANDBOX_RUN_LABEL)).cloned())
+        .collect();
+    let mut removed = Vec::new();
+    for run in runs.difference(live_runs) {
+        let lp = kube::api::ListParams::default().labels(&format!("{SANDBOX_RUN_LABEL}={run}"));
+        if api.delete_collection(&kube::api::DeleteParams::default(), &lp).await.is_ok() {
+            removed.push(format!("{ns}: the sandboxes of run {run}"));
+        }
+    }
+    removed
+}
+
+/// What [`sweep_sandboxes`] needs: listing and deleting BatchSandboxes in the sandbox namespace.
+pub(crate) fn sweep_sandboxes_needs(profile: &Profile) -> Vec<Need> {
+    if profile.pools.items.is_empty() {
+        return Vec::new();
+    }
+    let ns = &profile.opensandbox.namespaces.sandbox;
+    ["list", "deletecollection"].into_iter().map(|verb| Need::any(verb, &batch_sandbox(), Some(ns))).collect()
+}
+
 fn server_deployment(profile: &Profile) -> ObjectRef {
     let ns = &profile.opensandbox.namespaces.control_plane;
     Gvk::new("apps", "v1", "Deployment").object(Some(ns), OpenSandbox::SERVER_SERVICE)
@@ -220,8 +264,10 @@ async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
         }
         Some(_) => {}
     }
+    let mut metadata = serde_json::Map::new();
+    metadata.insert(SANDBOX_RUN_LABEL.to_owned(), json!(ctx.run.id));
     let body = json!({"extensions": {"poolRef": pool}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-                      "metadata": {"osbx-smoke": ctx.run.id}});
+                      "metadata": metadata});
     let created = match ctx.endpoint.request(Method::POST, "/v1/sandboxes", Some(&body), true).await {
         Err(e) => return Verdict::error("POST /v1/sandboxes", e),
         Ok(r) => r,

@@ -2,4 +2,5 @@
 //! least-privilege CI account, long fuzzing, and verify under load.
 
 mod inventory;
+mod load;
 mod rbac;

@@ -24,7 +24,7 @@ const SMOKE_ID: &str = "spiffe://ddupan.top/sandbox/smoke";
 
 /// A runc and a Kata pool, a SPIFFE smoke identity, a renamed control-plane namespace
 /// (`vf-system`) and short probe deadlines.
-fn profile() -> TestProfile {
+pub(crate) fn profile() -> TestProfile {
     TestProfile::new("vf")
         .pool("pod", "runc", [1, 2, 1, 4])
         .pool("vm", "kata", [1, 1, 0, 2])
@@ -51,10 +51,10 @@ fn healthy() -> Scenario {
 
 /// A plane with the Flux, OpenSandbox and SPIRE CRDs, a Kata node, the stand-in, and the
 /// profile applied.
-struct World {
-    plane: OwnPlane,
-    dir: tempfile::TempDir,
-    client: kube::Client,
+pub(crate) struct World {
+    pub(crate) plane: OwnPlane,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) client: kube::Client,
     scenario: Arc<Mutex<Scenario>>,
     controllers: Mutex<Option<standin::AbortOnDrop>>,
     _kubelet: standin::AbortOnDrop,
@@ -62,6 +62,11 @@ struct World {
 
 impl World {
     async fn start() -> Self {
+        Self::start_with(&profile()).await
+    }
+
+    /// [`World::start`] with another profile over the same namespaces (`vf-…`).
+    pub(crate) async fn start_with(profile: &TestProfile) -> Self {
         let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
         let client = cluster::client_for(&plane.kubeconfig).await;
         for dir in ["flux", "opensandbox", "spire"] {
@@ -90,7 +95,7 @@ impl World {
         let scenario = Arc::new(Mutex::new(healthy()));
         let kubelet = Kubelet::spawn(client.clone(), scenario.clone());
         let dir = tempfile::tempdir().unwrap();
-        profile().write_to(dir.path());
+        profile.write_to(dir.path());
         let world =
             Self { plane, dir, client, scenario, controllers: Mutex::new(Some(controllers)), _kubelet: kubelet };
         let out = world.osbx(&["apply", "--timeout", "60s"]).await;
@@ -105,11 +110,11 @@ impl World {
         f(&mut s);
     }
 
-    fn profile_path(&self) -> PathBuf {
+    pub(crate) fn profile_path(&self) -> PathBuf {
         self.dir.path().join("profile.yaml")
     }
 
-    async fn osbx(&self, args: &[&str]) -> Output {
+    pub(crate) async fn osbx(&self, args: &[&str]) -> Output {
         let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
         full.extend(["--profile".into(), self.profile_path().display().to_string()]);
         full.extend(["--kubeconfig".into(), self.plane.kubeconfig.display().to_string()]);
@@ -144,7 +149,7 @@ fn assert_check(checks: &[Value], id: &str, outcome: &str, fragment: &str) {
     assert!(text.contains(fragment), "{id}: {fragment:?} not in {c}");
 }
 
-async fn leftovers(client: &kube::Client) -> Vec<String> {
+pub(crate) async fn leftovers(client: &kube::Client) -> Vec<String> {
     let lp = ListParams::default().labels("app.kubernetes.io/managed-by=osbx-verify");
     let mut left: Vec<String> = Api::<Namespace>::all(client.clone())
         .list(&lp)

@@ -82,9 +82,14 @@ impl SandboxController {
             return Some(());
         }
         let pod_name = format!("{pool}-{}", &name[..8.min(name.len())]);
+        // A pod of the pool, as the controller's pool pods are: its template's runtime class.
+        let pools = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &pool_resource());
+        let class = pools.get(&pool).await.ok().and_then(|p| {
+            serde_json::to_value(p).ok()?["spec"]["template"]["spec"]["runtimeClassName"].as_str().map(str::to_owned)
+        });
         let pod: Pod = serde_json::from_value(
             json!({"metadata": {"name": pod_name, "labels": {"sandbox.opensandbox.io/pool-name": pool}},
-            "spec": {"containers": [{"name": "sandbox", "image": "example.com/sandbox:v1"}]}}),
+            "spec": {"runtimeClassName": class, "containers": [{"name": "sandbox", "image": "example.com/sandbox:v1"}]}}),
         )
         .ok()?;
         let _ = Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await;
@@ -99,4 +104,10 @@ impl SandboxController {
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.ok()?;
         Some(())
     }
+}
+
+/// The Pool kind (served whenever BatchSandbox is: both come with the OpenSandbox CRDs).
+fn pool_resource() -> kube::api::ApiResource {
+    let gvk = kube::core::GroupVersionKind::gvk("sandbox.opensandbox.io", "v1alpha1", "Pool");
+    kube::api::ApiResource::from_gvk_with_plural(&gvk, "pools")
 }
