@@ -101,8 +101,14 @@ impl Printer {
     pub fn error(&self, err: &anyhow::Error) {
         let red = self.err_style(Style::new().red().bold());
         eprintln!("{} {err}", red.apply_to("error:"));
+        // A cause already said by what was printed (errors that quote their source) is left out.
+        let mut said = err.to_string();
         for cause in err.chain().skip(1) {
-            eprintln!("  caused by: {cause}");
+            let text = cause.to_string();
+            if !said.contains(&text) {
+                eprintln!("  caused by: {text}");
+                said.push_str(&text);
+            }
         }
     }
 

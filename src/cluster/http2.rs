@@ -4,17 +4,23 @@
 //! for a 200-object apply. A kubeconfig with a `proxy-url` keeps kube's stack, which knows proxies.
 //!
 //! The layers are kube's own (base URI, credentials, extra headers, retry of 429/503/504), in
-//! kube's order; the request timeout is a per-request deadline, since a socket read timeout would
-//! also cut an idle, shared HTTP/2 connection. Below them, a request whose connection the server
-//! closed (GOAWAY) before it was answered is sent again on a new connection: the API server does
-//! that to every unauthenticated HTTP/2 client (its answer, a 401, can be lost with the
-//! connection: 4 runs in 40 with an expired certificate) and, with `--goaway-chance`, to any
-//! client. Every request osbx sends may be repeated: reads, server-side applies and access
-//! reviews change nothing the second time, and a repeated delete finds the object gone.
+//! kube's order; the request timeout is a per-request deadline for the whole response, body
+//! included (a stalled body fails the request instead of holding the run), since a socket read
+//! timeout would also cut an idle, shared HTTP/2 connection. Below them, a request whose
+//! connection went away before it was fully answered (the
+//! server's GOAWAY, a refused stream, a reset or closed connection) is sent again on a new
+//! connection: the API server sends GOAWAY to every unauthenticated HTTP/2 client (its answer, a
+//! 401, can be lost with the connection: 4 runs in 40 with an expired certificate) and, with
+//! `--goaway-chance`, to any client; networks reset connections. Every request osbx sends may be
+//! repeated: reads, server-side applies and access reviews change nothing the second time, a
+//! repeated create is refused as existing (the inventory then reads and retries), and a repeated
+//! delete finds the object gone.
 
 use std::time::Duration;
 
 use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Bytes;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::Config;
@@ -61,12 +67,21 @@ pub(super) fn builder(config: Config, timeout: Duration) -> Result<ClientBuilder
         .layer(config.extra_headers_layer()?)
         .layer(tower::timeout::TimeoutLayer::new(timeout))
         .layer(tower::retry::RetryLayer::new(ConnectionLost { retries: 3 }))
-        .service(hyper.map_err(BoxError::from))
-        .map_response(|res: Response<hyper::body::Incoming>| {
+        .service(hyper.map_err(BoxError::from).and_then(read_body))
+        .map_response(|res: Response<Full<Bytes>>| {
             res.map(|body| Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
         })
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace))
+}
+
+/// Read a response's whole body: osbx makes no streaming requests (no watch, no logs), and a body
+/// read inside the request's deadline and its retry is bounded by the one and retried by the
+/// other when the connection goes away part-way.
+async fn read_body(res: Response<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, BoxError> {
+    let (parts, body) = res.into_parts();
+    let bytes = http_body_util::BodyExt::collect(body).await?.to_bytes();
+    Ok(Response::from_parts(parts, Full::new(bytes)))
 }
 
 /// Sends a request again (at most `retries` times) when its connection went away before it was
@@ -99,13 +114,41 @@ impl<Res> tower::retry::Policy<Request<Body>, Res, BoxError> for ConnectionLost 
     }
 }
 
-/// Whether an error says the server closed the HTTP/2 connection (GOAWAY, or a stream it refused)
-/// rather than answering.
+/// Whether an error says the connection went away before the request was answered: the server
+/// closed it (GOAWAY, a stream it refused), or it was reset or closed under the request.
 fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind;
+    let lost = |io: &std::io::Error| {
+        matches!(
+            io.kind(),
+            ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof
+        )
+    };
     let mut cur = Some(e);
     while let Some(e) = cur {
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+            // h2 keeps its I/O error to itself (no `source`).
+            if h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM) || h2.get_io().is_some_and(lost) {
+                return true;
+            }
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && (h.is_closed() || h.is_incomplete_message() || h.is_canceled())
+        {
+            return true;
+        }
+        if e.downcast_ref::<std::io::Error>().is_some_and(lost) {
+            return true;
+        }
+        // A new connection that failed to open (reset during the handshake, refused): the
+        // request never reached the server.
+        if e.downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(hyper_util::client::legacy::Error::is_connect)
+        {
+            return true;
         }
         cur = e.source();
     }

@@ -60,8 +60,8 @@ pub enum ClusterError {
         /// Why, in words (certificate, connection refused, …).
         reason: String,
     },
-    /// An API call failed.
-    #[error("{subject}: {source}")]
+    /// An API call failed (said in one line: the server's message, or the transport's chain).
+    #[error("{subject}: {}", describe(.source))]
     Api {
         /// What the call was about (`Kind/ns/name`, `discovery`, …).
         subject: String,

@@ -63,7 +63,7 @@ pub fn run(opts: &RenderSettings, printer: &Printer) -> anyhow::Result<ExitStatu
         return Ok(ExitStatus::Failure);
     }
 
-    let ours: Vec<String> = changed.iter().map(|f| f.path.clone()).collect();
+    let ours = repo::commit_paths(&staged, &rendered);
     if opts.commit.is_some() {
         let unrelated = repo::staged_conflicts(&opts.out, &ours)?;
         if !unrelated.is_empty() {
@@ -98,9 +98,9 @@ pub fn run(opts: &RenderSettings, printer: &Printer) -> anyhow::Result<ExitStatu
     }
 
     if let Some(message) = &opts.commit {
-        match repo::commit(&opts.out, &written, message)? {
-            Some(id) => {
-                printer.success(&format!("committed {} file(s)", written.len()));
+        match repo::commit(&opts.out, &ours, message)? {
+            Some((id, files)) => {
+                printer.success(&format!("committed {files} file(s)"));
                 printer.data(&id.to_string());
             }
             None => printer.success("nothing to commit"),

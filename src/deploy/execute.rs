@@ -41,17 +41,18 @@ struct Run<'a> {
     planned: BTreeMap<ObjectRef, Planned>,
     /// The inventory: as planned (every object about to be applied recorded), then as applied.
     inventory: Inventory,
-    /// Whether the planned inventory is still to be written together with the first objects.
+    /// Whether the inventory lists objects the cluster's copy does not, to be written before the
+    /// next stage that writes.
     intent: bool,
     changes: ChangeSet,
 }
 
 /// Apply the layers as planned.
 ///
-/// The inventory, with every object about to be applied already in it, is written together
-/// with the first objects (a layer's Namespaces and CRDs), so an apply killed half-way leaves
-/// nothing untracked; it is written again at the end only when that changed it (pruned objects,
-/// objects of kinds a chart installed meanwhile). A layer's objects use the plan while it is
+/// The inventory, with every object about to be applied already in it, is written before the
+/// first objects (a layer's Namespaces and CRDs), so an apply killed half-way leaves
+/// nothing untracked (so are objects of kinds a chart installed meanwhile, before their stage);
+/// it is written again at the end when the run changed it since (pruned objects). A layer's objects use the plan while it is
 /// current: always with `--no-wait`; after a readiness wait they are read again.
 ///
 /// # Errors
@@ -151,7 +152,7 @@ pub(super) fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
 impl Run<'_> {
     /// Apply one layer, stage by stage, from the plan where it has the object (else planning it
     /// now); returns what was applied (skipped objects left out). The intended inventory, while
-    /// unwritten, is written together with the first stage that writes anything.
+    /// unwritten, is written before the first stage that writes anything.
     async fn apply_layer(&mut self, layer: &Layer) -> Result<Vec<Planned>, DeployError> {
         let mut applied = Vec::new();
         for stage in [Stage::Definitions, Stage::Classes, Stage::Resources] {
@@ -178,23 +179,27 @@ impl Run<'_> {
         Ok(applied)
     }
 
-    /// Write a stage (with the intended inventory, if this is the first stage that writes);
-    /// returns the server's answer for each object (`None`: not written).
+    /// Write a stage; returns the server's answer for each object (`None`: not written). The
+    /// inventory is written first whenever it does not list every object the stage writes yet
+    /// (the planned inventory before the first stage; objects of kinds a chart installed, planned
+    /// only now): an object never exists untracked, even when the connection dies mid-stage.
     async fn write(&mut self, stage_plan: &[Planned]) -> Result<Vec<Option<String>>, DeployError> {
         let (cluster, force) = (self.cluster, self.opts.force_conflicts);
         if self.opts.dry_run {
             return Ok(vec![None; stage_plan.len()]);
         }
-        if !(self.intent && stage_plan.iter().any(Planned::writes)) {
-            return Ok(ssa::write_all(cluster, stage_plan, force).await?);
+        for p in stage_plan.iter().filter(|p| p.writes()) {
+            let created = p.action == Action::Created;
+            if self.inventory.entries.get(&p.id).is_none_or(|was| created && !was) {
+                self.inventory.record(&p.id, created);
+                self.intent = true;
+            }
         }
-        self.intent = false;
-        let inventory = &mut self.inventory;
-        let (answers, ()) = futures::try_join!(
-            async { ssa::write_all(cluster, stage_plan, force).await.map_err(DeployError::from) },
-            async { inventory.write(cluster).await.map_err(DeployError::from) },
-        )?;
-        Ok(answers)
+        if self.intent && stage_plan.iter().any(Planned::writes) {
+            self.intent = false;
+            self.inventory.write(cluster).await?;
+        }
+        Ok(ssa::write_all(cluster, stage_plan, force).await?)
     }
 
     /// Wait until a definitions or classes stage is usable: Namespaces are Active as created

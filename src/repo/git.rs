@@ -63,12 +63,13 @@ pub fn staged_conflicts(root: &Path, ours: &[String]) -> Result<Vec<String>, Git
     Ok(unrelated)
 }
 
-/// Stage `paths` (`root`-relative) and commit them; returns the commit id, or `None` when
-/// nothing differs from HEAD.
+/// Stage `paths` (`root`-relative; a path no longer in the work tree leaves the index) and commit
+/// them; returns the commit id and how many files it changed, or `None` when nothing differs
+/// from HEAD.
 ///
 /// # Errors
 /// [`GitError`] when libgit2 fails.
-pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<git2::Oid>, GitError> {
+pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<(git2::Oid, usize)>, GitError> {
     if paths.is_empty() {
         return Ok(None);
     }
@@ -95,10 +96,22 @@ pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<git
         return Ok(None);
     }
     let tree = repo.find_tree(tree_id)?;
+    let parent_tree = parent.as_ref().map(git2::Commit::tree).transpose()?;
+    let files = repo.diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None)?.deltas().len();
     let sig = repo.signature().or_else(|_| Signature::now("osbx", "osbx@localhost"))?;
     let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
     let id = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)?;
-    Ok(Some(id))
+    Ok(Some((id, files)))
+}
+
+/// The text of `rel` (relative to `root`) in the commit at HEAD, when there is one.
+#[must_use]
+pub(super) fn at_head(root: &Path, rel: &str) -> Option<String> {
+    let (repo, workdir) = open(root).ok()?;
+    let path = to_workdir(root, &workdir, &[rel.to_owned()]).pop()?;
+    let tree = repo.head().ok()?.peel_to_tree().ok()?;
+    let blob = tree.get_path(Path::new(&path)).ok()?.to_object(&repo).ok()?.peel_to_blob().ok()?;
+    String::from_utf8(blob.content().to_vec()).ok()
 }
 
 /// What a Flux repository holds that Flux cannot see yet.

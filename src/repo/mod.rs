@@ -156,6 +156,65 @@ pub fn lock(root: &Path) -> Result<RepoLock, RepoError> {
     Ok(RepoLock { _dir: file, created })
 }
 
+/// Every path a `--commit` of this render covers: each file it changes now; each file osbx owns
+/// that it writes, and each file the state committed at HEAD lists and that is gone (an earlier
+/// render may have written or deleted them without committing, killed or refused by git); its
+/// state file; and a cluster kustomization whose difference from HEAD is exactly osbx's own edit
+/// (its entries added or removed, or the file created or deleted by osbx): other uncommitted
+/// edits in that shared file are yours to commit. The commit takes those that differ from HEAD,
+/// and nothing else.
+#[must_use]
+pub fn commit_paths(staged: &Staged, rendered: &Rendered) -> Vec<String> {
+    let root = &staged.root;
+    let mut paths: BTreeSet<String> = staged.changed().map(|f| f.path.clone()).collect();
+    let state_path = state::path(&rendered.source);
+    let committed = git::at_head(root, &state_path).and_then(|t| State::parse(&t).ok()).unwrap_or_default();
+    let now = staged
+        .files
+        .iter()
+        .find(|f| f.path == state_path)
+        .and_then(|f| f.new.as_deref())
+        .and_then(|t| State::parse(t).ok())
+        .unwrap_or_default();
+    let owned_files = staged.files.iter().map(|f| f.path.clone()).chain(committed.files.iter().cloned());
+    for path in owned_files {
+        match fs::read_to_string(root.join(&path)) {
+            Ok(text) if is_owned(&text) => {
+                paths.insert(path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                paths.insert(path);
+            }
+            _ => {}
+        }
+    }
+    let indexes: BTreeSet<&str> =
+        rendered.clusters.iter().map(|c| c.path.as_str()).chain(committed.entries.keys().map(String::as_str)).collect();
+    for path in indexes {
+        let (head, disk) = (git::at_head(root, path), read_existing(root, path).ok().flatten());
+        if head == disk || paths.contains(path) {
+            continue;
+        }
+        let wanted: Vec<String> =
+            rendered.clusters.iter().find(|c| c.path == path).map(|c| c.entries.clone()).unwrap_or_default();
+        let stale: Vec<String> =
+            committed.entries.get(path).into_iter().flatten().filter(|e| !wanted.contains(e)).cloned().collect();
+        let osbx_edit = match (&head, &disk) {
+            (Some(head), Some(disk)) => kustomization::merge(head, &wanted)
+                .and_then(|merged| kustomization::remove(&merged, &stale))
+                .is_ok_and(|edited| &edited == disk),
+            (None, Some(_)) => now.created.contains(path),
+            (Some(_), None) => committed.created.contains(path),
+            (None, None) => false,
+        };
+        if osbx_edit {
+            paths.insert(path.to_owned());
+        }
+    }
+    paths.insert(state_path);
+    paths.into_iter().collect()
+}
+
 /// Finish (or undo) what a render that was killed part-way left in the repository at `root`;
 /// returns what was done, or `None` when nothing was left.
 ///

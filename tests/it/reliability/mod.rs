@@ -1,6 +1,8 @@
 //! What real use brings besides a dead server: two applies at once, a bad network, a
 //! least-privilege CI account, long fuzzing, and verify under load.
 
+mod faults;
 mod inventory;
 mod load;
+mod proxy;
 mod rbac;
