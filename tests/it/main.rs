@@ -9,7 +9,6 @@ mod cluster;
 mod e2e;
 mod examples;
 mod fleet;
-mod fuzz;
 mod lint;
 mod plane;
 mod profile_rules;

@@ -2,6 +2,7 @@
 //! least-privilege CI account, long fuzzing, and verify under load.
 
 mod faults;
+mod fuzz;
 mod inventory;
 mod load;
 mod proxy;
