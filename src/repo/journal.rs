@@ -119,7 +119,7 @@ pub(super) fn recover(root: &Path) -> Result<Option<String>, RepoError> {
                     _ => {}
                 }
                 let _ = fs::remove_file(backup_of(&target));
-                super::remove_empty_parents(root, &target);
+                super::write::remove_empty_parents(root, &target);
             }
             "an earlier render was interrupted part-way: completed it"
         }

@@ -2,11 +2,12 @@
 
 mod flux;
 mod kata;
+mod lifecycle;
 mod nodes;
 mod opensandbox;
 mod spiffe;
 
-pub(crate) use opensandbox::{sweep_sandboxes, sweep_sandboxes_needs};
+pub(crate) use lifecycle::{sweep_sandboxes, sweep_sandboxes_needs};
 
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
@@ -31,7 +32,7 @@ pub fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<Box<dyn
         Box::new(opensandbox::Pools),
     ];
     for pool in &profile.pools.items {
-        checks.push(Box::new(opensandbox::Lifecycle { pool: pool.name.clone() }));
+        checks.push(Box::new(lifecycle::Lifecycle { pool: pool.name.clone() }));
     }
     checks
 }

@@ -1,0 +1,273 @@
+//! `opensandbox.lifecycle.<pool>`: a sandbox can be created from each pool through the Lifecycle
+//! API, runs bound to it, and is gone after deletion; and the sweep of the sandboxes a killed
+//! run left.
+
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use http::Method;
+use serde_json::{Value, json};
+
+use super::opensandbox::{batch_sandbox, pool};
+use crate::cluster::preflight::Need;
+use crate::components::pools::EffectivePool;
+use crate::object::Gvk;
+use crate::profile::Profile;
+use crate::verify::session::{self, Settings};
+use crate::verify::{Check, Ctx, Verdict};
+
+/// The label the server puts on a Lifecycle check's sandbox (from the create's `metadata`),
+/// naming the run that created it.
+const SANDBOX_RUN_LABEL: &str = "osbx-smoke";
+
+/// Delete the sandboxes that earlier runs' Lifecycle checks left in the sandbox namespace (a
+/// run killed before it could delete them): the BatchSandboxes labelled with a run not in
+/// `live_runs`. The server keeps no state of its own for them. Returns what was removed.
+pub(crate) async fn sweep_sandboxes(
+    cluster: &crate::cluster::Cluster,
+    profile: &Profile,
+    live_runs: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    let ns = &profile.opensandbox.namespaces.sandbox;
+    if profile.pools.items.is_empty() {
+        return Vec::new();
+    }
+    let Ok(Some(api)) = cluster.resolver.api(&batch_sandbox().object(Some(ns), "")).await else { return Vec::new() };
+    let Ok(list) = api.list(&kube::api::ListParams::default().labels(SANDBOX_RUN_LABEL)).await else {
+        return Vec::new();
+    };
+    let runs: std::collections::BTreeSet<String> = list
+        .items
+        .iter()
+        .filter_map(|b| b.metadata.labels.as_ref().and_then(|l| l.get(SANDBOX_RUN_LABEL)).cloned())
+        .collect();
+    let mut removed = Vec::new();
+    for run in runs.difference(live_runs) {
+        let lp = kube::api::ListParams::default().labels(&format!("{SANDBOX_RUN_LABEL}={run}"));
+        if api.delete_collection(&kube::api::DeleteParams::default(), &lp).await.is_ok() {
+            removed.push(format!("{ns}: the sandboxes of run {run}"));
+        }
+    }
+    removed
+}
+
+/// What [`sweep_sandboxes`] needs: listing and deleting BatchSandboxes in the sandbox namespace.
+pub(crate) fn sweep_sandboxes_needs(profile: &Profile) -> Vec<Need> {
+    if profile.pools.items.is_empty() {
+        return Vec::new();
+    }
+    let ns = &profile.opensandbox.namespaces.sandbox;
+    ["list", "deletecollection"].into_iter().map(|verb| Need::any(verb, &batch_sandbox(), Some(ns))).collect()
+}
+
+pub(super) struct Lifecycle {
+    pub pool: String,
+}
+
+impl Check for Lifecycle {
+    fn ids(&self) -> Vec<String> {
+        vec![format!("opensandbox.lifecycle.{}", self.pool)]
+    }
+
+    /// Reading the Pool, the API key, the sandbox's BatchSandbox and pods (named only at run
+    /// time), and `POST`, `GET` and `DELETE` to the server.
+    fn needs(&self, profile: &Profile, settings: &Settings) -> Vec<Need> {
+        let ns = &profile.opensandbox.namespaces.sandbox;
+        let mut needs = vec![Need::on("get", &pool(profile, &self.pool)), Need::any("get", &batch_sandbox(), Some(ns))];
+        needs.extend(session::lifecycle_api_needs(profile, settings, &[Method::POST, Method::GET, Method::DELETE]));
+        needs.extend(session::api_key_needs(profile, &settings.api_key));
+        if deletes_released_pods(profile, &self.pool) {
+            needs.push(Need::any("get", &Gvk::new("", "v1", "Pod"), Some(ns)));
+        }
+        needs
+    }
+
+    fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
+        Box::pin(async move { vec![lifecycle(ctx, &self.pool).await] })
+    }
+}
+
+/// Create a sandbox from `pool`, see it Running and bound to the pool, delete it, see it gone.
+async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
+    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+    let pool_obj = match ctx.cluster.get(&self::pool(&ctx.profile, pool)).await {
+        Ok(p) => p,
+        Err(e) => return Verdict::error(format!("reading Pool {pool}"), e.to_string()),
+    };
+    // The server waits its whole create timeout on a missing or empty pool: check first.
+    match &pool_obj {
+        None => {
+            return Verdict::fail(
+                format!("Pool {ns}/{pool} missing"),
+                "the pool does not exist; the server would time out",
+            );
+        }
+        Some(p) if p["status"]["available"].as_i64().unwrap_or(0) < 1 => {
+            return Verdict::fail(
+                format!("Pool {pool} available {}", p["status"]["available"]),
+                "the pool has no available capacity: a create would time out",
+            )
+            .with_fix("raise bufferMin, or check the pool's pods");
+        }
+        Some(_) => {}
+    }
+    let mut metadata = serde_json::Map::new();
+    metadata.insert(SANDBOX_RUN_LABEL.to_owned(), json!(ctx.run.id));
+    let body = json!({"extensions": {"poolRef": pool}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
+                      "metadata": metadata});
+    let created = match ctx.endpoint.request(Method::POST, "/v1/sandboxes", Some(&body), true).await {
+        Err(e) => return Verdict::error("POST /v1/sandboxes", e),
+        Ok(r) => r,
+    };
+    if created.status != 202 && created.status != 200 {
+        let code = created.json["code"].as_str().unwrap_or_default();
+        let why = match code {
+            "KUBERNETES::POD_READY_TIMEOUT" => {
+                "the sandbox did not become Running within the server's create timeout".to_owned()
+            }
+            _ => format!("{code} {}", created.json["message"].as_str().unwrap_or(&created.text)),
+        };
+        return Verdict::fail(format!("POST /v1/sandboxes → {}", created.status), why);
+    }
+    let Some(id) = created.json["id"].as_str().map(str::to_owned) else {
+        return Verdict::error("POST /v1/sandboxes", format!("no id in the response: {}", created.text));
+    };
+    let verdict = running_then_deleted(ctx, pool, &id, &created.json).await;
+    if verdict.outcome != crate::verify::Outcome::Pass {
+        let _ = ctx.endpoint.request(Method::DELETE, &format!("/v1/sandboxes/{id}"), None, true).await;
+    }
+    verdict
+}
+
+async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) -> Verdict {
+    // Everything after the create is bounded by the probe deadline (at least 10 s).
+    let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180).max(10));
+    match running_on_pool(ctx, pool, id, created, limit).await {
+        Ok(pods) => deleted_with_its_pods(ctx, pool, id, &pods, limit).await,
+        Err(verdict) => verdict,
+    }
+}
+
+/// Wait until the sandbox runs, bound to `pool`; returns its pods (else the failing verdict).
+async fn running_on_pool(
+    ctx: &Ctx,
+    pool: &str,
+    id: &str,
+    created: &Value,
+    limit: Duration,
+) -> Result<Vec<String>, Verdict> {
+    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+    let path = format!("/v1/sandboxes/{id}");
+    // Right after create, GET may briefly answer 500 on older servers: retry for a while.
+    let start = Instant::now();
+    let mut state = created["status"]["state"].as_str().unwrap_or_default().to_owned();
+    while state != "Running" && start.elapsed() < limit {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(r) = ctx.endpoint.request(Method::GET, &path, None, true).await
+            && r.status == 200
+        {
+            r.json["status"]["state"].as_str().unwrap_or_default().clone_into(&mut state);
+            if state == "Failed" {
+                return Err(Verdict::fail(
+                    format!("sandbox {id} Failed"),
+                    r.json["status"]["message"].as_str().unwrap_or("").to_owned(),
+                ));
+            }
+        }
+    }
+    if state != "Running" {
+        return Err(Verdict::fail(
+            format!("sandbox {id} state {state:?} after {}s", limit.as_secs()),
+            "the sandbox never became Running",
+        ));
+    }
+    let bsbx = match ctx.cluster.get(&batch_sandbox().object(Some(ns), id)).await {
+        Ok(Some(b)) => b,
+        Ok(None) => return Err(Verdict::fail(format!("sandbox {id} Running"), format!("no BatchSandbox {ns}/{id}"))),
+        Err(e) => return Err(Verdict::error("reading the BatchSandbox", e.to_string())),
+    };
+    if bsbx["spec"]["poolRef"] != pool {
+        return Err(Verdict::fail(
+            format!("BatchSandbox {id} poolRef {}", bsbx["spec"]["poolRef"]),
+            format!("the sandbox is not bound to pool {pool}"),
+        ));
+    }
+    let pods: Vec<String> = bsbx["metadata"]["annotations"]["sandbox.opensandbox.io/alloc-status"]
+        .as_str()
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|v| v["pods"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.as_str().map(str::to_owned))
+        .collect();
+    Ok(pods)
+}
+
+/// Whether the pool's released pods are deleted (recycle strategy Delete): then a deleted
+/// sandbox's pods must be gone.
+fn deletes_released_pods(profile: &Profile, pool: &str) -> bool {
+    profile.pools.effective().iter().find(|p| p.pool.name == pool).is_none_or(EffectivePool::deletes_released_pods)
+}
+
+/// Delete the sandbox; its BatchSandbox and (with recycle strategy Delete) its pods must go,
+/// and the server must forget it.
+async fn deleted_with_its_pods(ctx: &Ctx, pool: &str, id: &str, pods: &[String], limit: Duration) -> Verdict {
+    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+    let path = format!("/v1/sandboxes/{id}");
+    match ctx.endpoint.request(Method::DELETE, &path, None, true).await {
+        Ok(r) if r.status == 204 || r.status == 200 => {}
+        Ok(r) => {
+            return Verdict::fail(
+                format!("DELETE {path} → {}", r.status),
+                r.text.chars().take(200).collect::<String>(),
+            );
+        }
+        Err(e) => return Verdict::error(format!("DELETE {path}"), e),
+    }
+    let start = Instant::now();
+    loop {
+        let left = ctx.cluster.get(&batch_sandbox().object(Some(ns), id)).await;
+        match left {
+            Ok(None) => break,
+            Ok(Some(b)) if start.elapsed() > limit => {
+                let finalizers = b["metadata"]["finalizers"].to_string();
+                return Verdict::fail(
+                    format!(
+                        "BatchSandbox {id} still present {}s after delete (finalizers {finalizers})",
+                        limit.as_secs()
+                    ),
+                    "the BatchSandbox was left behind: the OpenSandbox controller did not release it (is it running? is the Pool still there?)",
+                );
+            }
+            Err(e) => return Verdict::error("reading the BatchSandbox", e.to_string()),
+            Ok(Some(_)) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    let mut left_pods = Vec::new();
+    if deletes_released_pods(&ctx.profile, pool) {
+        for pod in pods {
+            if let Ok(Some(p)) = ctx.cluster.get(&Gvk::new("", "v1", "Pod").object(Some(ns), pod)).await
+                && p["metadata"]["deletionTimestamp"].is_null()
+            {
+                left_pods.push(pod.clone());
+            }
+        }
+    }
+    if !left_pods.is_empty() {
+        return Verdict::fail(
+            format!("sandbox {id} deleted"),
+            format!("its pods {} were not recycled (recycleStrategy Delete)", left_pods.join(", ")),
+        );
+    }
+    let gone = ctx.endpoint.request(Method::GET, &path, None, true).await.map_or(0, |r| r.status);
+    if gone != 404 {
+        return Verdict::fail(
+            format!("GET {path} after delete → {gone}"),
+            "the server still knows the deleted sandbox",
+        );
+    }
+    Verdict::pass(format!(
+        "sandbox {id} Running on pool {pool} (pods {}), deleted, BatchSandbox and pods gone, GET → 404",
+        pods.join(",")
+    ))
+}
