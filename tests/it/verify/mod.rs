@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::builder::TestProfile;
-use crate::cluster::standin::{self, Controllers, Kubelet, NodeState, Scenario};
+use crate::cluster::standin::{self, KataCluster, Scenario};
 use crate::cluster::{self, OwnPlane};
 use crate::support::{assert_golden, osbx, outputs};
 
@@ -67,33 +67,8 @@ impl World {
 
     /// [`World::start`] with another profile over the same namespaces (`vf-…`).
     pub(crate) async fn start_with(profile: &TestProfile) -> Self {
-        let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
-        let client = cluster::client_for(&plane.kubeconfig).await;
-        for dir in ["flux", "opensandbox", "spire"] {
-            cluster::install_crds(&client, dir).await;
-        }
-        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "spire-smoke", "namespace": "vf-spire"}});
-        let rc = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "kata-clh-runtime-rs"},
-            "handler": "kata-clh-runtime-rs", "overhead": {"podFixed": {"cpu": "250m", "memory": "130Mi"}},
-            "scheduling": {"nodeSelector": {"katacontainers.io/kata-runtime": "true", "kata-deploy.katacontainers.io/default": "true"}}});
-        let namespaces = ["vf-flux", "vf-spire"]
-            .map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
-        for obj in namespaces.iter().chain([&sa, &rc]) {
-            apply(&client, obj).await;
-        }
-        standin::node(&client, "vf-node", &NodeState {
-            ready: true, kernel: "6.8.0-45-generic", runtime_handlers: &["runc", "kata-clh-runtime-rs"],
-            labels: json!({"katacontainers.io/kata-runtime": "true", "kata-deploy.katacontainers.io/default": "true"}),
-        })
-        .await;
-        let controllers = Controllers {
-            flux_namespaces: vec!["vf-flux".into(), "vf-system".into()],
-            pool_namespaces: vec!["vf-sbx".into()],
-            ..Controllers::default()
-        }
-        .spawn(client.clone());
         let scenario = Arc::new(Mutex::new(healthy()));
-        let kubelet = Kubelet::spawn(client.clone(), scenario.clone());
+        let KataCluster { plane, client, controllers, kubelet } = KataCluster::start("vf", scenario.clone()).await;
         let dir = tempfile::tempdir().unwrap();
         profile.write_to(dir.path());
         let world =

@@ -195,3 +195,58 @@ pub async fn finalize_namespaces(client: &Client, selector: &str) {
         let _: Result<Value, _> = client.request(req).await;
     }
 }
+
+/// A plane of its own playing a healthy Kata cluster for `verify`, its namespaces named after
+/// `p`: the Flux, OpenSandbox and SPIRE CRDs; `<p>-flux` and `<p>-spire` with the smoke
+/// ServiceAccount; a Kata node `<p>-node` and its RuntimeClass; the stand-in Flux and OpenSandbox
+/// controllers for `<p>-flux`, `<p>-system` and `<p>-sbx`; and the kubelet playing `scenario`.
+pub struct KataCluster {
+    /// The plane (stopped when dropped).
+    pub plane: crate::cluster::OwnPlane,
+    /// An admin client.
+    pub client: Client,
+    /// The stand-in controllers (drop them to stop reconciling).
+    pub controllers: AbortOnDrop,
+    /// The stand-in kubelet.
+    pub kubelet: AbortOnDrop,
+}
+
+impl KataCluster {
+    /// Start it (see the type).
+    pub async fn start(p: &str, scenario: std::sync::Arc<std::sync::Mutex<Scenario>>) -> Self {
+        let plane = tokio::task::spawn_blocking(crate::cluster::OwnPlane::start).await.unwrap();
+        let client = crate::cluster::client_for(&plane.kubeconfig).await;
+        for dir in ["flux", "opensandbox", "spire"] {
+            crate::cluster::install_crds(&client, dir).await;
+        }
+        let kata_labels =
+            json!({"katacontainers.io/kata-runtime": "true", "kata-deploy.katacontainers.io/default": "true"});
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("{p}-flux")}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("{p}-spire")}}),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "spire-smoke", "namespace": format!("{p}-spire")}}),
+            json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "kata-clh-runtime-rs"},
+                   "handler": "kata-clh-runtime-rs", "overhead": {"podFixed": {"cpu": "250m", "memory": "130Mi"}},
+                   "scheduling": {"nodeSelector": kata_labels}}),
+        ];
+        for obj in &objects {
+            let (api, name) = crate::cluster::api_for(&client, obj).await;
+            api.patch(&name, &PatchParams::apply("test"), &Patch::Apply(obj)).await.unwrap();
+        }
+        let state = NodeState {
+            ready: true,
+            kernel: "6.8.0-45-generic",
+            runtime_handlers: &["runc", "kata-clh-runtime-rs"],
+            labels: kata_labels,
+        };
+        node(&client, &format!("{p}-node"), &state).await;
+        let controllers = Controllers {
+            flux_namespaces: vec![format!("{p}-flux"), format!("{p}-system")],
+            pool_namespaces: vec![format!("{p}-sbx")],
+            ..Controllers::default()
+        }
+        .spawn(client.clone());
+        let kubelet = Kubelet::spawn(client.clone(), scenario);
+        Self { plane, client, controllers, kubelet }
+    }
+}

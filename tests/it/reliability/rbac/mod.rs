@@ -22,7 +22,7 @@ use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
 
 use crate::builder::TestProfile;
-use crate::cluster::standin::{self, Controllers, Kubelet, NodeState, Scenario};
+use crate::cluster::standin::{self, KataCluster, Scenario};
 use crate::cluster::{self, OwnPlane};
 use crate::support::{osbx, outputs};
 
@@ -60,37 +60,6 @@ struct World {
 
 impl World {
     async fn start() -> Self {
-        let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
-        let client = cluster::client_for(&plane.kubeconfig).await;
-        for dir in ["flux", "opensandbox", "spire"] {
-            cluster::install_crds(&client, dir).await;
-        }
-        let rc = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "kata-clh-runtime-rs"},
-            "handler": "kata-clh-runtime-rs", "overhead": {"podFixed": {"cpu": "250m", "memory": "130Mi"}},
-            "scheduling": {"nodeSelector": {"katacontainers.io/kata-runtime": "true"}}});
-        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "spire-smoke", "namespace": "rb-spire"}});
-        let namespaces = ["rb-flux", "rb-spire"]
-            .map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
-        for obj in namespaces.iter().chain([&sa, &rc]) {
-            apply(&client, obj).await;
-        }
-        standin::node(
-            &client,
-            "rb-node",
-            &NodeState {
-                ready: true,
-                kernel: "6.8.0-45-generic",
-                runtime_handlers: &["runc", "kata-clh-runtime-rs"],
-                labels: json!({"katacontainers.io/kata-runtime": "true"}),
-            },
-        )
-        .await;
-        let controllers = Controllers {
-            flux_namespaces: vec!["rb-flux".into(), "rb-system".into()],
-            pool_namespaces: vec!["rb-sbx".into()],
-            ..Controllers::default()
-        }
-        .spawn(client.clone());
         let scenario = Scenario {
             node: "rb-node".into(),
             guest_kernel: "6.18.35".into(),
@@ -101,7 +70,8 @@ impl World {
             wrong_id: None,
             workload_api_error: None,
         };
-        let kubelet = Kubelet::spawn(client.clone(), Arc::new(Mutex::new(scenario)));
+        let KataCluster { plane, client, controllers, kubelet } =
+            KataCluster::start("rb", Arc::new(Mutex::new(scenario))).await;
         let dir = tempfile::tempdir().unwrap();
         let user = cluster::user_kubeconfig(&plane.kubeconfig, USER, dir.path());
         Self { _plane: plane, dir, client, user, _controllers: controllers, _kubelet: kubelet }
