@@ -37,16 +37,7 @@ pub(crate) fn profile() -> TestProfile {
 }
 
 fn healthy() -> Scenario {
-    Scenario {
-        node: "vf-node".into(),
-        guest_kernel: "6.18.35".into(),
-        cmdline_marker: true,
-        kvm: true,
-        shared_memory: true,
-        smoke_id: Some(SMOKE_ID.into()),
-        wrong_id: None,
-        workload_api_error: None,
-    }
+    Scenario::healthy("vf-node", SMOKE_ID)
 }
 
 /// A plane with the Flux, OpenSandbox and SPIRE CRDs, a Kata node, the stand-in, and the

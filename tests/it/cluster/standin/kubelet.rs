@@ -28,6 +28,23 @@ pub struct Scenario {
     pub workload_api_error: Option<String>,
 }
 
+impl Scenario {
+    /// A healthy Kata node `node` (a guest kernel of its own, KVM, shared memory) where the smoke
+    /// ServiceAccount gets `smoke_id` and nobody else an identity.
+    pub fn healthy(node: &str, smoke_id: &str) -> Self {
+        Self {
+            node: node.into(),
+            guest_kernel: "6.18.35".into(),
+            cmdline_marker: true,
+            kvm: true,
+            shared_memory: true,
+            smoke_id: Some(smoke_id.into()),
+            wrong_id: None,
+            workload_api_error: None,
+        }
+    }
+}
+
 /// A kubelet (and scheduler) for verify probe pods: binds them to the scenario's node and writes
 /// the terminated state and termination message the real probe would produce there.
 pub struct Kubelet;

@@ -60,16 +60,7 @@ struct World {
 
 impl World {
     async fn start() -> Self {
-        let scenario = Scenario {
-            node: "rb-node".into(),
-            guest_kernel: "6.18.35".into(),
-            cmdline_marker: true,
-            kvm: true,
-            shared_memory: true,
-            smoke_id: Some(SMOKE_ID.into()),
-            wrong_id: None,
-            workload_api_error: None,
-        };
+        let scenario = Scenario::healthy("rb-node", SMOKE_ID);
         let KataCluster { plane, client, controllers, kubelet } =
             KataCluster::start("rb", Arc::new(Mutex::new(scenario))).await;
         let dir = tempfile::tempdir().unwrap();
