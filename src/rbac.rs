@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::cluster::preflight::{self, Need, Target};
+use crate::cluster::need::{self, Need, Target};
+use crate::cluster::preflight;
 use crate::deploy::{self, ApplyOptions, Layer};
 use crate::object::Gvk;
 use crate::profile::Profile;
@@ -86,7 +87,7 @@ pub struct Options {
 pub fn needs(profile: &Profile, layers: &[Layer], opts: &Options) -> BTreeSet<Need> {
     let mut out: BTreeSet<Need> = preflight::connect_needs().into_iter().collect();
     // Apply and verify review their needs before they write; diff when a read is refused.
-    out.insert(preflight::review_need());
+    out.insert(need::review_need());
     if opts.purpose.covers(Purpose::Apply) {
         let apply = ApplyOptions {
             dry_run: false,

@@ -188,14 +188,14 @@ impl Inventory {
 impl Inventory {
     /// Reading it ([`Inventory::load`]): `get` on its ConfigMap.
     #[must_use]
-    pub fn read_need(config_map: &ObjectRef) -> super::preflight::Need {
-        super::preflight::Need::on("get", config_map)
+    pub fn read_need(config_map: &ObjectRef) -> super::need::Need {
+        super::need::Need::on("get", config_map)
     }
 
     /// Writing it ([`Inventory::write`]): `create` in its namespace when it does not exist,
     /// `patch` on its ConfigMap when it does (after a conflict it is read again: [`Self::read_need`]).
     #[must_use]
-    pub fn write_needs(config_map: &ObjectRef) -> Vec<super::preflight::Need> {
-        ["create", "patch"].into_iter().map(|verb| super::preflight::Need::on(verb, config_map)).collect()
+    pub fn write_needs(config_map: &ObjectRef) -> Vec<super::need::Need> {
+        ["create", "patch"].into_iter().map(|verb| super::need::Need::on(verb, config_map)).collect()
     }
 }

@@ -9,6 +9,7 @@ pub mod diff;
 mod http2;
 pub mod inventory;
 pub mod meter;
+pub mod need;
 pub mod preflight;
 mod resolve;
 pub mod ssa;

@@ -13,7 +13,7 @@ use futures::stream::{self, StreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::Value;
 
-use super::preflight::Need;
+use super::need::Need;
 use super::{Cluster, ClusterError, describe};
 use crate::changeset::{Action, Change};
 use crate::object::{Gvk, Object, ObjectRef};

@@ -19,7 +19,7 @@ pub use self::execute::{ApplyReport, execute};
 pub use self::plan::{ApplyOptions, Plan, access, plan};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::inventory::Inventory;
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::cluster::ssa::{self, ApplyError, PlanOptions};
 use crate::cluster::wait::WaitError;
 use crate::cluster::{Cluster, ClusterError};

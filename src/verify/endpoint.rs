@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::cluster::RequestCounts;
 use crate::cluster::meter::RequestStats;
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::object::Gvk;
 
 /// The value of an API key (a secret): it never prints, not even in debug output.

@@ -150,7 +150,7 @@ pub trait Check: Send + Sync {
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>>;
     /// The permissions `run` needs for this profile and run (none when it would skip), reviewed
     /// before the run starts and printed as roles by `osbx rbac`.
-    fn needs(&self, profile: &Profile, settings: &session::Settings) -> Vec<crate::cluster::preflight::Need>;
+    fn needs(&self, profile: &Profile, settings: &session::Settings) -> Vec<crate::cluster::need::Need>;
 }
 
 /// Which checks to run.

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::cluster::{Cluster, ClusterError};
 use crate::object::Gvk;
 

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
 use super::{CheckResult, Ctx, Endpoint, Selection, checks, probe};
-use crate::cluster::preflight::{self, Need, PreflightError};
+use crate::cluster::need::Need;
+use crate::cluster::preflight::{self, PreflightError};
 use crate::cluster::{Cluster, ClusterError};
 use crate::components::opensandbox::OpenSandbox;
 use crate::object::{Gvk, ObjectRef};

@@ -2,7 +2,7 @@
 
 use futures::future::BoxFuture;
 
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::cluster::status::Status;
 use crate::cluster::wait::status_of;
 use crate::object::ObjectRef;

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::list;
 use super::nodes::{kata_nodes, node};
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::profile::Profile;
 use crate::verify::probe::{self, ProbeEnd};
 use crate::verify::session::Settings;

@@ -9,7 +9,7 @@ use http::Method;
 use serde_json::{Value, json};
 
 use super::opensandbox::{batch_sandbox, pool};
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::components::pools::EffectivePool;
 use crate::object::Gvk;
 use crate::profile::Profile;

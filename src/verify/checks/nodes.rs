@@ -4,7 +4,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::list;
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::object::Gvk;
 use crate::profile::Profile;
 use crate::verify::session::Settings;

@@ -5,7 +5,7 @@ use futures::future::BoxFuture;
 use http::Method;
 
 use super::list;
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::cluster::status::{self, Status};
 use crate::components::opensandbox::OpenSandbox;
 use crate::object::{Gvk, ObjectRef};

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-use crate::cluster::preflight::Need;
+use crate::cluster::need::Need;
 use crate::object::{Gvk, ObjectRef};
 use crate::profile::{Profile, SpiffeSmoke};
 use crate::verify::probe::{self, ProbeEnd};
