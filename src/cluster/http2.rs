@@ -13,7 +13,8 @@
 //! 401, can be lost with the connection: 4 runs in 40 with an expired certificate) and, with
 //! `--goaway-chance`, to any client; networks reset connections. Every request osbx sends may be
 //! repeated: reads, server-side applies and access reviews change nothing the second time, a
-//! repeated create is refused as existing (the inventory then reads and retries), and a repeated
+//! repeated create is refused as existing (the inventory then reads and retries; a verify run
+//! takes its own namespace or probe pod, known by its run label, as created), and a repeated
 //! delete finds the object gone.
 
 use std::time::Duration;

@@ -72,7 +72,7 @@ impl Inventory {
     }
 
     fn api_error(&self) -> impl FnOnce(kube::Error) -> ClusterError + '_ {
-        move |source| ClusterError::Api { subject: self.config_map.to_string(), source }
+        move |source| ClusterError::Api { subject: self.config_map.to_string(), error: source }
     }
 
     /// Read the inventory (empty when the ConfigMap does not exist).

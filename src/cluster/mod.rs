@@ -61,14 +61,15 @@ pub enum ClusterError {
         /// Why, in words (certificate, connection refused, …).
         reason: String,
     },
-    /// An API call failed (said in one line: the server's message, or the transport's chain).
-    #[error("{subject}: {}", describe(.source))]
+    /// An API call failed, said whole in one line: the server's message, or the transport's
+    /// chain ([`describe`]). The client error is kept but not given as the source, whose own
+    /// text (the server's `Status` in debug form) would only repeat it.
+    #[error("{subject}: {}", describe(.error))]
     Api {
         /// What the call was about (`Kind/ns/name`, `discovery`, …).
         subject: String,
-        /// The error.
-        #[source]
-        source: kube::Error,
+        /// The client error.
+        error: kube::Error,
     },
     /// A read-modify-write kept losing to other writers.
     #[error(
@@ -151,8 +152,10 @@ impl Cluster {
     /// [`ClusterError::Api`] when discovery or the read fails.
     pub async fn get(&self, id: &crate::object::ObjectRef) -> Result<Option<serde_json::Value>, ClusterError> {
         let Some(api) = self.resolver.api(id).await? else { return Ok(None) };
-        let obj =
-            api.get_opt(&id.name).await.map_err(|source| ClusterError::Api { subject: id.to_string(), source })?;
+        let obj = api
+            .get_opt(&id.name)
+            .await
+            .map_err(|source| ClusterError::Api { subject: id.to_string(), error: source })?;
         Ok(obj.map(|o| serde_json::to_value(o).unwrap_or(serde_json::Value::Null)))
     }
 }

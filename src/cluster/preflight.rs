@@ -83,7 +83,7 @@ pub async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
         Err(e) => return Err(ClusterError::Unreachable { server: cluster.server.clone(), reason: describe(&e) }.into()),
     };
     if let Err(e) = cluster.resolver.refresh().await {
-        if matches!(&e, ClusterError::Api { source, .. } if is_forbidden(source)) {
+        if matches!(&e, ClusterError::Api { error, .. } if is_forbidden(error)) {
             // Name the refused discovery URL when a review can tell which.
             review(cluster, &DISCOVERY.map(|path| Need::url("get", path)), "osbx").await?;
         }
@@ -144,9 +144,9 @@ pub async fn check(cluster: &Cluster, used: &[ObjectRef], needs: &[Need], flux_n
             let mut needs = needs.to_vec();
             needs.push(flux_namespace_need(flux_ns));
             review(cluster, &needs, "this apply").await?;
-            return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), source: e }.into());
+            return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), error: e }.into());
         }
-        Err(source) => return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), source }.into()),
+        Err(source) => return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), error: source }.into()),
     };
     allowed?;
     if flux_ns_found.is_none() {
@@ -316,7 +316,7 @@ async fn allowed(
         Ok(answer) => Ok(answer.status.is_some_and(|s| s.allowed)),
         Err(e) if is_forbidden(&e) => Err(ReviewError::Refused),
         Err(source) => {
-            Err(ReviewError::Cluster(ClusterError::Api { subject: "SelfSubjectAccessReview".into(), source }))
+            Err(ReviewError::Cluster(ClusterError::Api { subject: "SelfSubjectAccessReview".into(), error: source }))
         }
     }
 }

@@ -64,7 +64,7 @@ impl Resolver {
         let d = Discovery::new(self.client.clone())
             .run_aggregated()
             .await
-            .map_err(|source| ClusterError::Api { subject: "discovery".into(), source })?;
+            .map_err(|source| ClusterError::Api { subject: "discovery".into(), error: source })?;
         *self.discovery.write().await =
             Some(Snapshot { discovery: Arc::new(d), at: Instant::now(), resolved: std::sync::Mutex::default() });
         Ok(())

@@ -113,7 +113,7 @@ fn api_error(subject: &ObjectRef, action: &'static str, e: kube::Error) -> Apply
         kube::Error::Api(s) if matches!(s.code, 400 | 404 | 422) => {
             ApplyError::Rejected { subject, action, message: describe(&e) }
         }
-        _ => ApplyError::Cluster(ClusterError::Api { subject: subject.to_string(), source: e }),
+        _ => ApplyError::Cluster(ClusterError::Api { subject: subject.to_string(), error: e }),
     }
 }
 

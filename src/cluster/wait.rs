@@ -67,7 +67,7 @@ pub async fn status_of(cluster: &Cluster, r: &ObjectRef) -> Result<Observed, Clu
             Ok((status::compute(&v), Some(v)))
         }
         Ok(None) => Ok((StatusResult { status: Status::NotFound, message: "not found".into() }, None)),
-        Err(e) => Err(ClusterError::Api { subject: r.to_string(), source: e }),
+        Err(e) => Err(ClusterError::Api { subject: r.to_string(), error: e }),
     }
 }
 

@@ -74,7 +74,7 @@ impl DeployError {
     #[must_use]
     pub fn forbidden(&self) -> bool {
         let api_403 =
-            |e: &ClusterError| matches!(e, ClusterError::Api { source: kube::Error::Api(s), .. } if s.code == 403);
+            |e: &ClusterError| matches!(e, ClusterError::Api { error: kube::Error::Api(s), .. } if s.code == 403);
         match self {
             DeployError::Apply(ApplyError::Forbidden { .. }) => true,
             DeployError::Apply(ApplyError::Cluster(e)) | DeployError::Cluster(e) => api_403(e),

@@ -63,11 +63,20 @@ impl Run {
             "annotations": {EXPIRES: self.expires.to_string()},
         }}))
         .unwrap_or_default();
-        Api::<Namespace>::all(cluster.client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .map_err(|source| ClusterError::Api { subject: format!("Namespace/{}", self.namespace), source })?;
-        Ok(())
+        let api = Api::<Namespace>::all(cluster.client.clone());
+        let Err(error) = api.create(&PostParams::default(), &ns).await else { return Ok(()) };
+        // This run's own namespace, made by a first attempt whose answer was lost.
+        if already_exists(&error) {
+            let ours = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.id));
+            if api
+                .list(&ours)
+                .await
+                .is_ok_and(|l| l.items.iter().any(|n| n.metadata.name.as_ref() == Some(&self.namespace)))
+            {
+                return Ok(());
+            }
+        }
+        Err(ClusterError::Api { subject: format!("Namespace/{}", self.namespace), error })
     }
 
     /// Delete everything this run created (pods first, with no grace, then the namespace).
@@ -224,12 +233,27 @@ pub async fn create_pod(cluster: &Cluster, pod: &Value) -> Result<(String, Strin
     let name = pod["metadata"]["name"].as_str().unwrap_or("probe").to_owned();
     let subject = format!("Pod/{ns}/{name}");
     let spec: Pod = serde_json::from_value(pod.clone())
-        .map_err(|e| ClusterError::Api { subject: subject.clone(), source: kube::Error::SerdeError(e) })?;
-    Api::<Pod>::namespaced(cluster.client.clone(), &ns)
-        .create(&PostParams::default(), &spec)
-        .await
-        .map_err(|source| ClusterError::Api { subject, source })?;
-    Ok((ns, name))
+        .map_err(|e| ClusterError::Api { subject: subject.clone(), error: kube::Error::SerdeError(e) })?;
+    let api = Api::<Pod>::namespaced(cluster.client.clone(), &ns);
+    let Err(error) = api.create(&PostParams::default(), &spec).await else { return Ok((ns, name)) };
+    // This run's own pod, made by a first attempt whose answer was lost.
+    if already_exists(&error) {
+        let run = |p: &Pod| p.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)).cloned();
+        if let Ok(existing) = api.get(&name).await
+            && run(&existing).is_some()
+            && run(&existing) == run(&spec)
+        {
+            return Ok((ns, name));
+        }
+    }
+    Err(ClusterError::Api { subject, error })
+}
+
+/// Whether a create was refused because the object exists. A request whose connection was lost
+/// before its answer arrived is sent again (see `cluster::http2`); when the first attempt had
+/// created the object, the second one finds it.
+fn already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
 }
 
 /// Wait for a pod's first container to terminate.
@@ -245,8 +269,10 @@ pub async fn wait_terminated(
     let api = Api::<Pod>::namespaced(cluster.client.clone(), ns);
     let start = Instant::now();
     loop {
-        let pod =
-            api.get(name).await.map_err(|source| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), source })?;
+        let pod = api
+            .get(name)
+            .await
+            .map_err(|source| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), error: source })?;
         let status = pod.status.clone().unwrap_or_default();
         let terminated = status
             .container_statuses
@@ -290,8 +316,10 @@ pub async fn wait_running(
     let api = Api::<Pod>::namespaced(cluster.client.clone(), ns);
     let start = Instant::now();
     loop {
-        let pod =
-            api.get(name).await.map_err(|source| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), source })?;
+        let pod = api
+            .get(name)
+            .await
+            .map_err(|source| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), error: source })?;
         if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
             return Ok(Ok(pod));
         }

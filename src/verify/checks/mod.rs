@@ -54,7 +54,9 @@ async fn list(
     if let Some(l) = labels {
         lp = lp.labels(l);
     }
-    let items =
-        api.list(&lp).await.map_err(|source| ClusterError::Api { subject: format!("{} list", kind.kind), source })?;
+    let items = api
+        .list(&lp)
+        .await
+        .map_err(|source| ClusterError::Api { subject: format!("{} list", kind.kind), error: source })?;
     Ok(items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)).collect())
 }

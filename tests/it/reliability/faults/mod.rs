@@ -67,6 +67,7 @@ struct Ran {
 mod apply;
 mod diff_verify;
 mod render;
+mod repeated_create;
 
 /// Run `osbx` in `dir` with `args`, killing it after [`HANG`].
 fn osbx_blocking(dir: &Path, args: &[String]) -> Ran {
