@@ -5,13 +5,12 @@
 #![allow(clippy::print_stderr)]
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 
-use crate::cluster::{RealServer, standin, wait_for};
+use crate::cluster::wait_for;
 use crate::support::outputs;
 use crate::verify::{World, leftovers, profile};
 
@@ -34,6 +33,18 @@ async fn batch_sandboxes(client: &kube::Client) -> Vec<String> {
         .into_iter()
         .filter_map(|b| b.metadata.name)
         .collect()
+}
+
+/// Wait until `whose` sandboxes, probe namespaces and probe pods are gone.
+async fn nothing_left(client: &kube::Client, whose: &str) {
+    wait_for(&format!("{whose}'s sandboxes to go"), Duration::from_secs(30), || async {
+        batch_sandboxes(client).await.is_empty().then_some(())
+    })
+    .await;
+    wait_for(&format!("{whose}'s probes to go"), Duration::from_secs(30), || async {
+        leftovers(client).await.is_empty().then_some(())
+    })
+    .await;
 }
 
 fn verify(world: &World, url: &str, extra: &[&str]) -> std::process::Command {
@@ -66,16 +77,8 @@ fn floor_secs(requests: u64) -> f64 {
 async fn verify_with_fifty_pools_keeps_the_client_limits_and_leaves_nothing() {
     let pools = (0..POOLS - 2).fold(profile(), |p, i| p.pool(&format!("p{i:02}"), "runc", [1, 1, 1, 1]));
     let world = World::start_with(&pools).await;
-    let server = tokio::task::spawn_blocking({
-        let dir = world.dir.path().join("server");
-        let kubeconfig = world.plane.kubeconfig.clone();
-        move || RealServer::start(&dir, &kubeconfig, "vf-sbx", KEY, &[("OSBX_OPENSANDBOX_CREATE_TIMEOUT", "30")])
-    })
-    .await
-    .unwrap();
-    let behaviour = Arc::new(Mutex::new(standin::SandboxBehaviour { allocate: true, release: true }));
-    let _controller =
-        standin::SandboxController::spawn(world.client.clone(), "vf-sbx".into(), "vf-node".into(), behaviour);
+    let lifecycle = world.lifecycle(KEY, "30").await;
+    let server = &lifecycle.server;
 
     // Every check, once.
     let started = Instant::now();
@@ -112,14 +115,7 @@ async fn verify_with_fifty_pools_keeps_the_client_limits_and_leaves_nothing() {
     assert!(wall >= floor, "{wall:.1} s for {api_total} + {life_total} requests at {QPS}/s (at least {floor:.1} s)");
 
     // Nothing left: no sandbox, no probe namespace or pod.
-    wait_for("the sandboxes to go", Duration::from_secs(30), || async {
-        batch_sandboxes(&world.client).await.is_empty().then_some(())
-    })
-    .await;
-    wait_for("the probes to go", Duration::from_secs(30), || async {
-        leftovers(&world.client).await.is_empty().then_some(())
-    })
-    .await;
+    nothing_left(&world.client, "the run").await;
 
     // A run killed while its sandboxes exist: the next run sweeps them (once the killed run's
     // time is up), with its probe namespace.
@@ -147,13 +143,6 @@ async fn verify_with_fifty_pools_keeps_the_client_limits_and_leaves_nothing() {
         stderr.contains("removed what earlier interrupted runs left") && stderr.contains("sandboxes of run"),
         "{stderr}"
     );
-    wait_for("the killed run's sandboxes to go", Duration::from_secs(30), || async {
-        batch_sandboxes(&world.client).await.is_empty().then_some(())
-    })
-    .await;
-    wait_for("the killed run's probes to go", Duration::from_secs(30), || async {
-        leftovers(&world.client).await.is_empty().then_some(())
-    })
-    .await;
-    drop(server);
+    nothing_left(&world.client, "the killed run").await;
+    drop(lifecycle);
 }

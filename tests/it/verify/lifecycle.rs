@@ -1,29 +1,19 @@
 //! The Lifecycle API checks against the real OpenSandbox server (PyPI `opensandbox-server`,
 //! pinned in tests/opensandbox) on loopback; the stand-in plays the OpenSandbox controller.
 
-use std::sync::{Arc, Mutex};
-
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::{World, assert_check};
-use crate::cluster::{RealServer, standin};
+use super::{Lifecycle, World, assert_check};
+use crate::cluster::standin;
 use crate::support::{osbx, outputs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_against_the_real_opensandbox_server() {
     let world = World::start().await;
     let key = "osbx-test-key-5f1d2c";
-    let server = tokio::task::spawn_blocking({
-        let dir = world.dir.path().join("server");
-        let kubeconfig = world.plane.kubeconfig.clone();
-        move || RealServer::start(&dir, &kubeconfig, "vf-sbx", key, &[("OSBX_OPENSANDBOX_CREATE_TIMEOUT", "6")])
-    })
-    .await
-    .unwrap();
-    let behaviour = Arc::new(Mutex::new(standin::SandboxBehaviour { allocate: true, release: true }));
-    let _controller =
-        standin::SandboxController::spawn(world.client.clone(), "vf-sbx".into(), "vf-node".into(), behaviour.clone());
+    let lifecycle = world.lifecycle(key, "6").await;
+    let Lifecycle { server, behaviour, .. } = &lifecycle;
 
     let run = |only: &'static str| {
         let url = server.url.clone();
@@ -89,5 +79,5 @@ async fn lifecycle_against_the_real_opensandbox_server() {
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(!stdout.contains(key) && !stderr.contains(key));
-    drop(server);
+    drop(lifecycle);
 }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::builder::TestProfile;
 use crate::cluster::standin::{self, KataCluster, Scenario};
-use crate::cluster::{self, OwnPlane};
+use crate::cluster::{self, OwnPlane, RealServer};
 use crate::support::{assert_golden, osbx, outputs};
 
 const SMOKE_ID: &str = "spiffe://ddupan.top/sandbox/smoke";
@@ -69,6 +69,35 @@ impl World {
         world
     }
 
+    /// The real OpenSandbox server on loopback for this world's profile (API key `key`, the
+    /// server's sandbox create timeout in seconds), with the stand-in's sandbox controller
+    /// allocating from the stand-in's node, as the Lifecycle checks need.
+    pub(crate) async fn lifecycle(&self, key: &'static str, create_timeout: &'static str) -> Lifecycle {
+        let server = tokio::task::spawn_blocking({
+            let dir = self.dir.path().join("server");
+            let kubeconfig = self.plane.kubeconfig.clone();
+            move || {
+                RealServer::start(
+                    &dir,
+                    &kubeconfig,
+                    "vf-sbx",
+                    key,
+                    &[("OSBX_OPENSANDBOX_CREATE_TIMEOUT", create_timeout)],
+                )
+            }
+        })
+        .await
+        .unwrap();
+        let behaviour = Arc::new(Mutex::new(standin::SandboxBehaviour { allocate: true, release: true }));
+        let controller = standin::SandboxController::spawn(
+            self.client.clone(),
+            "vf-sbx".into(),
+            "vf-node".into(),
+            behaviour.clone(),
+        );
+        Lifecycle { server, behaviour, _controller: controller }
+    }
+
     /// The healthy scenario, changed by `f`.
     fn set(&self, f: impl FnOnce(&mut Scenario)) {
         let mut s = self.scenario.lock().unwrap();
@@ -95,6 +124,14 @@ impl World {
         let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
         (out.status.code(), v["checks"].as_array().unwrap().clone())
     }
+}
+
+/// The Lifecycle API of a [`World`]: the real server, and how the stand-in's sandbox controller
+/// behaves (changeable while it runs).
+pub(crate) struct Lifecycle {
+    pub(crate) server: RealServer,
+    pub(crate) behaviour: Arc<Mutex<standin::SandboxBehaviour>>,
+    _controller: standin::AbortOnDrop,
 }
 
 async fn apply(client: &kube::Client, obj: &Value) {
