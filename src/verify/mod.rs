@@ -146,6 +146,12 @@ pub trait Check: Send + Sync {
     fn timeout(&self) -> Duration {
         Duration::from_secs(300)
     }
+    /// Checks (ids) whose verdicts must be in before this one starts, when they run at all: a
+    /// check that changes what another one reads waits for it (a Lifecycle check's sandbox takes
+    /// a pod its pool's `available` counted).
+    fn after(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Run it; one verdict per id.
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>>;
     /// The permissions `run` needs for this profile and run (none when it would skip), reviewed
@@ -175,7 +181,8 @@ impl Selection {
     }
 }
 
-/// Run the selected checks concurrently, each under its own timeout.
+/// Run the selected checks concurrently, each under its own timeout, each after the checks it
+/// names in [`Check::after`].
 pub async fn run(
     ctx: &Ctx,
     checks: &[Box<dyn Check>],
@@ -183,9 +190,19 @@ pub async fn run(
     progress: &dyn Progress,
 ) -> Vec<CheckResult> {
     let run_start = Instant::now();
-    let runs = checks.iter().filter(|c| c.ids().iter().any(|id| selection.selects(id))).map(|check| async move {
+    let selected: Vec<&dyn Check> =
+        checks.iter().map(AsRef::as_ref).filter(|c| c.ids().iter().any(|id| selection.selects(id))).collect();
+    // One "finished" flag per selected check, raised when its verdicts are in.
+    let done: Vec<(Vec<String>, tokio::sync::watch::Sender<bool>)> =
+        selected.iter().map(|c| (c.ids(), tokio::sync::watch::channel(false).0)).collect();
+    let runs = selected.iter().zip(&done).map(|(check, (_, finished))| async {
         let ids = check.ids();
         let label = ids.join(", ");
+        for first in check.after() {
+            for (_, flag) in done.iter().filter(|(other, _)| other.contains(&first)) {
+                let _ = flag.subscribe().wait_for(|finished| *finished).await;
+            }
+        }
         progress.check(&label, &CheckState::Running);
         let start = Instant::now();
         let started_ms = millis(start.duration_since(run_start));
@@ -210,6 +227,7 @@ pub async fn run(
             &label,
             &CheckState::Finished { outcome: worst.to_string(), good: matches!(worst, Outcome::Pass | Outcome::Skip) },
         );
+        finished.send_replace(true);
         results
     });
     let mut results: Vec<CheckResult> = futures::future::join_all(runs).await.into_iter().flatten().collect();

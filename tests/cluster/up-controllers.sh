@@ -2,8 +2,9 @@
 # Part of tests/cluster/up: sourced (not run) once the plane is ready, for --with-controllers. Uses
 # up's variables and helpers: here dir bin api timeout_s controllers, log fail detach alive.
 # Starts, in this order: the Flux CRDs, the git/static HTTP server, kube-controller-manager,
-# kube-scheduler, kwok, source-controller, kustomize- and helm-controller, the OpenSandbox
-# controller (restart loop); waits on their health endpoints; writes DIR/controllers.env.
+# kube-scheduler, kwok, source-controller, kustomize- and helm-controller, the played OpenSandbox
+# controller (osbx-played, our own code: no registry serves the real one); waits on their health
+# endpoints; writes DIR/controllers.env.
 
 shared=$(cd "$here/../../../shared" 2>/dev/null && pwd) ||
   fail /dev/null "the shared directory ($here/../../../shared) is missing: it holds the Flux CRDs"
@@ -14,7 +15,10 @@ deadline=$((SECONDS + timeout_s))
 # mentions DIR (tests/cluster/down checks that before it signals a pid) and `ps` tells the planes
 # apart. HOME and TMPDIR point into DIR: nothing is written outside it.
 mkdir -p "$dir/bin" "$dir/home" "$dir/tmp"
-for b in "${controllers[@]:1}"; do ln -sfn "$bin/$b" "$dir/bin/$b"; done
+for b in "${controllers[@]:1}"; do
+  [ "$b" != played-opensandbox-controller ] || b=osbx-played
+  ln -sfn "$bin/$b" "$dir/bin/$b"
+done
 run_env=(env HOME="$dir/home" TMPDIR="$dir/tmp" KUBECONFIG="$dir/kubeconfig")
 
 # --- 1. Flux CRDs --------------------------------------------------------------------------------
@@ -26,9 +30,9 @@ log "Flux CRDs Established ($((SECONDS - t0))s)"
 
 # --- ports ---------------------------------------------------------------------------------------
 read -r git_port kcm_port sched_port kwok_port src_storage src_metrics src_health ks_metrics ks_health \
-  hc_metrics hc_health osbx_health < <(python3 -c '
+  hc_metrics hc_health < <(python3 -c '
 import socket
-ss = [socket.socket() for _ in range(12)]
+ss = [socket.socket() for _ in range(11)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 lo=127.0.0.1
@@ -78,18 +82,12 @@ detach "$dir/kustomize-controller.log" "$dir/kustomize-controller.pid" "${flux_e
 detach "$dir/helm-controller.log" "$dir/helm-controller.pid" "${flux_env[@]}" "$dir/bin/helm-controller" \
   --metrics-addr="$lo:$hc_metrics" --health-addr="$lo:$hc_health" "${flux_flags[@]}"
 
-# --- 5. OpenSandbox controller, restarted like a crashing container ------------------------------
-# It exits while the Pool CRD is missing (a test installs it with the chart). The loop is the
-# leader of its own process group: tests/cluster/down stops the group, the controller with it.
-osbx_ns=opensandbox-system
-detach "$dir/opensandbox-controller.log" "$dir/opensandbox-controller.pid" "${run_env[@]}" POD_NAMESPACE=$osbx_ns \
-  bash -c 'while :; do
-      "$@"
-      echo "osbx-restart-loop: controller exited with status $?; restarting in 2 s"
-      sleep 2
-    done' osbx-opensandbox-controller "$dir/bin/opensandbox-controller" \
-  --kubeconfig="$dir/kubeconfig" --leader-elect=false \
-  --health-probe-bind-address="$lo:$osbx_health" --metrics-bind-address=0
+# --- 5. the OpenSandbox controller, played ------------------------------------------------------
+# No registry serves the real one (tests/played/opensandbox.rs says what is played and from which
+# facts). It watches every namespace, as the real one, and waits quietly until the Pool CRD exists
+# (a test installs it with the chart).
+detach "$dir/played-opensandbox-controller.log" "$dir/played-opensandbox-controller.pid" "${run_env[@]}" \
+  "$dir/bin/osbx-played" opensandbox-controller --kubeconfig="$dir/kubeconfig"
 
 # --- 6. health -----------------------------------------------------------------------------------
 wait_http() { # NAME URL [CURL-ARGS...]  (an answer 200 "ok"/anything, from a live process)
@@ -111,8 +109,8 @@ wait_http kwok "http://$lo:$kwok_port/healthz"
 wait_http source-controller "http://$lo:$src_health/readyz"
 wait_http kustomize-controller "http://$lo:$ks_health/readyz"
 wait_http helm-controller "http://$lo:$hc_health/readyz"
-alive "$(cat "$dir/opensandbox-controller.pid")" ||
-  fail "$dir/opensandbox-controller.log" "the OpenSandbox controller's restart loop exited"
+alive "$(cat "$dir/played-opensandbox-controller.pid")" ||
+  fail "$dir/played-opensandbox-controller.log" "the played OpenSandbox controller exited"
 
 # --- controllers.env -----------------------------------------------------------------------------
 {
@@ -128,7 +126,6 @@ alive "$(cat "$dir/opensandbox-controller.pid")" ||
   kv FLUX_STORAGE_PATH "$dir/flux-artifacts"
   kv FLUX_RUNTIME_NAMESPACE flux-system
   kv KWOK_NODE_ANNOTATION kwok.x-k8s.io/node=fake
-  kv OPENSANDBOX_NAMESPACE $osbx_ns
   kv CONTROLLERS "$(IFS=,; echo "${controllers[*]}")"
   for c in "${controllers[@]}"; do
     k=$(echo "$c" | tr a-z- A-Z_)
@@ -143,7 +140,6 @@ alive "$(cat "$dir/opensandbox-controller.pid")" ||
   kv SOURCE_CONTROLLER_HEALTH_URL "http://$lo:$src_health/readyz"
   kv KUSTOMIZE_CONTROLLER_HEALTH_URL "http://$lo:$ks_health/readyz"
   kv HELM_CONTROLLER_HEALTH_URL "http://$lo:$hc_health/readyz"
-  kv OPENSANDBOX_CONTROLLER_HEALTH_URL "http://$lo:$osbx_health/readyz"
 } >"$dir/controllers.env.tmp"
 mv -f "$dir/controllers.env.tmp" "$dir/controllers.env"
 log "controllers ready (${controllers[*]}); see $dir/controllers.env"

@@ -10,7 +10,10 @@ mod e2e;
 mod examples;
 mod fleet;
 mod lint;
+mod opensandbox_controller;
 mod plane;
+#[path = "../played/mod.rs"]
+mod played;
 mod profile_rules;
 mod reference;
 mod reliability;

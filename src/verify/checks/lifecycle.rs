@@ -82,6 +82,11 @@ impl Check for Lifecycle {
         needs
     }
 
+    /// The sandbox takes one of the pool's idle pods: the Pools check reads `available` first.
+    fn after(&self) -> Vec<String> {
+        vec![super::opensandbox::POOLS.to_owned()]
+    }
+
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move { vec![lifecycle(ctx, &self.pool).await] })
     }

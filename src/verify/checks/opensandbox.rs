@@ -98,9 +98,12 @@ impl Check for Server {
 
 pub(super) struct Pools;
 
+/// The Pools check's id.
+pub(super) const POOLS: &str = "opensandbox.pools";
+
 impl Check for Pools {
     fn ids(&self) -> Vec<String> {
-        vec!["opensandbox.pools".into()]
+        vec![POOLS.into()]
     }
 
     /// Reading each Pool, and listing the sandbox pods when a pool runs under a runtime class.

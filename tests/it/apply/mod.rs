@@ -1,5 +1,5 @@
 //! `osbx apply` and `osbx diff` against a real kube-apiserver with the real CRDs; the stand-in
-//! plays the Flux controllers and the OpenSandbox controller through the API.
+//! plays the Flux controllers and writes the Pools' status through the API.
 
 use std::path::Path;
 use std::process::Output;

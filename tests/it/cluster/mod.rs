@@ -18,9 +18,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::Value;
 
 use crate::support::{root, shared};
@@ -90,9 +89,7 @@ pub async fn client() -> Client {
 
 /// A client for the plane of `kubeconfig`.
 pub async fn client_for(kubeconfig: &std::path::Path) -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
-    Client::try_from(config).expect("client")
+    crate::played::client(kubeconfig).await.unwrap_or_else(|e| panic!("client: {e}"))
 }
 
 /// The names of every namespace.

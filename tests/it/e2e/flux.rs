@@ -1,4 +1,4 @@
-//! Reading what the real Flux controllers and the OpenSandbox controller wrote: the layer
+//! Reading what the real Flux controllers and the (played) OpenSandbox controller wrote: the layer
 //! objects, their Ready conditions and timestamps, and the Pools.
 
 use std::time::Duration;

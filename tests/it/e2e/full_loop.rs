@@ -17,8 +17,9 @@ const PASSING: &str = "flux.layers,nodes.ready,opensandbox.server,opensandbox.po
 /// The embedded `default` profile with its chart source on loopback, on a cluster where only
 /// Flux's CRDs exist: `osbx apply` must bring every layer up through the real controllers (the
 /// Pool CRD arrives with the chart, through helm-controller, before the pools layer is planned)
-/// and return only once every layer is Ready at its generation per Flux itself; the OpenSandbox
-/// controller fills both Pools; the real OpenSandbox server then passes the Lifecycle checks.
+/// and return only once every layer is Ready at its generation per Flux itself; the (played)
+/// OpenSandbox controller fills both Pools from pods kwok runs; the real OpenSandbox server then
+/// passes the Lifecycle checks.
 ///
 /// The full `osbx verify` cannot pass here, by design of the plane: `kata.guest-kernel`,
 /// `kata.host-kvm` and `kata.vmm-shared-memory` need a node that boots a Kata VM (`/dev/kvm`,
@@ -74,7 +75,7 @@ async fn default_profile_full_loop() {
     let secret = secrets.get("opensandbox-api-key").await.expect("the API key Secret");
     assert_eq!(secret.data.unwrap()["api-key"].0, KEY.as_bytes());
 
-    // The Pools: created after the chart (their kind) was Ready, filled by the real controller.
+    // The Pools: created after the chart (their kind) was Ready, filled by the played controller.
     let hr = &objects[1];
     let (_, hr_ready) = flux::ready_times(hr);
     for name in ["pod", "vm"] {

@@ -3,10 +3,12 @@
 //! kustomize and helm controllers reconcile the pushed render from a git server on loopback,
 //! helm-controller installs the real upstream OpenSandbox chart (from `../shared/charts/`, served
 //! as a git repository), kube-controller-manager, kube-scheduler and kwok run its Deployments
-//! and the Pools' pods on a fake Node, the real OpenSandbox controller fills the Pools, and the
-//! real OpenSandbox server answers the Lifecycle API. Nothing is played by the test: it only
-//! stands in for what is outside the platform (`flux bootstrap`, kata-deploy's RuntimeClass, a
-//! Node) and reads what the controllers wrote.
+//! and the Pools' pods on a fake Node, the OpenSandbox controller fills the Pools and allocates
+//! sandboxes, and the real OpenSandbox server answers the Lifecycle API. One part is played: the
+//! OpenSandbox controller, which no package registry serves (`tests/played/opensandbox.rs`, run
+//! as a process by `up --with-controllers`, bound to what the real one was measured to do).
+//! Otherwise the test only stands in for what is outside the platform (`flux bootstrap`,
+//! kata-deploy's RuntimeClass, a Node) and reads what the controllers wrote.
 //!
 //! Each scenario runs on a plane of its own and prints its timings on stderr as
 //! `e2e-bench: <scenario> <metric> <seconds>` lines (read by a later benchmark). The scenarios

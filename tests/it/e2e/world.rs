@@ -18,7 +18,7 @@ use crate::support::{osbx, outputs, root};
 
 /// A plane started with `tests/cluster/up --with-controllers --watch-pid <this process>`:
 /// kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the Flux source,
-/// kustomize and helm controllers, the OpenSandbox controller and the git/static server.
+/// kustomize and helm controllers, the played OpenSandbox controller and the git/static server.
 /// `tests/cluster/down` stops all of it when dropped (and the watchdog if the test binary dies).
 pub struct ControllerPlane {
     dir: tempfile::TempDir,

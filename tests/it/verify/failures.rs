@@ -74,6 +74,7 @@ async fn no_identity_for_the_smoke_service_account_names_the_clusterspiffeid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_without_capacity_fails_the_pools_check() {
     let world = World::start().await;
+    world.opensandbox.lock().unwrap().take();
     let pools = cluster::pool_api_in(&world.client, "vf-sbx").await;
     let pool = pools.get("pod").await.unwrap();
     let generation = pool.metadata.generation.unwrap_or(1);

@@ -1,11 +1,11 @@
 //! The Lifecycle API checks against the real OpenSandbox server (PyPI `opensandbox-server`,
-//! pinned in tests/opensandbox) on loopback; the stand-in plays the OpenSandbox controller.
+//! pinned in tests/opensandbox) on loopback; the OpenSandbox controller is played (`tests/played`).
 
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::{Lifecycle, World, assert_check};
-use crate::cluster::standin;
+use crate::played::opensandbox::Behaviour;
 use crate::support::{osbx, outputs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +45,7 @@ async fn lifecycle_against_the_real_opensandbox_server() {
     assert_eq!(code, Some(0), "{checks:?}");
 
     // The controller never allocates: the server times out the create.
-    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: false, release: true };
+    *behaviour.lock().unwrap() = Behaviour { allocate: false, release: true };
     let (code, checks) = run("opensandbox.lifecycle.pod").await;
     assert_eq!(code, Some(1));
     assert_check(
@@ -56,11 +56,11 @@ async fn lifecycle_against_the_real_opensandbox_server() {
     );
 
     // The controller never releases: the BatchSandbox stays behind after delete.
-    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: true, release: false };
+    *behaviour.lock().unwrap() = Behaviour { allocate: true, release: false };
     let (code, checks) = run("opensandbox.lifecycle.pod").await;
     assert_eq!(code, Some(1));
     assert_check(&checks, "opensandbox.lifecycle.pod", "FAIL", "was left behind");
-    *behaviour.lock().unwrap() = standin::SandboxBehaviour { allocate: true, release: true };
+    *behaviour.lock().unwrap() = Behaviour { allocate: true, release: true };
 
     // Without OSBX_API_KEY, the key comes from the Secret the profile names.
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "api-key", "namespace": "vf-system"},

@@ -1,6 +1,7 @@
 //! `osbx verify` on a cluster of its own, one scenario per test: the stand-in plays what no
 //! real component can play here (the probe results from inside a Kata VM and on the host, the
-//! SPIFFE Workload API), and the Flux and OpenSandbox controllers' status, through the API.
+//! SPIFFE Workload API) and the Flux controllers' status, through the API; the played OpenSandbox
+//! controller (`tests/played`) fills the Pools and allocates sandboxes.
 
 mod failures;
 mod interrupts;
@@ -18,6 +19,7 @@ use serde_json::{Value, json};
 use crate::builder::TestProfile;
 use crate::cluster::standin::{self, KataCluster, Scenario};
 use crate::cluster::{self, OwnPlane, RealServer};
+use crate::played::opensandbox::Behaviour;
 use crate::support::{assert_golden, osbx, outputs};
 
 const SMOKE_ID: &str = "spiffe://ddupan.top/sandbox/smoke";
@@ -48,6 +50,9 @@ pub(crate) struct World {
     pub(crate) client: kube::Client,
     scenario: Arc<Mutex<Scenario>>,
     controllers: Mutex<Option<standin::AbortOnDrop>>,
+    /// The played OpenSandbox controller (take it to stop it).
+    opensandbox: Mutex<Option<standin::AbortOnDrop>>,
+    behaviour: Arc<Mutex<Behaviour>>,
     _kubelet: standin::AbortOnDrop,
 }
 
@@ -59,19 +64,28 @@ impl World {
     /// [`World::start`] with another profile over the same namespaces (`vf-…`).
     pub(crate) async fn start_with(profile: &TestProfile) -> Self {
         let scenario = Arc::new(Mutex::new(healthy()));
-        let KataCluster { plane, client, controllers, kubelet } = KataCluster::start("vf", scenario.clone()).await;
+        let KataCluster { plane, client, controllers, opensandbox, behaviour, kubelet } =
+            KataCluster::start("vf", scenario.clone()).await;
         let dir = tempfile::tempdir().unwrap();
         profile.write_to(dir.path());
-        let world =
-            Self { plane, dir, client, scenario, controllers: Mutex::new(Some(controllers)), _kubelet: kubelet };
+        let world = Self {
+            plane,
+            dir,
+            client,
+            scenario,
+            controllers: Mutex::new(Some(controllers)),
+            opensandbox: Mutex::new(Some(opensandbox)),
+            behaviour,
+            _kubelet: kubelet,
+        };
         let out = world.osbx(&["apply", "--timeout", "60s"]).await;
         assert_eq!(out.status.code(), Some(0), "apply: {}", outputs(&out).1);
         world
     }
 
     /// The real OpenSandbox server on loopback for this world's profile (API key `key`, the
-    /// server's sandbox create timeout in seconds), with the stand-in's sandbox controller
-    /// allocating from the stand-in's node, as the Lifecycle checks need.
+    /// server's sandbox create timeout in seconds); the played OpenSandbox controller allocates
+    /// the pods the stand-in kubelet runs, as the Lifecycle checks need.
     pub(crate) async fn lifecycle(&self, key: &'static str, create_timeout: &'static str) -> Lifecycle {
         let server = tokio::task::spawn_blocking({
             let dir = self.dir.path().join("server");
@@ -88,14 +102,7 @@ impl World {
         })
         .await
         .unwrap();
-        let behaviour = Arc::new(Mutex::new(standin::SandboxBehaviour { allocate: true, release: true }));
-        let controller = standin::SandboxController::spawn(
-            self.client.clone(),
-            "vf-sbx".into(),
-            "vf-node".into(),
-            behaviour.clone(),
-        );
-        Lifecycle { server, behaviour, _controller: controller }
+        Lifecycle { server, behaviour: Arc::clone(&self.behaviour) }
     }
 
     /// The healthy scenario, changed by `f`.
@@ -126,12 +133,11 @@ impl World {
     }
 }
 
-/// The Lifecycle API of a [`World`]: the real server, and how the stand-in's sandbox controller
+/// The Lifecycle API of a [`World`]: the real server, and how the played OpenSandbox controller
 /// behaves (changeable while it runs).
 pub(crate) struct Lifecycle {
     pub(crate) server: RealServer,
-    pub(crate) behaviour: Arc<Mutex<standin::SandboxBehaviour>>,
-    _controller: standin::AbortOnDrop,
+    pub(crate) behaviour: Arc<Mutex<Behaviour>>,
 }
 
 async fn apply(client: &kube::Client, obj: &Value) {

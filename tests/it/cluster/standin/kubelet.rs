@@ -46,7 +46,9 @@ impl Scenario {
 }
 
 /// A kubelet (and scheduler) for verify probe pods: binds them to the scenario's node and writes
-/// the terminated state and termination message the real probe would produce there.
+/// the terminated state and termination message the real probe would produce there. It also runs
+/// the Pools' pods (labelled `sandbox.opensandbox.io/pool-name`): bound, Running and Ready at once,
+/// and gone at once when deleted.
 pub struct Kubelet;
 
 impl Kubelet {
@@ -62,10 +64,28 @@ impl Kubelet {
                         let _ = Self::step(&client, &pod, &s).await;
                     }
                 }
+                let lp = kube::api::ListParams::default().labels(crate::played::opensandbox::LABEL_POOL_NAME);
+                if let Ok(list) = pods.list(&lp).await {
+                    let node = scenario.lock().unwrap().node.clone();
+                    for pod in list {
+                        Self::run_pool_pod(&client, &pod, &node).await;
+                    }
+                }
                 finalize_namespaces(&client, "app.kubernetes.io/managed-by=osbx-verify").await;
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
         }))
+    }
+
+    /// A pool pod: Running on `node`, or gone once deleted.
+    async fn run_pool_pod(client: &Client, pod: &Pod, node: &str) {
+        let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else { return };
+        if pod.metadata.deletion_timestamp.is_some() {
+            let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+            let _ = Api::<Pod>::namespaced(client.clone(), ns).delete(name, &now).await;
+        } else if pod.status.as_ref().and_then(|st| st.container_statuses.as_ref()).is_none() {
+            let _ = try_pod_running(client, ns, name, node).await;
+        }
     }
 
     async fn step(client: &Client, pod: &Pod, s: &Scenario) -> Option<()> {

@@ -1,6 +1,7 @@
 //! The test stand-in, acting only through the real API (status patches, exactly where a real
 //! component would write). The real controllers run in `tests/it/e2e` (`up --with-controllers`:
-//! Flux, kube-controller-manager, kube-scheduler, kwok, the OpenSandbox controller and server);
+//! Flux, kube-controller-manager, kube-scheduler, kwok, the played OpenSandbox controller, the
+//! real OpenSandbox server);
 //! the stand-in is what is left:
 //!
 //! - **What cannot run here** (`kubelet`): a Node's runtime handlers and kernel, and the results of
@@ -9,23 +10,26 @@
 //!   and no SPIRE agent on this machine; the stand-in returns each as a probe's termination message
 //!   in the format the probe scripts write. Limits: the scripts' parsing of `/proc`, `uname` and
 //!   the Workload API is exercised only against these messages.
+//!   The kubelet also runs the Pools' pods (bound to its node, Running and Ready at once, and gone
+//!   at once when deleted), for the played OpenSandbox controller (`tests/played`).
 //! - **Failure modes the real parts do not produce on demand**: a stale Ready (`flux`, `stale`), a
-//!   Pool that never gets capacity (`pools_stay_empty`), a controller that never allocates or never
-//!   releases a pooled sandbox (`sandbox`).
-//! - **Speed** (`flux`, `sandbox`): the apply and verify tests of osbx's own logic (ordering,
-//!   zero-write re-applies, prune, conflicts, permissions, every verify diagnosis) run in seconds
-//!   on a plane without controllers; the stand-in marks Flux objects Ready and fills Pools there.
-//!   That the real controllers agree is proven by `e2e`: real Flux's conditions (including a failed
-//!   install, which the stand-in no longer models), the Pool CRD from the real chart, Pools filled
-//!   by the real controller, the Lifecycle API against the real server and controller.
+//!   Pool that never gets capacity (`pools_stay_empty`).
+//! - **Speed** (`flux`): the apply and verify tests of osbx's own logic (ordering, zero-write
+//!   re-applies, prune, conflicts, permissions, every verify diagnosis) run in seconds on a plane
+//!   without controllers; the stand-in marks Flux objects Ready there, and for the apply tests
+//!   writes a Pool's status itself (they read only the status). That the real controllers agree
+//!   is proven by `e2e`: real Flux's conditions (including a failed install, which the stand-in no
+//!   longer models), the Pool CRD from the real chart, Pools filled by the played OpenSandbox
+//!   controller from pods that kwok runs, the Lifecycle API against the real server.
+//!
+//! The OpenSandbox controller is not the stand-in's: it is played in `tests/played`, bound to the
+//! recorded facts, the same code in the tests and in `tests/cluster/up --with-controllers`.
 
 mod flux;
 mod kubelet;
-mod sandbox;
 
 pub use flux::{Controllers, Ready, flux_ready};
 pub use kubelet::{Kubelet, Scenario};
-pub use sandbox::{SandboxBehaviour, SandboxController};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
@@ -83,8 +87,13 @@ pub async fn node(client: &Client, name: &str, state: &NodeState<'_>) -> Node {
 
 /// Move a pod to Running on `node`, as its kubelet would.
 pub async fn pod_running(client: &Client, ns: &str, name: &str, node: &str) -> Pod {
+    try_pod_running(client, ns, name, node).await.unwrap_or_else(|e| panic!("pod {ns}/{name} running: {e}"))
+}
+
+/// [`pod_running`] that says why it could not (the pod gone, say).
+pub async fn try_pod_running(client: &Client, ns: &str, name: &str, node: &str) -> Result<Pod, kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pod = api.get(name).await.expect("get pod");
+    let pod = api.get(name).await?;
     let statuses: Vec<Value> = container_names(&pod)
         .iter()
         .map(|c| {
@@ -94,12 +103,12 @@ pub async fn pod_running(client: &Client, ns: &str, name: &str, node: &str) -> P
         })
         .collect();
     if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
-        bind(client, ns, name, node).await;
+        try_bind(client, ns, name, node).await?;
     }
     let status = json!({"status": {"phase": "Running", "hostIP": "10.0.0.10", "podIP": "10.244.0.10",
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": NOW}],
         "containerStatuses": statuses}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status")
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await
 }
 
 /// Terminate a pod's containers with `exit_code` and a termination `message`, as its kubelet
@@ -124,7 +133,10 @@ pub async fn pod_terminated(client: &Client, ns: &str, name: &str, exit_code: i3
 
 /// Bind a pod to a node through the `binding` subresource, as the scheduler would.
 pub async fn bind(client: &Client, ns: &str, name: &str, node: &str) {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    try_bind(client, ns, name, node).await.expect("bind pod");
+}
+
+async fn try_bind(client: &Client, ns: &str, name: &str, node: &str) -> Result<(), kube::Error> {
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                          "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
     let data = serde_json::to_vec(&binding).unwrap();
@@ -132,16 +144,36 @@ pub async fn bind(client: &Client, ns: &str, name: &str, node: &str) {
         .header("content-type", "application/json")
         .body(data)
         .unwrap();
-    let _: Value = client.request(req).await.expect("bind pod");
-    let _ = api;
+    client.request::<Value>(req).await.map(drop)
 }
 
 fn container_names(pod: &Pod) -> Vec<String> {
     pod.spec.as_ref().map(|s| s.containers.iter().map(|c| c.name.clone()).collect()).unwrap_or_default()
 }
 
+/// The played OpenSandbox controller for namespace `ns`, as a task, and its behaviour.
+pub fn opensandbox_controller(
+    client: &Client,
+    ns: &str,
+) -> (AbortOnDrop, std::sync::Arc<std::sync::Mutex<crate::played::opensandbox::Behaviour>>) {
+    let behaviour = std::sync::Arc::default();
+    let controller = crate::played::opensandbox::Controller::new(
+        client.clone(),
+        Some(ns.to_owned()),
+        std::sync::Arc::clone(&behaviour),
+    );
+    (AbortOnDrop::spawn(controller.run()), behaviour)
+}
+
 /// Aborts the task when dropped.
 pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl AbortOnDrop {
+    /// Run `task` on the runtime until the handle is dropped.
+    pub fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+        Self(tokio::spawn(task))
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -198,15 +230,20 @@ pub async fn finalize_namespaces(client: &Client, selector: &str) {
 
 /// A plane of its own playing a healthy Kata cluster for `verify`, its namespaces named after
 /// `p`: the Flux, OpenSandbox and SPIRE CRDs; `<p>-flux` and `<p>-spire` with the smoke
-/// ServiceAccount; a Kata node `<p>-node` and its RuntimeClass; the stand-in Flux and OpenSandbox
-/// controllers for `<p>-flux`, `<p>-system` and `<p>-sbx`; and the kubelet playing `scenario`.
+/// ServiceAccount; a Kata node `<p>-node` and its RuntimeClass; the stand-in Flux controllers for
+/// `<p>-flux` and `<p>-system`; the played OpenSandbox controller for `<p>-sbx`; and the kubelet
+/// playing `scenario` and running the Pools' pods.
 pub struct KataCluster {
     /// The plane (stopped when dropped).
     pub plane: crate::cluster::OwnPlane,
     /// An admin client.
     pub client: Client,
-    /// The stand-in controllers (drop them to stop reconciling).
+    /// The stand-in Flux controllers (drop them to stop reconciling).
     pub controllers: AbortOnDrop,
+    /// The played OpenSandbox controller (drop it to stop it).
+    pub opensandbox: AbortOnDrop,
+    /// How the played OpenSandbox controller behaves (changeable while it runs).
+    pub behaviour: std::sync::Arc<std::sync::Mutex<crate::played::opensandbox::Behaviour>>,
     /// The stand-in kubelet.
     pub kubelet: AbortOnDrop,
 }
@@ -240,13 +277,11 @@ impl KataCluster {
             labels: kata_labels,
         };
         node(&client, &format!("{p}-node"), &state).await;
-        let controllers = Controllers {
-            flux_namespaces: vec![format!("{p}-flux"), format!("{p}-system")],
-            pool_namespaces: vec![format!("{p}-sbx")],
-            ..Controllers::default()
-        }
-        .spawn(client.clone());
+        let controllers =
+            Controllers { flux_namespaces: vec![format!("{p}-flux"), format!("{p}-system")], ..Controllers::default() }
+                .spawn(client.clone());
+        let (opensandbox, behaviour) = opensandbox_controller(&client, &format!("{p}-sbx"));
         let kubelet = Kubelet::spawn(client.clone(), scenario);
-        Self { plane, client, controllers, kubelet }
+        Self { plane, client, controllers, opensandbox, behaviour, kubelet }
     }
 }

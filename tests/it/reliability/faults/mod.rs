@@ -389,7 +389,7 @@ async fn prepare(p: &str) -> (kube::Client, PathBuf) {
     (client, cluster::plane().kubeconfig.clone())
 }
 
-/// The stand-in Flux and OpenSandbox controllers for the namespaces of `p`.
+/// The stand-in Flux controllers and Pool status for the namespaces of `p`.
 fn controllers(client: &kube::Client, p: &str) -> cluster::standin::AbortOnDrop {
     Controllers {
         flux_namespaces: vec![format!("{p}-flux"), format!("{p}-system")],

@@ -55,17 +55,26 @@ struct World {
     client: kube::Client,
     user: PathBuf,
     _controllers: standin::AbortOnDrop,
+    _opensandbox: standin::AbortOnDrop,
     _kubelet: standin::AbortOnDrop,
 }
 
 impl World {
     async fn start() -> Self {
         let scenario = Scenario::healthy("rb-node", SMOKE_ID);
-        let KataCluster { plane, client, controllers, kubelet } =
+        let KataCluster { plane, client, controllers, opensandbox, kubelet, .. } =
             KataCluster::start("rb", Arc::new(Mutex::new(scenario))).await;
         let dir = tempfile::tempdir().unwrap();
         let user = cluster::user_kubeconfig(&plane.kubeconfig, USER, dir.path());
-        Self { _plane: plane, dir, client, user, _controllers: controllers, _kubelet: kubelet }
+        Self {
+            _plane: plane,
+            dir,
+            client,
+            user,
+            _controllers: controllers,
+            _opensandbox: opensandbox,
+            _kubelet: kubelet,
+        }
     }
 
     /// Run osbx as the CI user (`OSBX_API_KEY` set with `key`).
