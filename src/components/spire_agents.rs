@@ -207,6 +207,38 @@ fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
     if let Some(b) = &s.trust_bundle {
         trust_bundle(b, v);
     }
+    if let Some(values) = &s.values {
+        moved_agents(s, values, v);
+    }
+}
+
+/// `spire.values` may not move the agents or the CSI driver out of `spire.namespace` (the
+/// release namespace, where the chart puts them by default): a `namespaceOverride`, or the
+/// recommended namespace layout, which puts them into `global.spire.namespaces.system.name`.
+fn moved_agents(s: &Spire, values: &Value, v: &mut Violations) {
+    let ns = s.namespace.as_str();
+    for chart in ["spire-agent", "spiffe-csi-driver"] {
+        let set = &values[chart]["namespaceOverride"];
+        if !set.is_null() && set.as_str() != Some(ns) && set.as_str() != Some("") {
+            v.push(
+                format!("spire.values.{chart}.namespaceOverride"),
+                format!("{set} would install the {chart} chart outside `spire.namespace` ({ns:?}): set that instead"),
+            );
+        }
+    }
+    let recommendations = &values["global"]["spire"]["recommendations"];
+    if recommendations["enabled"] == true && recommendations["namespaceLayout"] != false {
+        let system = values["global"]["spire"]["namespaces"]["system"]["name"].as_str().unwrap_or("spire-system");
+        if system != ns {
+            v.push(
+                "spire.values.global.spire.recommendations.enabled",
+                format!(
+                    "the recommended namespace layout would install the agents into {system:?}, not `spire.namespace` \
+                     ({ns:?}): set `global.spire.namespaces.system.name: {ns}` or `recommendations.namespaceLayout: false`"
+                ),
+            );
+        }
+    }
 }
 
 fn trust_bundle(b: &TrustBundle, v: &mut Violations) {

@@ -111,6 +111,16 @@ fn release_values(release: &Value, objects: &[RenderedObject]) -> Value {
     values
 }
 
+/// The extra chart values of the profile section `section` (merged over what osbx sets).
+fn extra_values<'p>(profile: &'p crate::profile::Profile, section: &str) -> Option<&'p Value> {
+    match section {
+        "opensandbox" => profile.opensandbox.values.as_ref(),
+        "kata" => profile.kata.as_ref()?.values.as_ref(),
+        "spire" => profile.spire.as_ref()?.values.as_ref(),
+        _ => None,
+    }
+}
+
 /// Every leaf of `values` with its key path.
 fn leaves(values: &Value, at: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
     match values {
@@ -137,11 +147,15 @@ pub(super) fn unread_values(l: &mut Linter<'_>, objects: &[RenderedObject], char
             Some(name) => name,
             None => "layers",
         };
+        let extra = extra_values(&l.loaded.profile, field);
         for path in paths.iter().filter(|p| !p.is_empty() && !chart.reads(p)) {
+            // A key of the section's own `values` is located there.
+            let in_extra = extra.is_some_and(|e| path.iter().try_fold(e, |at, k| at.get(k)).is_some());
+            let at = if in_extra { format!("{field}.values.{}", path.join(".")) } else { field.to_owned() };
             l.add(
                 "chart.unread-value",
                 Severity::Error,
-                field,
+                &at,
                 format!(
                     "{} sets `{}`, which chart {} {} does not read: dead configuration",
                     o.object.id,

@@ -17,6 +17,7 @@ pub(super) fn register(tera: &mut Tera) {
     tera.register_filter("toml", toml);
     tera.register_filter("indent_by", indent_by);
     tera.register_filter("code_list", code_list);
+    tera.register_filter("merge_yaml", merge_yaml);
 }
 
 fn arg_usize(args: &HashMap<String, Value>, name: &str) -> Result<usize> {
@@ -36,6 +37,21 @@ fn yaml(value: &Value, args: &HashMap<String, Value>) -> Result<Value> {
     let options = serde_saphyr::ser_options! { compact_list_indent: false, folded_wrap_chars: usize::MAX };
     let text = serde_saphyr::to_string_with_options(value, options).map_err(|e| Error::msg(e.to_string()))?;
     Ok(Value::String(indent_text(text.trim_end_matches('\n'), indent)))
+}
+
+/// `{% filter merge_yaml(over=values) %}…{% endfilter %}`: the YAML document inside, with `over`
+/// merged over it (see [`crate::merge::merge`]) and written out again; unchanged (comments kept)
+/// when `over` is null.
+fn merge_yaml(value: &Value, args: &HashMap<String, Value>) -> Result<Value> {
+    let Value::String(text) = value else { return Err(Error::msg("`merge_yaml` needs a string")) };
+    let over = args.get("over").unwrap_or(&Value::Null);
+    if over.is_null() {
+        return Ok(value.clone());
+    }
+    let mut base: Value = serde_saphyr::from_str(text).map_err(|e| Error::msg(format!("merge_yaml: {e}")))?;
+    crate::merge::merge(&mut base, over);
+    let yaml = yaml(&base, &HashMap::new())?;
+    Ok(Value::String(format!("{}\n", yaml.as_str().unwrap_or_default())))
 }
 
 /// `{{ value | scalar }}`: one YAML scalar, quoted only when plain style would change its meaning.

@@ -255,3 +255,22 @@ fn values_the_pinned_chart_does_not_read_are_reported_with_chart() {
     let (code, f) = lint(BASE, &["--chart", kata.to_str().unwrap()]);
     assert_eq!(code, Some(0), "no kata-deploy release in BASE: {f:#?}");
 }
+
+/// `opensandbox.values` goes through the same check: a key the pinned chart reads is quiet, one
+/// it does not read is reported at its own line under `opensandbox.values`.
+#[test]
+fn extra_opensandbox_values_the_chart_does_not_read_are_located_in_the_profile() {
+    let chart = shared().join("charts/opensandbox-401a525/opensandbox");
+    let text = BASE.replace(
+        "  server:\n    apiKey",
+        "  values:\n    opensandbox-server:\n      server: {nodeSelector: {role: control}}\n      noSuchKey: 1\n  server:\n    apiKey",
+    );
+    let (code, f) = lint(&text, &["--chart", chart.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{f:#?}");
+    let unread: Vec<&Value> = f.iter().filter(|f| f["id"] == "chart.unread-value").collect();
+    let at =
+        |field: &str| unread.iter().find(|f| f["field"] == field).map(|f| format!("{}:{}", f["line"], f["column"]));
+    assert_eq!(at("opensandbox.values.opensandbox-server.noSuchKey").as_deref(), Some("13:7"), "{unread:#?}");
+    assert!(!unread.iter().any(|f| f["field"].as_str().unwrap_or_default().contains("nodeSelector")), "{unread:#?}");
+    assert_eq!(unread.len(), 2, "the node-agent switch and the unknown key: {unread:#?}");
+}

@@ -6,12 +6,14 @@
 //! so paths and file names are checked along with the content. YAML is compared as parsed objects
 //! (comments and formatting may differ); the README is compared word for word.
 //!
-//! osbx deliberately sets three chart values the hand-written commit left to the chart (found by
+//! osbx deliberately sets chart values the hand-written commit left to the chart (found by
 //! rendering the real chart, see the `charts` tests): `global: {}` (the umbrella chart's empty
-//! `global:` makes every render warn), the controller's image tag and an empty
+//! `global:` makes every render warn), the controller's image tag, an empty
 //! `controller.snapshot.containerdSocketPath` (else the chart passes `--containerd-socket-path`,
-//! which controller v0.2.0 does not define: it would crash-loop). They are taken out of the
-//! values before comparing; everything else must match.
+//! which controller v0.2.0 does not define: it would crash-loop) and both subcharts'
+//! `namespaceOverride` (the chart installs into `opensandbox-system` whatever the release
+//! namespace unless told: the profile's control-plane namespace, here that same name). They are
+//! taken out of the values before comparing; everything else must match.
 
 use serde_json::{Value, json};
 
@@ -57,6 +59,10 @@ fn without_deliberate_values(mut docs: Vec<Value>) -> Vec<Value> {
         let controller = controller.as_object_mut().unwrap();
         controller.remove("image");
         controller.remove("snapshot");
+        for chart in ["opensandbox-controller", "opensandbox-server"] {
+            let sub = values[chart].as_object_mut().unwrap();
+            assert_eq!(sub.remove("namespaceOverride"), Some(json!("opensandbox-system")), "{chart}.namespaceOverride");
+        }
         assert_eq!(values["global"], json!({}), "global: {{}} silences helm's warning");
         values.as_object_mut().unwrap().remove("global");
         doc["data"]["values.yaml"] = values;

@@ -2,6 +2,7 @@
 //! the `HelmRelease` and the layer README, from the `opensandbox` section.
 
 mod config;
+mod extra;
 mod release;
 
 use schemars::JsonSchema;
@@ -10,6 +11,7 @@ use serde_json::{Value, json};
 use tera::Context;
 
 pub use self::config::*;
+pub use self::extra::CHART_FACTS;
 pub use self::release::*;
 use super::Component;
 use crate::profile::syntax::GIT_TIMEOUT_UNITS;
@@ -42,6 +44,8 @@ pub struct OpenSandbox {
     pub server: Server,
     /// `opensandbox-node-agent` values.
     pub node_agent: NodeAgent,
+    /// Extra chart values, merged over what osbx sets (but not over the keys of [`CHART_FACTS`]).
+    pub values: Option<Value>,
     /// Facts and notes for the layer README.
     pub readme: Readme,
 }
@@ -68,6 +72,25 @@ impl OpenSandbox {
     #[must_use]
     pub fn helm_name(&self) -> &str {
         self.release.release_name.as_deref().unwrap_or(&self.release.name)
+    }
+
+    /// Every namespace the section names, each once, in this order: the control plane (where
+    /// the chart installs the controller and server), the sandboxes', the HelmRelease's and
+    /// Helm's target namespace. osbx renders each as a Namespace: the chart creates none.
+    #[must_use]
+    pub fn namespaces(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for ns in [
+            self.namespaces.control_plane.as_str(),
+            self.namespaces.sandbox.as_str(),
+            self.release_namespace(),
+            self.target_namespace(),
+        ] {
+            if !out.contains(&ns) {
+                out.push(ns);
+            }
+        }
+        out
     }
 }
 
@@ -285,6 +308,9 @@ fn validate(p: &Profile, _layer: Option<usize>, v: &mut Violations) {
     if o.server.config.runtime.execd_image.trim().is_empty() {
         v.push("opensandbox.server.config.runtime.execdImage", "must not be empty");
     }
+    if let Some(values) = &o.values {
+        extra::check(o, values, v);
+    }
 }
 
 fn api_key(k: &ApiKeySource, v: &mut Violations) {
@@ -313,5 +339,6 @@ fn view(p: &Profile, ctx: &mut Context) {
     v["releaseNamespace"] = json!(o.release_namespace());
     v["targetNamespace"] = json!(o.target_namespace());
     v["releaseName"] = json!(o.helm_name());
+    v["namespaceList"] = json!(o.namespaces());
     ctx.insert("opensandbox", &v);
 }

@@ -11,14 +11,29 @@ use super::helm::Job;
 use super::values;
 use crate::support::root;
 
-/// A rendered profile (or fleet member).
+/// A rendered profile (or fleet member, or generated variant).
 pub struct Subject {
-    /// `profile homelab`, `fleet labs, cluster lab-b`.
+    /// `profile homelab`, `fleet labs, cluster lab-b`, `variant "other names" of profile default`.
     pub label: String,
+    /// Where it comes from.
+    pub origin: Origin,
     /// The profile (for a fleet member: the merged one).
     pub profile: osbx::profile::Profile,
     /// The objects osbx renders.
     pub objects: Vec<Value>,
+    /// Its layers, as apply, diff, verify and rbac see them.
+    pub layers: Vec<osbx::deploy::Layer>,
+}
+
+/// Where a subject comes from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Origin {
+    /// `profiles/*.yaml`.
+    Shipped,
+    /// A member of `examples/fleet.yaml`.
+    Fleet,
+    /// Generated from a shipped profile ([`super::variants`]).
+    Variant,
 }
 
 /// The shared upstream charts the tests render, relative to the charts root.
@@ -75,30 +90,49 @@ impl Release {
     }
 }
 
-/// Every shipped profile (`profiles/*.yaml`), then every member of `examples/fleet.yaml`.
+/// Every shipped profile (`profiles/*.yaml`), every member of `examples/fleet.yaml`, then every
+/// generated variant ([`super::variants::variants`]).
 pub fn subjects() -> &'static [Subject] {
     static SUBJECTS: OnceLock<Vec<Subject>> = OnceLock::new();
     SUBJECTS.get_or_init(|| {
         let renderer = osbx::render::Renderer::new(None).expect("load the embedded templates");
-        let render = |label: String, loaded: &osbx::profile::LoadedProfile| {
+        let render = |label: String, origin: Origin, loaded: &osbx::profile::LoadedProfile| {
             let rendered = renderer.render(loaded).unwrap_or_else(|e| panic!("{label}: render: {e}"));
+            let layers = osbx::deploy::layers(&loaded.profile, &rendered);
             let objects = rendered.objects().into_iter().map(|o| o.object.value).collect();
-            Subject { label, profile: loaded.profile.clone(), objects }
+            Subject { label, origin, profile: loaded.profile.clone(), objects, layers }
         };
         let mut out = Vec::new();
         for name in shipped_profiles() {
             let source = osbx::profile::ProfileSource::Embedded(name.clone());
             let loaded = osbx::profile::load(&source).unwrap_or_else(|e| panic!("load profile {name}: {e}"));
-            out.push(render(format!("profile {name}"), &loaded));
+            out.push(render(format!("profile {name}"), Origin::Shipped, &loaded));
         }
         let fleet_path = root().join("examples/fleet.yaml");
         let fleet = osbx::fleet::load(&fleet_path, &osbx::progress::Silent)
             .unwrap_or_else(|e| panic!("load {}: {e}", fleet_path.display()));
         for member in &fleet.members {
-            out.push(render(format!("fleet {}, cluster {}", fleet.name, member.profile.cluster.name), member));
+            let label = format!("fleet {}, cluster {}", fleet.name, member.profile.cluster.name);
+            out.push(render(label, Origin::Fleet, member));
+        }
+        for (label, document) in super::variants::variants() {
+            let loaded = osbx::profile::from_value(&label, &document).unwrap_or_else(|e| panic!("{label}: {e}"));
+            out.push(render(label, Origin::Variant, &loaded));
         }
         out
     })
+}
+
+/// Every shipped profile's document: (name, parsed YAML).
+pub fn shipped_documents() -> Vec<(String, Value)> {
+    shipped_profiles()
+        .into_iter()
+        .map(|name| {
+            let (_, text) = osbx::profile::embedded_text(&name).unwrap_or_else(|e| panic!("profile {name}: {e}"));
+            let document: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("profile {name}: {e}"));
+            (name, document)
+        })
+        .collect()
 }
 
 /// The names of `profiles/*.yaml`, sorted.

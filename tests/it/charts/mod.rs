@@ -1,6 +1,8 @@
 //! The profiles' HelmReleases rendered with the real upstream charts (`../shared/charts/`, see its
-//! SOURCES.md) by a real helm, with the values helm-controller would pass: every shipped profile
-//! and every member of `examples/fleet.yaml`. One test per property; each iterates every release,
+//! SOURCES.md) by a real helm, with the values helm-controller would pass: every shipped profile,
+//! every member of `examples/fleet.yaml` and generated variants of the shipped profiles
+//! (`variants`: renamed namespaces, other names, several pools and classes, components on and
+//! off, extra values). One test per property; each iterates every release,
 //! collects what is wrong and fails once with all of it (each line: who, chart, what, why).
 //!
 //! Shared work (profile renders, chart copies with built dependencies, `helm template` runs) is
@@ -16,8 +18,10 @@ mod checks;
 mod dryrun;
 mod helm;
 mod manifest;
+mod placement;
 mod server_config;
 mod values;
+mod variants;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -220,4 +224,57 @@ fn spire_agent_volumes_come_from_the_renders_or_the_profile() {
         findings.extend(checks::agent_volume_problems(b, &siblings).into_iter().map(|w| b.release.finding(&w)));
     }
     conclude("spire_agent_volumes_come_from_the_renders_or_the_profile", start, findings);
+}
+
+/// Every namespaced object a chart renders lands in the namespace the profile gives that chart
+/// (the control-plane namespace for OpenSandbox, `kata.namespace`, `spire.namespace`), which osbx
+/// renders as a Namespace; every ServiceAccount a workload runs as or a binding binds is rendered
+/// there; and every Deployment, DaemonSet, Service and ServiceAccount `osbx verify` reads by name
+/// (what `osbx rbac --for verify` grants) is rendered under that name and namespace: for the
+/// shipped profiles, the fleet members and every generated variant.
+#[test]
+fn every_chart_object_lands_where_the_profile_says() {
+    let start = Instant::now();
+    let (baselines, mut findings) = baselines_of(&[]);
+    for b in &baselines {
+        let problems = placement::namespace_problems(b).into_iter().chain(placement::service_account_problems(b));
+        findings.extend(problems.map(|w| b.release.finding(&w)));
+    }
+    for (i, subject) in cases::subjects().iter().enumerate() {
+        let own: Vec<&manifest::Baseline> = baselines.iter().filter(|b| b.release.subject == i).collect();
+        let problems = placement::lookup_problems(subject, &own);
+        findings.extend(problems.into_iter().map(|w| Finding::new(subject.label.clone(), w)));
+    }
+    let variants = cases::subjects().iter().filter(|s| s.origin == cases::Origin::Variant).count();
+    eprintln!("charts: {variants} generated variants besides the shipped profiles and the fleet");
+    conclude("every_chart_object_lands_where_the_profile_says", start, findings);
+}
+
+/// A variant no chart can honour (`opensandbox.values` or `spire.values` moving the control
+/// plane or the agents away from where osbx looks, renaming the server, replacing its
+/// config.toml) is refused by `osbx lint` (exit 1) at the field, with its line and column.
+#[test]
+fn variants_no_chart_can_honour_are_refused_by_lint_at_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut problems = Vec::new();
+    for (i, (label, document, field)) in variants::refused().into_iter().enumerate() {
+        let path = dir.path().join(format!("refused-{i}.yaml"));
+        std::fs::write(&path, serde_saphyr::to_string(&document).unwrap()).unwrap();
+        let out = crate::support::osbx().args(["lint", "-o", "json", "--profile"]).arg(&path).output().unwrap();
+        let (stdout, stderr) = crate::support::outputs(&out);
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_default();
+        let located = report["findings"].as_array().into_iter().flatten().any(|f| {
+            f["field"] == field.as_str()
+                && f["severity"] == "error"
+                && f["line"].as_u64().is_some_and(|l| l > 0)
+                && f["column"].as_u64().is_some_and(|c| c > 0)
+        });
+        if out.status.code() != Some(1) || !located {
+            problems.push(format!(
+                "{label}: osbx lint exits {:?} without an error located at `{field}`:\n{stdout}{stderr}",
+                out.status.code()
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

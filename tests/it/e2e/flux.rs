@@ -9,17 +9,46 @@ use serde_json::{Value, json};
 use super::secs_of;
 use crate::cluster::{api_for, wait_for};
 
-/// The Flux objects the default profile renders, as (apiVersion, kind, namespace, name): the
-/// two layer Kustomizations, the chart's source and the HelmRelease.
-pub const LAYER_OBJECTS: [(&str, &str, &str, &str); 4] = [
-    ("source.toolkit.fluxcd.io/v1", "GitRepository", "opensandbox-system", "opensandbox"),
-    ("helm.toolkit.fluxcd.io/v2", "HelmRelease", "opensandbox-system", "opensandbox"),
-    ("kustomize.toolkit.fluxcd.io/v1", "Kustomization", "flux-system", "opensandbox"),
-    ("kustomize.toolkit.fluxcd.io/v1", "Kustomization", "flux-system", "opensandbox-pools"),
-];
+/// Where a profile puts what the loop reads, from osbx's own loader (so its defaults hold): the
+/// namespaces and the Flux objects of its layers.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// The control-plane namespace (the chart's controller and server, the API key Secret).
+    pub control_plane: String,
+    /// The sandbox namespace (Pools, BatchSandboxes).
+    pub sandbox: String,
+    /// The HelmRelease (namespace, name).
+    pub release: (String, String),
+    /// The Flux objects of the layers, as (apiVersion, kind, namespace, name): the chart's
+    /// source, the HelmRelease and one Kustomization per layer.
+    pub layer_objects: Vec<(&'static str, &'static str, String, String)>,
+    /// The Kustomizations' namespace.
+    pub flux: String,
+}
 
-/// The sandbox namespace of the default profile (where its Pools live).
-pub const SANDBOX_NS: &str = "opensandbox";
+impl Layout {
+    /// The layout of a profile document.
+    pub fn of(profile: &Value) -> Self {
+        let p = osbx::profile::from_value("e2e profile", profile).unwrap_or_else(|e| panic!("{e}")).profile;
+        let o = &p.opensandbox;
+        let ns = o.release_namespace().to_owned();
+        let flux = p.cluster.flux_namespace.clone();
+        let mut layer_objects = vec![
+            ("source.toolkit.fluxcd.io/v1", "GitRepository", ns.clone(), o.source.name.clone()),
+            ("helm.toolkit.fluxcd.io/v2", "HelmRelease", ns.clone(), o.release.name.clone()),
+        ];
+        for layer in p.rendered_layers() {
+            layer_objects.push(("kustomize.toolkit.fluxcd.io/v1", "Kustomization", flux.clone(), layer.name.clone()));
+        }
+        Self {
+            control_plane: o.namespaces.control_plane.clone(),
+            sandbox: o.namespaces.sandbox.clone(),
+            release: (ns, o.release.name.clone()),
+            layer_objects,
+            flux,
+        }
+    }
+}
 
 /// An object as JSON, or `None` when absent.
 pub async fn get(client: &Client, api_version: &str, kind: &str, ns: &str, name: &str) -> Option<Value> {
@@ -28,9 +57,9 @@ pub async fn get(client: &Client, api_version: &str, kind: &str, ns: &str, name:
     api.get_opt(&name).await.expect("read").map(|o| serde_json::to_value(o).unwrap())
 }
 
-/// A Pool of the sandbox namespace.
-pub async fn pool(client: &Client, name: &str) -> Option<Value> {
-    get(client, "sandbox.opensandbox.io/v1alpha1", "Pool", SANDBOX_NS, name).await
+/// A Pool of the sandbox namespace `ns`.
+pub async fn pool(client: &Client, ns: &str, name: &str) -> Option<Value> {
+    get(client, "sandbox.opensandbox.io/v1alpha1", "Pool", ns, name).await
 }
 
 /// The condition `kind` of an object.
@@ -54,10 +83,10 @@ pub fn not_ready(obj: &Value) -> Option<String> {
 }
 
 /// Every layer object Ready at its current generation, read now; panics naming the others.
-pub async fn assert_layers_ready(client: &Client, when: &str) -> Vec<Value> {
+pub async fn assert_layers_ready(client: &Client, layout: &Layout, when: &str) -> Vec<Value> {
     let mut objects = Vec::new();
     let mut problems = Vec::new();
-    for (api_version, kind, ns, name) in LAYER_OBJECTS {
+    for (api_version, kind, ns, name) in &layout.layer_objects {
         match get(client, api_version, kind, ns, name).await {
             None => problems.push(format!("{kind}/{ns}/{name} is missing")),
             Some(obj) => {
@@ -87,12 +116,12 @@ pub fn label(obj: &Value) -> String {
 }
 
 /// Wait until the Kustomization `name` has applied `commit` and is Ready at its generation.
-pub async fn wait_applied(client: &Client, name: &str, commit: &str, timeout: Duration) -> Value {
+pub async fn wait_applied(client: &Client, layout: &Layout, name: &str, commit: &str, timeout: Duration) -> Value {
     let want = format!("main@sha1:{commit}");
     wait_for(&format!("Kustomization {name} Ready at {want}"), timeout, || {
         let want = want.clone();
         async move {
-            let k = get(client, "kustomize.toolkit.fluxcd.io/v1", "Kustomization", "flux-system", name).await?;
+            let k = get(client, "kustomize.toolkit.fluxcd.io/v1", "Kustomization", &layout.flux, name).await?;
             (k["status"]["lastAppliedRevision"] == want.as_str() && not_ready(&k).is_none()).then_some(k)
         }
     })
@@ -114,9 +143,9 @@ pub fn assert_pool_filled(pool: &Value) {
 
 /// The names of the Pods of a pool (the OpenSandbox controller names them `<pool>-<suffix>`
 /// and owns them through the Pool).
-pub async fn pool_pods(client: &Client, pool: &str) -> Vec<String> {
+pub async fn pool_pods(client: &Client, ns: &str, pool: &str) -> Vec<String> {
     use k8s_openapi::api::core::v1::Pod;
-    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), SANDBOX_NS);
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
     let list = pods.list(&kube::api::ListParams::default()).await.expect("list pods");
     list.into_iter()
         .filter(|p| p.metadata.owner_references.iter().flatten().any(|o| o.kind == "Pool" && o.name == pool))

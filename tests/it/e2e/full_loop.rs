@@ -53,12 +53,18 @@ async fn default_profile_full_loop() {
     let helm_log = world.log_tail("helm-controller", 30);
     assert_eq!(out.status.code(), Some(0), "osbx apply:\n{stdout}{stderr}\nhelm-controller:\n{helm_log}");
     // Read at once: apply returned, so Flux must already say Ready at every generation.
-    let objects = flux::assert_layers_ready(&world.client, "when osbx apply returned").await;
+    let layout = world.layout();
+    let objects = flux::assert_layers_ready(&world.client, &layout, "when osbx apply returned").await;
     bench(S, "apply_wall", took.as_secs_f64());
     assert!(stderr.contains("all layers ready"), "{stderr}");
     assert!(!stderr.contains("not pushed") && !stderr.contains("uncommitted"), "the repo is pushed: {stderr}");
-    for line in ["Pool/opensandbox/pod", "Pool/opensandbox/vm", "HelmRelease/opensandbox-system/opensandbox"] {
-        assert!(stdout.contains(line), "{line} not in the apply output:\n{stdout}");
+    let (release_ns, release) = &layout.release;
+    for line in [
+        format!("Pool/{}/pod", layout.sandbox),
+        format!("Pool/{}/vm", layout.sandbox),
+        format!("HelmRelease/{release_ns}/{release}"),
+    ] {
+        assert!(stdout.contains(&line), "{line} not in the apply output:\n{stdout}");
     }
     let commit = world.flux.head();
     for obj in &objects {
@@ -71,19 +77,19 @@ async fn default_profile_full_loop() {
     }
 
     // The API key Secret, from OSBX_API_KEY, where the chart's server reads it.
-    let secrets: Api<Secret> = Api::namespaced(world.client.clone(), "opensandbox-system");
+    let secrets: Api<Secret> = Api::namespaced(world.client.clone(), &layout.control_plane);
     let secret = secrets.get("opensandbox-api-key").await.expect("the API key Secret");
     assert_eq!(secret.data.unwrap()["api-key"].0, KEY.as_bytes());
 
     // The Pools: created after the chart (their kind) was Ready, filled by the played controller.
-    let hr = &objects[1];
+    let hr = objects.iter().find(|o| o["kind"] == "HelmRelease").expect("the HelmRelease");
     let (_, hr_ready) = flux::ready_times(hr);
     for name in ["pod", "vm"] {
-        let pool = flux::pool(&world.client, name).await.expect("Pool");
+        let pool = flux::pool(&world.client, &layout.sandbox, name).await.expect("Pool");
         flux::assert_pool_filled(&pool);
         let created = super::secs_of(&pool["metadata"]["creationTimestamp"]);
         assert!(created >= hr_ready, "Pool {name} created at {created}, before the HelmRelease was Ready ({hr_ready})");
-        assert!(!flux::pool_pods(&world.client, name).await.is_empty(), "Pool {name} owns no pods");
+        assert!(!flux::pool_pods(&world.client, &layout.sandbox, name).await.is_empty(), "Pool {name} owns no pods");
     }
 
     // The real server, the checks that can pass.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::flux::{self, SANDBOX_NS};
+use super::flux;
 use super::world::World;
 use super::{Findings, SERIAL, assert_outcome, bench, checks};
 use crate::cluster::wait_for;
@@ -38,6 +38,8 @@ async fn a_change_through_git_reaches_the_cluster_through_flux() {
     let started = Instant::now();
     let mut world = World::start_applied(S).await;
     let mut findings = Findings::default();
+    let layout = world.layout();
+    let sbx = layout.sandbox.as_str();
 
     let pod = pool_items(&mut world.profile).iter_mut().find(|p| p["name"] == "pod").expect("pool pod");
     assert_eq!(pod["capacity"]["poolMax"], 8, "the default profile changed: {pod}");
@@ -50,22 +52,22 @@ async fn a_change_through_git_reaches_the_cluster_through_flux() {
     assert!(stdout.contains("► Pool/opensandbox/pod configured"), "{stdout}");
     assert!(stdout.contains("-    poolMax: 8") && stdout.contains("+    poolMax: 6"), "{stdout}");
     assert!(stdout.contains("0 to create, 1 to change, 9 unchanged, 0 to prune"), "{stdout}");
-    let live = flux::pool(&world.client, "pod").await.unwrap();
+    let live = flux::pool(&world.client, sbx, "pod").await.unwrap();
     assert_eq!(live["spec"]["capacitySpec"]["poolMax"], 8, "Flux applied before it was asked");
 
     let asked = Instant::now();
     world.request_reconcile().await;
-    let layer = flux::wait_applied(&world.client, "opensandbox-pools", &commit, FLUX_APPLIES).await;
+    let layer = flux::wait_applied(&world.client, &layout, "opensandbox-pools", &commit, FLUX_APPLIES).await;
     bench(S, "flux_applied_after_request", asked.elapsed().as_secs_f64());
-    let live = flux::pool(&world.client, "pod").await.unwrap();
+    let live = flux::pool(&world.client, sbx, "pod").await.unwrap();
     assert_eq!(live["spec"]["capacitySpec"]["poolMax"], 6, "{live}");
     assert!(flux::not_ready(&layer).is_none());
-    flux::wait_applied(&world.client, "opensandbox", &commit, FLUX_APPLIES).await;
+    flux::wait_applied(&world.client, &layout, "opensandbox", &commit, FLUX_APPLIES).await;
     // The OpenSandbox controller sees the new generation.
     wait_for("Pool pod at its new generation", Duration::from_secs(30), || {
         let client = world.client.clone();
         async move {
-            let p = flux::pool(&client, "pod").await?;
+            let p = flux::pool(&client, sbx, "pod").await?;
             (p["status"]["observedGeneration"] == p["metadata"]["generation"]).then_some(())
         }
     })
@@ -97,28 +99,30 @@ async fn a_pool_dropped_from_the_profile_is_pruned_by_flux() {
     let started = Instant::now();
     let mut world = World::start_applied(S).await;
     let mut findings = Findings::default();
-    assert!(!flux::pool_pods(&world.client, "vm").await.is_empty(), "the vm pool has no pods to prune");
+    let layout = world.layout();
+    let sbx = layout.sandbox.as_str();
+    assert!(!flux::pool_pods(&world.client, sbx, "vm").await.is_empty(), "the vm pool has no pods to prune");
 
     pool_items(&mut world.profile).retain(|p| p["name"] != "vm");
     let commit = world.render_commit_push().await;
     let asked = Instant::now();
     world.request_reconcile().await;
-    let layer = flux::wait_applied(&world.client, "opensandbox-pools", &commit, FLUX_APPLIES).await;
+    let layer = flux::wait_applied(&world.client, &layout, "opensandbox-pools", &commit, FLUX_APPLIES).await;
     wait_for("Pool vm pruned", FLUX_APPLIES, || {
         let client = world.client.clone();
-        async move { flux::pool(&client, "vm").await.is_none().then_some(()) }
+        async move { flux::pool(&client, sbx, "vm").await.is_none().then_some(()) }
     })
     .await;
     bench(S, "flux_pruned_after_request", asked.elapsed().as_secs_f64());
     wait_for("the vm pool's pods gone", Duration::from_secs(60), || {
         let client = world.client.clone();
-        async move { flux::pool_pods(&client, "vm").await.is_empty().then_some(()) }
+        async move { flux::pool_pods(&client, sbx, "vm").await.is_empty().then_some(()) }
     })
     .await;
     bench(S, "pool_pods_gone_after_request", asked.elapsed().as_secs_f64());
     let inventory = layer["status"]["inventory"]["entries"].to_string();
-    assert!(!inventory.contains(&format!("{SANDBOX_NS}_vm_")), "still in Flux's inventory: {inventory}");
-    let pod = flux::pool(&world.client, "pod").await.expect("the pod pool stays");
+    assert!(!inventory.contains(&format!("{sbx}_vm_")), "still in Flux's inventory: {inventory}");
+    let pod = flux::pool(&world.client, sbx, "pod").await.expect("the pod pool stays");
     flux::assert_pool_filled(&pod);
 
     let url = world.start_server().await;

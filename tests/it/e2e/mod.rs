@@ -20,6 +20,7 @@ mod flux;
 mod full_loop;
 mod git;
 mod git_changes;
+mod renamed;
 mod world;
 
 use std::time::SystemTime;

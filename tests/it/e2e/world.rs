@@ -147,14 +147,24 @@ impl World {
     /// [`World::start`] with the profile as it is, then the first `osbx apply`, which must
     /// succeed with every layer Ready at its generation.
     pub async fn start_applied(scenario: &str) -> Self {
-        let world = Self::start(scenario, |_| {}).await;
+        Self::start_applied_with(scenario, |_| {}).await
+    }
+
+    /// [`World::start_applied`] with `edit` applied to the profile first.
+    pub async fn start_applied_with(scenario: &str, edit: impl FnOnce(&mut Value)) -> Self {
+        let world = Self::start(scenario, edit).await;
         let (out, took, _) = world.apply("5m").await;
         let (stdout, stderr) = outputs(&out);
         let helm_log = world.log_tail("helm-controller", 30);
         assert_eq!(out.status.code(), Some(0), "first apply:\n{stdout}{stderr}\nhelm-controller:\n{helm_log}");
-        super::flux::assert_layers_ready(&world.client, "after the first apply").await;
+        super::flux::assert_layers_ready(&world.client, &world.layout(), "after the first apply").await;
         bench(scenario, "apply_wall", took.as_secs_f64());
         world
+    }
+
+    /// Where the profile puts things.
+    pub fn layout(&self) -> super::flux::Layout {
+        super::flux::Layout::of(&self.profile)
     }
 
     /// The profile file (outside the Flux work tree, which must stay clean).
@@ -224,8 +234,7 @@ impl World {
     pub async fn start_server(&mut self) -> String {
         let dir = self.work.path().join("server");
         let kubeconfig = self.plane.kubeconfig.clone();
-        let namespace =
-            self.profile["opensandbox"]["namespaces"]["sandbox"].as_str().unwrap_or("opensandbox").to_owned();
+        let namespace = self.layout().sandbox;
         let started = Instant::now();
         let server = tokio::task::spawn_blocking(move || RealServer::start(&dir, &kubeconfig, &namespace, KEY, &[]))
             .await
