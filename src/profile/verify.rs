@@ -50,8 +50,12 @@ pub struct SpiffeSmoke {
     pub id: String,
     /// Image with the `spire-agent` binary at `/opt/spire/bin/spire-agent`.
     pub image: String,
-    /// CSI driver that exposes the Workload API socket.
+    /// CSI driver that exposes the Workload API socket (what the hardened SPIRE chart deploys).
     pub csi_driver: String,
+    /// Instead of the CSI volume, mount this directory of the node (where the agent puts its
+    /// socket, e.g. `/run/spire/agent-sockets`): clusters without the SPIFFE CSI driver give
+    /// workloads the socket this way.
+    pub socket_host_path: Option<String>,
     /// Socket file name inside the CSI volume.
     pub socket: String,
     /// The ClusterSPIFFEID that gives the smoke identity (read to explain a missing identity).
@@ -69,6 +73,7 @@ impl Default for SpiffeSmoke {
             id: String::new(),
             image: "ghcr.io/spiffe/spire-agent:1.15.3".into(),
             csi_driver: "csi.spiffe.io".into(),
+            socket_host_path: None,
             socket: "spire-agent.sock".into(),
             cluster_spiffe_id: None,
             retry_seconds: 90,

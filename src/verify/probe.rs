@@ -330,6 +330,45 @@ pub async fn wait_running(
     }
 }
 
+/// What a probe pod whose container the kubelet restarts on failure (`restartPolicy:
+/// OnFailure`) has done so far: its attempts in the same pod (the same UID, so what the node
+/// registered for that pod still holds).
+#[derive(Debug, Clone, Default)]
+pub struct Attempts {
+    /// The termination message of the attempt that exited 0.
+    pub succeeded: Option<String>,
+    /// How many attempts failed.
+    pub failures: i32,
+    /// The exit code and termination message of the last failed attempt.
+    pub last_failure: Option<(i32, String)>,
+    /// The pod failed as a whole (its deadline passed): no more attempts come.
+    pub over: bool,
+}
+
+/// Read the attempts of pod `ns/name` (see [`Attempts`]).
+///
+/// # Errors
+/// [`ClusterError`] when the pod cannot be read.
+pub async fn attempts(cluster: &Cluster, ns: &str, name: &str) -> Result<(Attempts, Pod), ClusterError> {
+    let api = Api::<Pod>::namespaced(cluster.client.clone(), ns);
+    let pod = api.get(name).await.map_err(|error| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), error })?;
+    let status = pod.status.clone().unwrap_or_default();
+    let mut a = Attempts { over: status.phase.as_deref() == Some("Failed"), ..Attempts::default() };
+    if let Some(cs) = status.container_statuses.as_ref().and_then(|c| c.first()) {
+        a.failures = cs.restart_count;
+        let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+        match cs.state.as_ref().and_then(|s| s.terminated.as_ref()) {
+            Some(t) if t.exit_code == 0 => a.succeeded = Some(t.message.clone().unwrap_or_default()),
+            Some(t) => {
+                a.failures += 1;
+                a.last_failure = Some((t.exit_code, t.message.clone().unwrap_or_default()));
+            }
+            None => a.last_failure = last.map(|t| (t.exit_code, t.message.clone().unwrap_or_default())),
+        }
+    }
+    Ok((a, pod))
+}
+
 /// Why a pod is not done: the scheduling condition, container waiting states, Warning events.
 pub async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
     let mut parts = Vec::new();

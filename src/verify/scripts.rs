@@ -175,8 +175,9 @@ pub(super) fn vm_info(
     )
 }
 
-/// The SPIFFE probe: `spire-agent api fetch x509` through the CSI-mounted Workload API socket,
-/// under the given ServiceAccount and runtime class. The SVID certificate (public) becomes the
+/// The SPIFFE probe: `spire-agent api fetch x509` through the Workload API socket (the CSI
+/// volume, or the node directory `socketHostPath` names), under the given ServiceAccount and
+/// runtime class. The SVID certificate (public) becomes the
 /// termination message; the private key stays in an emptyDir that is deleted with the pod.
 /// On failure the agent's error (log tail) becomes the message.
 #[must_use]
@@ -209,11 +210,14 @@ pub(super) fn spiffe(
         {"name": "out", "mountPath": "/out"},
     ]);
     let mut spec = base_spec(run, &json!([c]));
+    // Attempts again in the same pod, whose UID the registration entry names.
+    spec["restartPolicy"] = json!("OnFailure");
     spec["serviceAccountName"] = json!(service_account);
-    spec["volumes"] = json!([
-        {"name": "spiffe-workload-api", "csi": {"driver": smoke.csi_driver, "readOnly": true}},
-        {"name": "out", "emptyDir": {"medium": "Memory"}},
-    ]);
+    let workload_api = match &smoke.socket_host_path {
+        Some(dir) => json!({"name": "spiffe-workload-api", "hostPath": {"path": dir, "type": "Directory"}}),
+        None => json!({"name": "spiffe-workload-api", "csi": {"driver": smoke.csi_driver, "readOnly": true}}),
+    };
+    spec["volumes"] = json!([workload_api, {"name": "out", "emptyDir": {"medium": "Memory"}}]);
     if let Some(rc) = runtime_class {
         spec["runtimeClassName"] = json!(rc);
     }

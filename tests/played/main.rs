@@ -1,9 +1,13 @@
 //! `osbx-played`: the parts of the platform that no package registry serves, played by test code
-//! (see `mod.rs`), as a process. `tests/cluster/build played` builds it; `tests/cluster/up
-//! --with-controllers` starts `osbx-played opensandbox-controller` beside the real controllers.
+//! (see `mod.rs`), as a process. `tests/cluster/build` builds it; `tests/cluster/up
+//! --with-controllers` starts `osbx-played opensandbox-controller` beside the real controllers,
+//! `--with-node` also `osbx-played spire-controller-manager` beside the real SPIRE server.
 
 #[path = "mod.rs"]
 mod played;
+// Only the process plays spire-controller-manager (it drives the real `spire-server` CLI).
+#[path = "spire.rs"]
+mod spire;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -34,6 +38,30 @@ enum Part {
         #[arg(long)]
         no_release: bool,
     },
+    /// spire-controller-manager: ClusterSPIFFEIDs of one class into entries of a real SPIRE server.
+    SpireControllerManager {
+        /// The `spire-server` binary.
+        #[arg(long)]
+        spire_server: PathBuf,
+        /// The server's admin socket.
+        #[arg(long)]
+        server_socket: PathBuf,
+        /// The trust domain.
+        #[arg(long)]
+        trust_domain: String,
+        /// The cluster name (`.ClusterName` in templates).
+        #[arg(long, default_value = "sandbox")]
+        cluster_name: String,
+        /// Process only ClusterSPIFFEIDs with this className.
+        #[arg(long)]
+        class_name: String,
+        /// The SPIFFE ID of the agent on the node (the parent of every entry).
+        #[arg(long)]
+        parent_id: String,
+        /// The node whose pods get entries.
+        #[arg(long)]
+        node: String,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -53,6 +81,26 @@ async fn main() -> std::process::ExitCode {
                 .verbose()
                 .run()
                 .await;
+        }
+        Part::SpireControllerManager {
+            spire_server,
+            server_socket,
+            trust_domain,
+            cluster_name,
+            class_name,
+            parent_id,
+            node,
+        } => {
+            let config = spire::Config {
+                spire_server,
+                socket: server_socket,
+                trust_domain,
+                cluster_name,
+                class_name,
+                parent_id,
+                node,
+            };
+            spire::ControllerManager::new(client, config).run().await;
         }
     }
     std::process::ExitCode::SUCCESS

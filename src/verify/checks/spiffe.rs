@@ -3,7 +3,11 @@
 //!
 //! The probe runs `spire-agent api fetch x509 -write /out` with `/out/svid.0.pem` as its
 //! termination message path: the message is the SVID certificate (public; the key stays in a
-//! memory emptyDir deleted with the pod), or, on failure, the agent's error.
+//! memory emptyDir deleted with the pod), or, on failure, the agent's error. The container is
+//! restarted on failure in the same pod (`restartPolicy: OnFailure`): the registration entry a
+//! controller manager makes for a pod names its UID, and an agent learns of new entries only at
+//! its next sync (every 5 s), so a fresh pod's first attempt is often denied; a new pod per
+//! attempt would race that every time (seen against a real SPIRE agent).
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +19,7 @@ use serde_json::json;
 use crate::cluster::need::Need;
 use crate::object::{Gvk, ObjectRef};
 use crate::profile::{Profile, SpiffeSmoke};
-use crate::verify::probe::{self, ProbeEnd};
+use crate::verify::probe;
 use crate::verify::session::Settings;
 use crate::verify::{Check, Ctx, Verdict, scripts};
 
@@ -78,53 +82,86 @@ fn broken_diagnosis(msg: &str, kata: bool) -> String {
     }
 }
 
+/// What one SPIFFE probe pod came to.
+enum Probed {
+    /// An attempt exited 0: its termination message.
+    Succeeded(String),
+    /// The last failed attempt (exit code, message), and how many failed.
+    Failed(i32, String, i32),
+    /// No attempt ended: why (events, waiting states).
+    Stuck(String),
+}
+
 impl Spiffe {
-    async fn attempt(
+    /// Run one probe pod under `sa`; the kubelet restarts its container on failure, in the same
+    /// pod, so what the node registered for that pod (an entry with its `k8s:pod-uid`) holds for
+    /// every attempt. Follow it until an attempt succeeds, `enough` failures are seen, a failure
+    /// is not a denial, the pod is over, or `limit` passes.
+    async fn probe(
         ctx: &Ctx,
         smoke: &SpiffeSmoke,
         name: &str,
         sa: &str,
         class: Option<&str>,
-    ) -> Result<Attempt, String> {
+        limit: Duration,
+        enough: i32,
+    ) -> Result<Probed, String> {
         let mut pod = probe::pod(&ctx.run, name, "spiffe", &scripts::spiffe(&ctx.run, smoke, sa, class));
         pod["metadata"]["namespace"] = json!(smoke.namespace);
-        let timeout = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180));
-        match probe::run_pod(&ctx.cluster, &pod, timeout).await.map_err(|e| e.to_string())? {
-            ProbeEnd::Terminated { exit_code, message, .. } => Ok(classify(exit_code, &message)),
-            ProbeEnd::Stuck { diagnosis } => Ok(Attempt::Broken(diagnosis)),
+        let (ns, name) = probe::create_pod(&ctx.cluster, &pod).await.map_err(|e| e.to_string())?;
+        let start = Instant::now();
+        loop {
+            let (a, pod) = probe::attempts(&ctx.cluster, &ns, &name).await.map_err(|e| e.to_string())?;
+            if let Some(message) = a.succeeded {
+                return Ok(Probed::Succeeded(message));
+            }
+            let last = a.last_failure.clone();
+            let denial = last.as_ref().is_some_and(|(code, m)| matches!(classify(*code, m), Attempt::Denied(_)));
+            if let Some((code, message)) = last
+                && (a.failures >= enough || !denial || a.over || start.elapsed() >= limit)
+            {
+                return Ok(Probed::Failed(code, message, a.failures));
+            }
+            if a.over || start.elapsed() >= limit {
+                return Ok(Probed::Stuck(probe::diagnose(&ctx.cluster, &pod).await));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
     async fn issued(ctx: &Ctx, smoke: &SpiffeSmoke, class: Option<&str>) -> Verdict {
-        let start = Instant::now();
-        let mut last = String::new();
-        for i in 0.. {
-            match Self::attempt(ctx, smoke, &format!("spiffe-smoke-{i}"), &smoke.service_account, class).await {
-                Err(e) => return Verdict::error("creating the probe", e),
-                Ok(Attempt::Issued(id)) if id == smoke.id => {
-                    return Verdict::pass(format!("{} got {id} (attempt {})", smoke.service_account, i + 1));
+        // Attempts until the retry time is up (the pod's deadline ends it sooner if shorter).
+        let limit = Duration::from_secs(smoke.retry_seconds);
+        let probed = match Self::probe(ctx, smoke, "spiffe-smoke", &smoke.service_account, class, limit, i32::MAX).await {
+            Ok(p) => p,
+            Err(e) => return Verdict::error("creating the probe", e),
+        };
+        let last = match probed {
+            Probed::Stuck(why) => return Verdict::error("the probe never ran", broken_diagnosis(&why, class.is_some())),
+            Probed::Succeeded(message) => match classify(0, &message) {
+                Attempt::Issued(id) if id == smoke.id => {
+                    return Verdict::pass(format!("{} got {id}", smoke.service_account));
                 }
-                Ok(Attempt::Issued(id)) => {
+                Attempt::Issued(id) => {
                     return Verdict::fail(
                         format!("{} got {id}", smoke.service_account),
                         format!("expected exactly {}", smoke.id),
                     )
-                    .with_fix("check the smoke ClusterSPIFFEID's spiffeIDTemplate");
+                    .with_fix("check the smoke ClusterSPIFFEID's spiffeIDTemplate and the SPIRE server's trust domain");
                 }
-                Ok(Attempt::Broken(msg)) => {
-                    return Verdict::error(
-                        format!("attempt {}: {msg}", i + 1),
-                        broken_diagnosis(&msg, class.is_some()),
-                    );
+                Attempt::Denied(msg) | Attempt::Broken(msg) => {
+                    return Verdict::error(msg.clone(), broken_diagnosis(&msg, class.is_some()));
                 }
-                Ok(Attempt::Denied(msg)) => last = msg,
-            }
-            if start.elapsed() >= Duration::from_secs(smoke.retry_seconds) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_secs(3)).await;
-        }
-        let evidence = format!("no identity after {}s: {last}", smoke.retry_seconds);
+            },
+            Probed::Failed(code, message, failures) => match classify(code, &message) {
+                Attempt::Denied(msg) => (msg, failures),
+                Attempt::Broken(msg) | Attempt::Issued(msg) => {
+                    return Verdict::error(format!("attempt {failures}: {msg}"), broken_diagnosis(&msg, class.is_some()));
+                }
+            },
+        };
+        let evidence =
+            format!("no identity after {}s ({} attempts in one pod): {}", smoke.retry_seconds, last.1, last.0);
         if let Some(why) = Self::ignored(ctx, smoke).await {
             return Verdict::fail(evidence, why).with_fix(
                 "set spire.className to the className of the spire-controller-manager that serves this cluster",
@@ -167,25 +204,30 @@ impl Spiffe {
         {
             return Verdict::error(format!("creating ServiceAccount {wrong}"), e.to_string());
         }
-        // Two attempts at least two agent sync intervals apart.
-        let mut seen = Vec::new();
-        for i in 0..2 {
-            if i > 0 {
-                tokio::time::sleep(Duration::from_secs(10)).await;
-            }
-            match Self::attempt(ctx, smoke, &format!("spiffe-wrong-{i}"), &wrong, class).await {
-                Err(e) => return Verdict::error("creating the probe", e),
-                Ok(Attempt::Issued(id)) => {
-                    return Verdict::fail(format!("{wrong} got {id}"), "an identity was issued to the wrong ServiceAccount: a catch-all (default fallback) ClusterSPIFFEID is enabled")
-                        .with_fix("disable the chart's default ClusterSPIFFEID (controllerManager.identities.clusterSPIFFEIDs.default.enabled=false)");
+        // Two attempts in one pod: the kubelet restarts the container after a 10 s back-off,
+        // at least two agent sync intervals after the first.
+        let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180));
+        match Self::probe(ctx, smoke, "spiffe-wrong", &wrong, class, limit, 2).await {
+            Err(e) => Verdict::error("creating the probe", e),
+            Ok(Probed::Stuck(why)) => Verdict::error(format!("{wrong}: the probe never ran"), broken_diagnosis(&why, class.is_some())),
+            Ok(Probed::Succeeded(message)) => match classify(0, &message) {
+                Attempt::Issued(id) => Verdict::fail(format!("{wrong} got {id}"), "an identity was issued to the wrong ServiceAccount: a catch-all (default fallback) ClusterSPIFFEID is enabled")
+                    .with_fix("disable the chart's default ClusterSPIFFEID (controllerManager.identities.clusterSPIFFEIDs.default.enabled=false)"),
+                Attempt::Denied(msg) | Attempt::Broken(msg) => Verdict::error(format!("{wrong}: {msg}"), broken_diagnosis(&msg, class.is_some())),
+            },
+            Ok(Probed::Failed(code, message, failures)) => match classify(code, &message) {
+                Attempt::Denied(msg) if failures >= 2 => {
+                    Verdict::pass(format!("{wrong} denied twice in one pod, 10 s apart: {msg}"))
                 }
-                Ok(Attempt::Broken(msg)) => {
-                    return Verdict::error(format!("{wrong}: {msg}"), broken_diagnosis(&msg, class.is_some()));
+                Attempt::Denied(msg) => Verdict::error(
+                    format!("{wrong} denied once ({msg}); the pod ended before a second attempt"),
+                    "raise verify.probeDeadlineSeconds",
+                ),
+                Attempt::Broken(msg) | Attempt::Issued(msg) => {
+                    Verdict::error(format!("{wrong}: {msg}"), broken_diagnosis(&msg, class.is_some()))
                 }
-                Ok(Attempt::Denied(msg)) => seen.push(msg),
-            }
+            },
         }
-        Verdict::pass(format!("{wrong} denied twice, 10 s apart: {}", seen.last().cloned().unwrap_or_default()))
     }
 }
 

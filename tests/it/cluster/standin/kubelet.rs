@@ -134,6 +134,8 @@ impl Kubelet {
                 pod_terminated(client, &ns, &name, 0, &msg).await;
             }
             "spiffe" => {
+                // The probe's container is restarted in the same pod on failure: a denial shows
+                // as two failed attempts (the second after the kubelet's back-off).
                 let sa = spec.service_account_name.clone().unwrap_or_default();
                 let wrong = sa.ends_with("-wrong");
                 let issued = if wrong { s.wrong_id.clone() } else { s.smoke_id.clone() };
@@ -142,14 +144,8 @@ impl Kubelet {
                 } else if let Some(id) = issued {
                     pod_terminated(client, &ns, &name, 0, &svid_pem(&id)).await;
                 } else {
-                    pod_terminated(
-                        client,
-                        &ns,
-                        &name,
-                        1,
-                        "rpc error: code = PermissionDenied desc = no identity issued",
-                    )
-                    .await;
+                    pod_failed_twice(client, &ns, &name, "rpc error: code = PermissionDenied desc = no identity issued")
+                        .await;
                 }
             }
             _ => {}

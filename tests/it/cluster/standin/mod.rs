@@ -131,6 +131,24 @@ pub async fn pod_terminated(client: &Client, ns: &str, name: &str, exit_code: i3
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status")
 }
 
+/// A container restarted once on failure and failed again, as the kubelet shows it for
+/// `restartPolicy: OnFailure`: `restartCount` 1, the first failure in `lastState`.
+pub async fn pod_failed_twice(client: &Client, ns: &str, name: &str, message: &str) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = api.get(name).await.expect("get pod");
+    let terminated = json!({"exitCode": 1, "reason": "Error", "message": message, "startedAt": NOW, "finishedAt": NOW});
+    let statuses: Vec<Value> = container_names(&pod)
+        .iter()
+        .map(|c| {
+            json!({"name": c, "ready": false, "restartCount": 1, "image": "probe", "imageID": "probe",
+                   "containerID": format!("containerd://{name}-{c}"), "started": false,
+                   "state": {"terminated": terminated}, "lastState": {"terminated": terminated}})
+        })
+        .collect();
+    let status = json!({"status": {"phase": "Running", "containerStatuses": statuses}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("pod status")
+}
+
 /// Bind a pod to a node through the `binding` subresource, as the scheduler would.
 pub async fn bind(client: &Client, ns: &str, name: &str, node: &str) {
     try_bind(client, ns, name, node).await.expect("bind pod");
