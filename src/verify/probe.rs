@@ -280,6 +280,11 @@ pub async fn wait_terminated(
             .and_then(|c| c.first())
             .and_then(|c| c.state.as_ref())
             .and_then(|s| s.terminated.clone());
+        // The kubelet's stand-in status for a container that never ran (the pod ended, e.g. at
+        // its deadline, while its sandbox could not be created): not a result, a stuck pod.
+        if terminated.as_ref().is_some_and(|t| t.reason.as_deref() == Some("ContainerStatusUnknown")) {
+            return Ok(ProbeEnd::Stuck { diagnosis: diagnose(cluster, &pod).await });
+        }
         if let Some(t) = terminated {
             let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
             return Ok(ProbeEnd::Terminated {
@@ -329,6 +334,17 @@ pub async fn wait_running(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// Warning events that say why a pod cannot run, most telling first.
+const STOPPING_EVENTS: &[&str] = &[
+    "FailedCreatePodSandBox",
+    "FailedMount",
+    "FailedAttachVolume",
+    "Failed",
+    "ErrImageNeverPull",
+    "FailedScheduling",
+    "BackOff",
+];
 
 /// What a probe pod whose container the kubelet restarts on failure (`restartPolicy:
 /// OnFailure`) has done so far: its attempts in the same pod (the same UID, so what the node
@@ -392,7 +408,16 @@ pub async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let lp = ListParams::default().fields(&format!("involvedObject.name={name},type=Warning"));
     if let Ok(events) = Api::<Event>::namespaced(cluster.client.clone(), &ns).list(&lp).await {
-        for e in events.items.iter().rev().take(3) {
+        let mut events = events.items;
+        // What stops the pod first (its sandbox, its volumes, its image), newest first; notices
+        // such as MissingClusterDNS last.
+        events.sort_by_key(|e| {
+            let reason = e.reason.as_deref().unwrap_or_default();
+            let rank = STOPPING_EVENTS.iter().position(|r| *r == reason).unwrap_or(STOPPING_EVENTS.len());
+            (rank, std::cmp::Reverse(e.last_timestamp.clone().map(|t| t.0)))
+        });
+        let mut seen = std::collections::BTreeSet::new();
+        for e in events.iter().filter(|e| seen.insert(e.reason.clone())).take(3) {
             parts.push(format!(
                 "event {}: {}",
                 e.reason.clone().unwrap_or_default(),

@@ -205,7 +205,8 @@ agent {
 }
 plugins {
   NodeAttestor "join_token" { plugin_data {} }
-  KeyManager "memory" { plugin_data {} }
+  # On disk: an agent restarted by tests/cluster/node-agent keeps its SVID (a join token is used once).
+  KeyManager "disk" { plugin_data { directory = "$sp/agent" } }
   WorkloadAttestor "k8s" {
     plugin_data {
       kubelet_secure_port = $kubelet_port
@@ -217,8 +218,7 @@ plugins {
   }
 }
 EOF
-agent_cmd=("${node_env[@]}" "$dir/bin/spire-agent" run -config "$sp/agent.conf")
-detach "$dir/spire-agent.log" "$dir/spire-agent.pid" "${agent_cmd[@]}"
+detach "$dir/spire-agent.log" "$dir/spire-agent.pid" "${node_env[@]}" "$dir/bin/spire-agent" run -config "$sp/agent.conf"
 until "$dir/bin/spire-agent" healthcheck -socketPath "$sp/agent-sockets/spire-agent.sock" >/dev/null 2>&1; do
   alive "$(cat "$dir/spire-agent.pid")" || fail "$dir/spire-agent.log" "spire-agent exited during startup"
   [ $SECONDS -lt $deadline ] || fail "$dir/spire-agent.log" "spire-agent not healthy after ${timeout_s}s"
@@ -233,7 +233,7 @@ detach "$dir/played-spire-controller-manager.log" "$dir/played-spire-controller-
 
 # --- node.env ------------------------------------------------------------------------------------
 {
-  kv() { printf '%s=%q\n' "$1" "$2"; }
+  kv() { printf '%s=%s\n' "$1" "$2"; }
   kv NODE_NAME "$node_name"
   kv NODE_IP "$node_ip"
   kv NODE_BRIDGE "$bridge"
@@ -248,7 +248,6 @@ detach "$dir/played-spire-controller-manager.log" "$dir/played-spire-controller-
   kv SPIRE_SERVER_SOCKET "$sp/server.sock"
   kv SPIRE_AGENT_SOCKET_DIR "$sp/agent-sockets"
   kv SPIRE_AGENT_ID "$agent_id"
-  kv SPIRE_AGENT_CMD "${agent_cmd[*]}"
   kv NODE_BIN "$dir/bin"
 } >"$dir/node.env.tmp"
 mv -f "$dir/node.env.tmp" "$dir/node.env"

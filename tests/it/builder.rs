@@ -49,6 +49,15 @@ impl TestProfile {
         self
     }
 
+    /// Set `key` of the pool `pool` (added before).
+    #[must_use]
+    pub fn pool_set(mut self, pool: &str, key: &str, value: impl Into<Value>) -> Self {
+        let items = self.doc["pools"]["items"].as_array_mut().expect("pools.items");
+        let item = items.iter_mut().find(|i| i["name"] == pool).unwrap_or_else(|| panic!("no pool {pool}"));
+        item[key] = value.into();
+        self
+    }
+
     /// Set the field at a dotted path (`verify.probeDeadlineSeconds`), creating mappings on the
     /// way.
     #[must_use]

@@ -10,6 +10,7 @@ mod e2e;
 mod examples;
 mod fleet;
 mod lint;
+mod node;
 mod opensandbox_controller;
 mod plane;
 #[path = "../played/mod.rs"]

@@ -96,7 +96,8 @@ impl ControllerManager {
         let ids_api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
         let brief = |e: kube::Error| e.to_string();
         let ids = ids_api.list(&ListParams::default()).await.map_err(brief)?.items;
-        let namespaces = Api::<Namespace>::all(self.client.clone()).list(&ListParams::default()).await.map_err(brief)?;
+        let namespaces =
+            Api::<Namespace>::all(self.client.clone()).list(&ListParams::default()).await.map_err(brief)?;
         let pods = Api::<Pod>::all(self.client.clone()).list(&ListParams::default()).await.map_err(brief)?.items;
 
         let mut desired: BTreeMap<Entry, String> = BTreeMap::new();
@@ -130,7 +131,10 @@ impl ControllerManager {
             s["entryFailures"] = json!(failures.get(&id.name_any()).copied().unwrap_or(0));
             if id.data["status"]["stats"] != *s {
                 let patch = json!({"status": {"stats": s}});
-                ids_api.patch_status(&id.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(brief)?;
+                ids_api
+                    .patch_status(&id.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(brief)?;
             }
         }
         Ok(())
@@ -226,7 +230,9 @@ impl ControllerManager {
     fn show(&self) -> Result<BTreeMap<String, Entry>, String> {
         let text = self.cli(&["entry", "show", "-output", "json", "-parentID", &self.config.parent_id])?;
         let v: Value = serde_json::from_str(&text).map_err(|e| format!("entry show: {e}: {text}"))?;
-        let spiffe = |id: &Value| format!("spiffe://{}{}", id["trust_domain"].as_str().unwrap_or(""), id["path"].as_str().unwrap_or(""));
+        let spiffe = |id: &Value| {
+            format!("spiffe://{}{}", id["trust_domain"].as_str().unwrap_or(""), id["path"].as_str().unwrap_or(""))
+        };
         let mut out = BTreeMap::new();
         for e in v["entries"].as_array().into_iter().flatten() {
             let selectors: BTreeSet<String> = e["selectors"]
@@ -236,7 +242,10 @@ impl ControllerManager {
                 .map(|s| format!("{}:{}", s["type"].as_str().unwrap_or(""), s["value"].as_str().unwrap_or("")))
                 .collect();
             if selectors.iter().any(|s| s.starts_with("k8s:pod-uid:")) {
-                out.insert(e["id"].as_str().unwrap_or_default().to_owned(), Entry { spiffe_id: spiffe(&e["spiffe_id"]), selectors });
+                out.insert(
+                    e["id"].as_str().unwrap_or_default().to_owned(),
+                    Entry { spiffe_id: spiffe(&e["spiffe_id"]), selectors },
+                );
             }
         }
         Ok(out)

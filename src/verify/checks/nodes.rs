@@ -88,12 +88,15 @@ impl Check for NodesReady {
                         )),
                         Some(h) => {
                             let have: Vec<&str> = h.iter().filter_map(|x| x["name"].as_str()).collect();
+                            // containerd lists its default runtime under the empty name.
+                            let named: Vec<&str> =
+                                have.iter().map(|h| if h.is_empty() { "the default" } else { h }).collect();
                             for class in &classes {
                                 if !have.contains(&class.as_str()) {
                                     problems.push(format!(
-                                        "{} does not list runtime handler {class} (has {})",
+                                        "{} does not list runtime handler {class} (has {}): the node's containerd has no runtime of that name",
                                         name(n),
-                                        have.join(", ")
+                                        named.join(", ")
                                     ));
                                 }
                             }
@@ -111,6 +114,10 @@ impl Check for NodesReady {
                 Verdict::fail(evidence, "the cluster has no nodes")
             } else if problems.is_empty() {
                 Verdict::pass(evidence)
+            } else if problems.iter().any(|p| p.contains("does not list runtime handler")) {
+                Verdict::fail(evidence, problems.join("; ")).with_fix(
+                    "kata-deploy installs the handler into the node's containerd (a drop-in, then a containerd restart): check the kata layer's shims and its install on that node",
+                )
             } else {
                 Verdict::fail(evidence, problems.join("; "))
             }]

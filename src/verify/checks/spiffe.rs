@@ -73,6 +73,14 @@ fn broken_diagnosis(msg: &str, kata: bool) -> String {
         format!(
             "Workload API unreachable from the Kata guest ({msg}): Unix sockets do not cross the VM boundary; run an agent inside the pod/VM"
         )
+    } else if msg.contains("connection refused") {
+        format!(
+            "no SPIRE agent listens on the Workload API socket on that node: the agent is down or restarting ({msg})"
+        )
+    } else if msg.contains("no such file or directory") && msg.contains("dial unix") {
+        format!(
+            "the Workload API socket does not exist on that node: no agent started there, or it uses another socket path ({msg})"
+        )
     } else if msg.contains("driver name") && msg.contains("not found") {
         format!("the SPIFFE CSI node plugin is not registered on that node ({msg})")
     } else if msg.contains("workload attestation failed") {
@@ -82,12 +90,16 @@ fn broken_diagnosis(msg: &str, kata: bool) -> String {
     }
 }
 
+/// How long a wrong ServiceAccount's denials must go on: more than two agent sync intervals.
+const DENIAL_SPAN: Duration = Duration::from_secs(12);
+
 /// What one SPIFFE probe pod came to.
 enum Probed {
-    /// An attempt exited 0: its termination message.
-    Succeeded(String),
-    /// The last failed attempt (exit code, message), and how many failed.
-    Failed(i32, String, i32),
+    /// An attempt exited 0: its termination message, and how many failed before it.
+    Succeeded(String, i32),
+    /// The last failed attempt (exit code, message), how many failed, and over how long (from
+    /// the first failure seen to the last).
+    Failed(i32, String, i32, Duration),
     /// No attempt ended: why (events, waiting states).
     Stuck(String),
 }
@@ -95,8 +107,8 @@ enum Probed {
 impl Spiffe {
     /// Run one probe pod under `sa`; the kubelet restarts its container on failure, in the same
     /// pod, so what the node registered for that pod (an entry with its `k8s:pod-uid`) holds for
-    /// every attempt. Follow it until an attempt succeeds, `enough` failures are seen, a failure
-    /// is not a denial, the pod is over, or `limit` passes.
+    /// every attempt. Follow it until an attempt succeeds, denials have gone on for `span` (at
+    /// least two), a failure is not a denial, the pod is over, or `limit` passes.
     async fn probe(
         ctx: &Ctx,
         smoke: &SpiffeSmoke,
@@ -104,23 +116,30 @@ impl Spiffe {
         sa: &str,
         class: Option<&str>,
         limit: Duration,
-        enough: i32,
+        span: Option<Duration>,
     ) -> Result<Probed, String> {
         let mut pod = probe::pod(&ctx.run, name, "spiffe", &scripts::spiffe(&ctx.run, smoke, sa, class));
         pod["metadata"]["namespace"] = json!(smoke.namespace);
         let (ns, name) = probe::create_pod(&ctx.cluster, &pod).await.map_err(|e| e.to_string())?;
         let start = Instant::now();
+        let mut first_failure: Option<(Instant, i32)> = None;
         loop {
             let (a, pod) = probe::attempts(&ctx.cluster, &ns, &name).await.map_err(|e| e.to_string())?;
             if let Some(message) = a.succeeded {
-                return Ok(Probed::Succeeded(message));
+                return Ok(Probed::Succeeded(message, a.failures));
             }
             let last = a.last_failure.clone();
             let denial = last.as_ref().is_some_and(|(code, m)| matches!(classify(*code, m), Attempt::Denied(_)));
+            if a.failures > 0 && first_failure.is_none() {
+                first_failure = Some((Instant::now(), a.failures));
+            }
+            let spanned = first_failure.map_or(Duration::ZERO, |(at, _)| at.elapsed());
+            let newer = first_failure.is_some_and(|(_, n)| a.failures > n);
+            let long_enough = span.is_some_and(|s| newer && a.failures >= 2 && spanned >= s);
             if let Some((code, message)) = last
-                && (a.failures >= enough || !denial || a.over || start.elapsed() >= limit)
+                && (long_enough || !denial || a.over || start.elapsed() >= limit)
             {
-                return Ok(Probed::Failed(code, message, a.failures));
+                return Ok(Probed::Failed(code, message, a.failures, spanned));
             }
             if a.over || start.elapsed() >= limit {
                 return Ok(Probed::Stuck(probe::diagnose(&ctx.cluster, &pod).await));
@@ -132,31 +151,38 @@ impl Spiffe {
     async fn issued(ctx: &Ctx, smoke: &SpiffeSmoke, class: Option<&str>) -> Verdict {
         // Attempts until the retry time is up (the pod's deadline ends it sooner if shorter).
         let limit = Duration::from_secs(smoke.retry_seconds);
-        let probed = match Self::probe(ctx, smoke, "spiffe-smoke", &smoke.service_account, class, limit, i32::MAX).await {
+        let probed = match Self::probe(ctx, smoke, "spiffe-smoke", &smoke.service_account, class, limit, None).await {
             Ok(p) => p,
             Err(e) => return Verdict::error("creating the probe", e),
         };
         let last = match probed {
-            Probed::Stuck(why) => return Verdict::error("the probe never ran", broken_diagnosis(&why, class.is_some())),
-            Probed::Succeeded(message) => match classify(0, &message) {
+            Probed::Stuck(why) => {
+                return Verdict::error("the probe never ran", broken_diagnosis(&why, class.is_some()));
+            }
+            Probed::Succeeded(message, failed) => match classify(0, &message) {
                 Attempt::Issued(id) if id == smoke.id => {
-                    return Verdict::pass(format!("{} got {id}", smoke.service_account));
+                    return Verdict::pass(format!("{} got {id} (attempt {})", smoke.service_account, failed + 1));
                 }
                 Attempt::Issued(id) => {
                     return Verdict::fail(
                         format!("{} got {id}", smoke.service_account),
                         format!("expected exactly {}", smoke.id),
                     )
-                    .with_fix("check the smoke ClusterSPIFFEID's spiffeIDTemplate and the SPIRE server's trust domain");
+                    .with_fix(
+                        "check the smoke ClusterSPIFFEID's spiffeIDTemplate and the SPIRE server's trust domain",
+                    );
                 }
                 Attempt::Denied(msg) | Attempt::Broken(msg) => {
                     return Verdict::error(msg.clone(), broken_diagnosis(&msg, class.is_some()));
                 }
             },
-            Probed::Failed(code, message, failures) => match classify(code, &message) {
+            Probed::Failed(code, message, failures, _) => match classify(code, &message) {
                 Attempt::Denied(msg) => (msg, failures),
                 Attempt::Broken(msg) | Attempt::Issued(msg) => {
-                    return Verdict::error(format!("attempt {failures}: {msg}"), broken_diagnosis(&msg, class.is_some()));
+                    return Verdict::error(
+                        format!("attempt {failures}: {msg}"),
+                        broken_diagnosis(&msg, class.is_some()),
+                    );
                 }
             },
         };
@@ -204,20 +230,25 @@ impl Spiffe {
         {
             return Verdict::error(format!("creating ServiceAccount {wrong}"), e.to_string());
         }
-        // Two attempts in one pod: the kubelet restarts the container after a 10 s back-off,
-        // at least two agent sync intervals after the first.
+        // Attempts in one pod (the kubelet restarts the container with a growing back-off) until
+        // the denials span more than two agent sync intervals (5 s each), or the pod's deadline.
         let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180));
-        match Self::probe(ctx, smoke, "spiffe-wrong", &wrong, class, limit, 2).await {
+        match Self::probe(ctx, smoke, "spiffe-wrong", &wrong, class, limit, Some(DENIAL_SPAN)).await {
             Err(e) => Verdict::error("creating the probe", e),
             Ok(Probed::Stuck(why)) => Verdict::error(format!("{wrong}: the probe never ran"), broken_diagnosis(&why, class.is_some())),
-            Ok(Probed::Succeeded(message)) => match classify(0, &message) {
+            Ok(Probed::Succeeded(message, _)) => match classify(0, &message) {
                 Attempt::Issued(id) => Verdict::fail(format!("{wrong} got {id}"), "an identity was issued to the wrong ServiceAccount: a catch-all (default fallback) ClusterSPIFFEID is enabled")
                     .with_fix("disable the chart's default ClusterSPIFFEID (controllerManager.identities.clusterSPIFFEIDs.default.enabled=false)"),
                 Attempt::Denied(msg) | Attempt::Broken(msg) => Verdict::error(format!("{wrong}: {msg}"), broken_diagnosis(&msg, class.is_some())),
             },
-            Ok(Probed::Failed(code, message, failures)) => match classify(code, &message) {
+            Ok(Probed::Failed(code, message, failures, spanned)) => match classify(code, &message) {
                 Attempt::Denied(msg) if failures >= 2 => {
-                    Verdict::pass(format!("{wrong} denied twice in one pod, 10 s apart: {msg}"))
+                    let over = if spanned >= DENIAL_SPAN {
+                        format!("over {} s (more than two agent syncs)", DENIAL_SPAN.as_secs())
+                    } else {
+                        "until the probe's deadline".to_owned()
+                    };
+                    Verdict::pass(format!("{wrong} denied {failures} times in one pod {over}: {msg}"))
                 }
                 Attempt::Denied(msg) => Verdict::error(
                     format!("{wrong} denied once ({msg}); the pod ended before a second attempt"),

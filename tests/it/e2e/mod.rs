@@ -33,7 +33,7 @@ const KEY: &str = "e2e-4b1c9f0e7d2a-api-key";
 
 /// One scenario at a time (see the module docs). A tokio mutex: it does not poison when a
 /// scenario fails, and works across the tests' runtimes.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Print one timing for the benchmark.
 #[allow(clippy::print_stderr)]

@@ -144,8 +144,13 @@ impl Kubelet {
                 } else if let Some(id) = issued {
                     pod_terminated(client, &ns, &name, 0, &svid_pem(&id)).await;
                 } else {
-                    pod_failed_twice(client, &ns, &name, "rpc error: code = PermissionDenied desc = no identity issued")
-                        .await;
+                    pod_failed_twice(
+                        client,
+                        &ns,
+                        &name,
+                        "rpc error: code = PermissionDenied desc = no identity issued",
+                    )
+                    .await;
                 }
             }
             _ => {}
