@@ -105,6 +105,12 @@ pub fn validate(p: &Profile) -> Vec<Violation> {
             v.push("verify.spiffe.id", format!("{:?} is not a SPIFFE ID (spiffe://<trust domain>/<path>)", s.id));
         }
     }
+    if let Some(name) = &p.verify.kata_shim
+        && crate::components::kata::shim::by_name(name).is_none()
+    {
+        let known: Vec<&str> = crate::components::kata::shim::SHIMS.iter().map(|s| s.name).collect();
+        v.push("verify.kataShim", format!("{name:?} is not a Kata shim osbx knows ({})", known.join(", ")));
+    }
     v.0
 }
 

@@ -17,8 +17,12 @@ pub struct Verify {
     pub probe_deadline_seconds: i64,
     /// Where the node's containerd keeps task bundles (`<dir>/<containerID>/config.json`).
     pub containerd_task_dir: String,
-    /// The Kata runtime-rs sandbox directory (`<dir>/<sandboxID>/ch-api.sock`).
-    pub kata_run_dir: String,
+    /// The directory of the Kata sandboxes' sockets (`<dir>/<sandboxID>/<API socket>`); default:
+    /// the shim's (`/run/vc/vm` for the Go runtime, `/run/kata` for runtime-rs).
+    pub kata_run_dir: Option<String>,
+    /// The Kata shim behind the Kata pools' RuntimeClass (`clh`, `qemu-runtime-rs`, …), when
+    /// the class is not named `kata-<shim>` as kata-deploy names it.
+    pub kata_shim: Option<String>,
     /// The SPIFFE smoke identity; without it (and without a `spire` section) the SPIFFE checks
     /// are skipped.
     pub spiffe: Option<SpiffeSmoke>,
@@ -31,7 +35,8 @@ impl Default for Verify {
             host_probe_image: "python:3.13-alpine".into(),
             probe_deadline_seconds: 180,
             containerd_task_dir: "/run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io".into(),
-            kata_run_dir: "/run/kata".into(),
+            kata_run_dir: None,
+            kata_shim: None,
             spiffe: None,
         }
     }

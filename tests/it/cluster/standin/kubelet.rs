@@ -106,14 +106,15 @@ impl Kubelet {
             "guest-kernel" => {
                 let msg = result(
                     json!({"check": "kata.guest-kernel", "kernel": s.guest_kernel, "cmdline_marker": s.cmdline_marker,
-                                        "hypervisor": true, "mem_kib": 2_000_000}),
+                                        "hypervisor": true, "agent_params": "agent.log=debug", "mem_kib": 2_000_000}),
                 );
                 pod_terminated(client, &ns, &name, 0, &msg).await;
             }
             "host-kvm" => {
                 if s.kvm {
                     let msg = result(
-                        json!({"check": "kata.host-kvm", "char_device": true, "api_version": 12, "create_vm": true, "host_is_vm": false}),
+                        json!({"check": "kata.host-kvm", "char_device": true, "api_version": 12, "create_vm": true,
+                               "module": "kvm_intel", "nested": "N", "vhost_vsock": true, "host_is_vm": false}),
                     );
                     pod_terminated(client, &ns, &name, 0, &msg).await;
                 } else {
@@ -126,11 +127,13 @@ impl Kubelet {
                 pod_running(client, &ns, &name, &s.node).await;
             }
             "vm-info" => {
-                let msg = result(
-                    json!({"check": "kata.vmm-shared-memory", "sandbox_id": "sbx-1", "http_status": 200, "state": "Running",
-                                        "shared": s.shared_memory, "hugepages": false, "size": 2_147_483_648_u64, "zones_shared": [],
-                                        "boot_vcpus": 1, "fs_tags": ["kataShared"]}),
-                );
+                // Cloud Hypervisor (the default class's shim): vm.info, and its guest RAM in its maps.
+                let perms = if s.shared_memory { "rw-s" } else { "rw-p" };
+                let maps = s.shared_memory.then(|| json!({"size": 2_147_483_648_u64, "perms": perms, "name": "/memfd:ch_ram (deleted)"}));
+                let msg = result(json!({"check": "kata.vmm-shared-memory", "sandbox_id": "sbx-1", "http_status": 200,
+                    "api": {"state": "Running", "shared": s.shared_memory, "hugepages": false, "size": 2_147_483_648_u64,
+                            "fs_tags": ["kataShared"]},
+                    "vmm_pid": 4242, "maps_shared": maps}));
                 pod_terminated(client, &ns, &name, 0, &msg).await;
             }
             "spiffe" => {

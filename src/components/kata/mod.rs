@@ -11,6 +11,8 @@ use tera::Context;
 use super::Component;
 use crate::profile::{Profile, Violations};
 
+pub mod shim;
+
 /// The table entry of this component.
 pub static COMPONENT: Component =
     Component { name: "kata", about: "kata-deploy (RuntimeClasses and the Kata runtime on the nodes)", validate, view };

@@ -1,0 +1,182 @@
+//! What each Kata shim runs the VM with, and so what `osbx verify` can read of it on the node.
+//!
+//! Facts (Kata 3.32 / kata-deploy 4.1.0): the Go runtime keeps a sandbox's sockets in
+//! `/run/vc/vm/<sandbox id>/` (Cloud Hypervisor's API `clh-api.sock`, QEMU's `qmp.sock`), the
+//! Rust runtime (`*-runtime-rs`) in `/run/kata/<sandbox id>/` (`ch-api.sock`, `qmp.sock`);
+//! Dragonball is a VMM inside the runtime-rs shim process, with no API socket; Firecracker gives
+//! the guest block devices, not virtio-fs, so it needs no shared memory; QEMU reaches the agent
+//! over vhost-vsock (`/dev/vhost-vsock` on the host), Cloud Hypervisor, Firecracker and
+//! Dragonball over a hybrid vsock (a Unix socket); the confidential shims (SEV-SNP, TDX, s390x
+//! SE, and the `coco-dev` development flavour) pull images inside the guest and share no file
+//! system with the host; `remote` runs the VM elsewhere (peer pods).
+
+use std::fmt;
+
+/// The virtual machine monitor behind a shim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vmm {
+    /// QEMU (`qemu-system-*`).
+    Qemu,
+    /// Cloud Hypervisor.
+    CloudHypervisor,
+    /// Dragonball, built into the runtime-rs shim.
+    Dragonball,
+    /// Firecracker.
+    Firecracker,
+    /// OpenVMM (Azure).
+    OpenVmm,
+    /// A VM outside the node (peer pods).
+    Remote,
+}
+
+impl fmt::Display for Vmm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Qemu => "QEMU",
+            Self::CloudHypervisor => "Cloud Hypervisor",
+            Self::Dragonball => "Dragonball",
+            Self::Firecracker => "Firecracker",
+            Self::OpenVmm => "OpenVMM",
+            Self::Remote => "a remote VM",
+        })
+    }
+}
+
+/// The Kata runtime a shim belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// The Go runtime (`containerd-shim-kata-v2`).
+    Go,
+    /// The Rust runtime (`*-runtime-rs`).
+    Rust,
+}
+
+/// One shim: its VMM, runtime and how it shares memory and files with the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shim {
+    /// The shim's name (`clh-runtime-rs`).
+    pub name: &'static str,
+    /// Its VMM.
+    pub vmm: Vmm,
+    /// Its runtime.
+    pub runtime: Runtime,
+    /// Confidential (or guest-pull): no file system shared with the host, so no shared memory.
+    pub confidential: bool,
+}
+
+impl Shim {
+    /// The directory of a sandbox's sockets, under `/run`.
+    #[must_use]
+    pub fn run_dir(&self) -> &'static str {
+        match self.runtime {
+            Runtime::Go => "/run/vc/vm",
+            Runtime::Rust => "/run/kata",
+        }
+    }
+
+    /// The VMM's API socket in the sandbox directory, when it has one verify reads.
+    #[must_use]
+    pub fn api_socket(&self) -> Option<&'static str> {
+        match (self.vmm, self.runtime) {
+            (Vmm::CloudHypervisor, Runtime::Go) => Some("clh-api.sock"),
+            (Vmm::CloudHypervisor, Runtime::Rust) => Some("ch-api.sock"),
+            (Vmm::Qemu, _) => Some("qmp.sock"),
+            _ => None,
+        }
+    }
+
+    /// Whether the host needs `/dev/vhost-vsock` (QEMU talks to the agent over vhost-vsock).
+    #[must_use]
+    pub fn needs_vhost_vsock(&self) -> bool {
+        self.vmm == Vmm::Qemu
+    }
+
+    /// Why the VMM's shared memory is not a thing to check for this shim, if it is not.
+    #[must_use]
+    pub fn shared_memory_not_applicable(&self) -> Option<String> {
+        match self.vmm {
+            Vmm::Firecracker => Some("Firecracker gives the guest block devices, not virtio-fs: it shares no memory".into()),
+            Vmm::Remote => Some("the VM runs outside the node (peer pods)".into()),
+            Vmm::OpenVmm => Some("osbx does not know how OpenVMM exposes guest memory".into()),
+            _ if self.confidential => Some(format!(
+                "{} is confidential (or guest-pull): the guest shares no file system with the host, and its memory is private",
+                self.name
+            )),
+            _ => None,
+        }
+    }
+
+    /// Why the node's KVM is not a thing to check for this shim, if it is not.
+    #[must_use]
+    pub fn host_kvm_not_applicable(&self) -> Option<String> {
+        (self.vmm == Vmm::Remote).then(|| "the VM runs outside the node (peer pods)".to_owned())
+    }
+}
+
+/// Every shim kata-deploy 4.1.0 installs, with its VMM and runtime.
+pub const SHIMS: &[Shim] = &[
+    shim("clh", Vmm::CloudHypervisor, Runtime::Go, false),
+    shim("clh-azure", Vmm::CloudHypervisor, Runtime::Go, false),
+    shim("clh-runtime-rs", Vmm::CloudHypervisor, Runtime::Rust, false),
+    shim("clh-azure-runtime-rs", Vmm::CloudHypervisor, Runtime::Rust, false),
+    shim("dragonball", Vmm::Dragonball, Runtime::Rust, false),
+    shim("fc", Vmm::Firecracker, Runtime::Go, false),
+    shim("qemu", Vmm::Qemu, Runtime::Go, false),
+    shim("qemu-runtime-rs", Vmm::Qemu, Runtime::Rust, false),
+    shim("qemu-nvidia-cpu", Vmm::Qemu, Runtime::Go, false),
+    shim("qemu-nvidia-cpu-runtime-rs", Vmm::Qemu, Runtime::Rust, false),
+    shim("qemu-nvidia-gpu", Vmm::Qemu, Runtime::Go, false),
+    shim("qemu-nvidia-gpu-runtime-rs", Vmm::Qemu, Runtime::Rust, false),
+    shim("qemu-nvidia-gpu-snp", Vmm::Qemu, Runtime::Go, true),
+    shim("qemu-nvidia-gpu-snp-runtime-rs", Vmm::Qemu, Runtime::Rust, true),
+    shim("qemu-nvidia-gpu-tdx", Vmm::Qemu, Runtime::Go, true),
+    shim("qemu-nvidia-gpu-tdx-runtime-rs", Vmm::Qemu, Runtime::Rust, true),
+    shim("qemu-snp", Vmm::Qemu, Runtime::Go, true),
+    shim("qemu-snp-runtime-rs", Vmm::Qemu, Runtime::Rust, true),
+    shim("qemu-tdx", Vmm::Qemu, Runtime::Go, true),
+    shim("qemu-tdx-runtime-rs", Vmm::Qemu, Runtime::Rust, true),
+    shim("qemu-se", Vmm::Qemu, Runtime::Go, true),
+    shim("qemu-se-runtime-rs", Vmm::Qemu, Runtime::Rust, true),
+    shim("qemu-coco-dev", Vmm::Qemu, Runtime::Go, true),
+    shim("qemu-coco-dev-runtime-rs", Vmm::Qemu, Runtime::Rust, true),
+    shim("remote", Vmm::Remote, Runtime::Go, false),
+    shim("openvmm-azure-runtime-rs", Vmm::OpenVmm, Runtime::Rust, false),
+];
+
+const fn shim(name: &'static str, vmm: Vmm, runtime: Runtime, confidential: bool) -> Shim {
+    Shim { name, vmm, runtime, confidential }
+}
+
+/// A shim by name.
+#[must_use]
+pub fn by_name(name: &str) -> Option<&'static Shim> {
+    SHIMS.iter().find(|s| s.name == name)
+}
+
+/// The shim behind a RuntimeClass kata-deploy created (`kata-<shim>`).
+#[must_use]
+pub fn of_class(class: &str) -> Option<&'static Shim> {
+    class.strip_prefix("kata-").and_then(by_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_shim_has_facts_and_classes_map_back() {
+        for name in super::super::known_shims("4.1.0").unwrap() {
+            let s = by_name(name).unwrap_or_else(|| panic!("no facts for {name}"));
+            assert_eq!(of_class(&super::super::runtime_class(name)), Some(s));
+        }
+        let clh = of_class("kata-clh").unwrap();
+        assert_eq!((clh.run_dir(), clh.api_socket()), ("/run/vc/vm", Some("clh-api.sock")));
+        let rs = of_class("kata-clh-runtime-rs").unwrap();
+        assert_eq!((rs.run_dir(), rs.api_socket()), ("/run/kata", Some("ch-api.sock")));
+        assert!(of_class("kata-qemu").unwrap().needs_vhost_vsock());
+        assert!(of_class("kata-fc").unwrap().shared_memory_not_applicable().is_some());
+        assert!(of_class("kata-qemu-snp").unwrap().shared_memory_not_applicable().is_some());
+        assert!(of_class("kata-dragonball").unwrap().api_socket().is_none());
+        assert!(of_class("my-kata").is_none());
+    }
+}
