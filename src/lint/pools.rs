@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::{Linter, Severity};
+use crate::components::kata::shim;
 use crate::components::pools::Runtime;
 use crate::render::RenderedObject;
 
@@ -12,6 +13,42 @@ const STALE_POOL_CRDS: &[(&str, &[&str])] = &[
     ("helm/opensandbox/0.1.0", &["scaleStrategy", "updateStrategy", "recycleStrategy"]),
     ("helm/opensandbox/0.2.0", &["scaleStrategy", "updateStrategy", "recycleStrategy"]),
 ];
+
+/// `kata.uncheckable-shim`: a Kata pool whose VM `osbx verify` cannot inspect.
+fn uncheckable_shim(l: &mut Linter<'_>, at: &str, pool: &str, class: &str) {
+    let p = &l.loaded.profile;
+    let named = p.verify.kata_shim.as_deref();
+    let shim = named.map_or_else(|| shim::of_class(class), shim::by_name);
+    let (field, why) = match shim {
+        None => (
+            format!("{at}.runtimeClassName"),
+            format!(
+                "verify cannot tell which Kata shim runs RuntimeClass {class} (not kata-<shim>): kata.vmm-shared-memory is skipped"
+            ),
+        ),
+        Some(s) => {
+            let skipped: Vec<String> = [
+                ("kata.host-kvm", s.host_kvm_not_applicable()),
+                ("kata.vmm-shared-memory", s.shared_memory_not_applicable()),
+            ]
+            .into_iter()
+            .filter_map(|(check, why)| why.map(|w| format!("{check} ({w})")))
+            .collect();
+            if skipped.is_empty() {
+                return;
+            }
+            let field = if named.is_some() { "verify.kataShim".to_owned() } else { format!("{at}.runtimeClassName") };
+            (field, format!("verify cannot check the VM of shim {} (pool {pool}): it skips {}", s.name, skipped.join(" and ")))
+        }
+    };
+    l.add(
+        "kata.uncheckable-shim",
+        Severity::Warning,
+        &field,
+        why,
+        "name the pool's RuntimeClass kata-<shim> (or set verify.kataShim), or check the VM by other means",
+    );
+}
 
 pub(super) fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Option<&Value>) {
     let p = &l.loaded.profile;
@@ -37,6 +74,9 @@ pub(super) fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Op
                         "run a SPIRE agent inside the pod (socket in a memory emptyDir) instead",
                     );
                 }
+            }
+            if let Some(class) = &pool.runtime_class_name {
+                uncheckable_shim(l, &at, &pool.pool.name, class);
             }
             if pool.pool.capacity.buffer_min == 0 && timeout < 120 {
                 l.add(

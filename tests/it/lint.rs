@@ -274,3 +274,23 @@ fn extra_opensandbox_values_the_chart_does_not_read_are_located_in_the_profile()
     assert!(!unread.iter().any(|f| f["field"].as_str().unwrap_or_default().contains("nodeSelector")), "{unread:#?}");
     assert_eq!(unread.len(), 2, "the node-agent switch and the unknown key: {unread:#?}");
 }
+
+/// A Kata pool whose VM verify cannot inspect is a warning at its runtime class: a class that is
+/// not `kata-<shim>`, and a shim whose checks do not apply (Firecracker shares no memory); a
+/// class verify knows is quiet, and `verify.kataShim` names the shim of a custom class.
+#[test]
+fn a_kata_pool_verify_cannot_inspect_is_a_warning() {
+    let with_class = |class: &str| BASE.replace("      runtime: kata\n", &format!("      runtime: kata\n      runtimeClassName: {class}\n"));
+    let (code, f) = lint(&with_class("my-kata"), &[]);
+    assert_eq!(code, Some(0), "{f:#?}");
+    has(&f, "kata.uncheckable-shim", "warning", "21:7");
+    let (_, f) = lint(&with_class("kata-fc"), &[]);
+    let w = f.iter().find(|f| f["id"] == "kata.uncheckable-shim").unwrap_or_else(|| panic!("{f:#?}"));
+    assert!(w["message"].as_str().unwrap().contains("Firecracker gives the guest block devices"), "{w}");
+    let (_, f) = lint(&with_class("kata-qemu"), &[]);
+    assert!(!f.iter().any(|f| f["id"] == "kata.uncheckable-shim"), "{f:#?}");
+    let (_, f) = lint(&(with_class("my-kata") + "verify: {kataShim: qemu-runtime-rs}\n"), &[]);
+    assert!(!f.iter().any(|f| f["id"] == "kata.uncheckable-shim"), "{f:#?}");
+    let (code, f) = lint(&(with_class("my-kata") + "verify: {kataShim: qemu-fast}\n"), &[]);
+    assert_eq!(code, Some(1), "an unknown shim is refused: {f:#?}");
+}
