@@ -38,7 +38,14 @@ fn uncheckable_shim(l: &mut Linter<'_>, at: &str, pool: &str, class: &str) {
                 return;
             }
             let field = if named.is_some() { "verify.kataShim".to_owned() } else { format!("{at}.runtimeClassName") };
-            (field, format!("verify cannot check the VM of shim {} (pool {pool}): it skips {}", s.name, skipped.join(" and ")))
+            (
+                field,
+                format!(
+                    "verify cannot check the VM of shim {} (pool {pool}): it skips {}",
+                    s.name,
+                    skipped.join(" and ")
+                ),
+            )
         }
     };
     l.add(

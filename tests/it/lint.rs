@@ -280,7 +280,9 @@ fn extra_opensandbox_values_the_chart_does_not_read_are_located_in_the_profile()
 /// class verify knows is quiet, and `verify.kataShim` names the shim of a custom class.
 #[test]
 fn a_kata_pool_verify_cannot_inspect_is_a_warning() {
-    let with_class = |class: &str| BASE.replace("      runtime: kata\n", &format!("      runtime: kata\n      runtimeClassName: {class}\n"));
+    let with_class = |class: &str| {
+        BASE.replace("      runtime: kata\n", &format!("      runtime: kata\n      runtimeClassName: {class}\n"))
+    };
     let (code, f) = lint(&with_class("my-kata"), &[]);
     assert_eq!(code, Some(0), "{f:#?}");
     has(&f, "kata.uncheckable-shim", "warning", "21:7");

@@ -9,6 +9,7 @@ mod cluster;
 mod e2e;
 mod examples;
 mod fleet;
+mod kata;
 mod lint;
 mod node;
 mod opensandbox_controller;

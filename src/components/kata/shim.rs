@@ -95,7 +95,9 @@ impl Shim {
     #[must_use]
     pub fn shared_memory_not_applicable(&self) -> Option<String> {
         match self.vmm {
-            Vmm::Firecracker => Some("Firecracker gives the guest block devices, not virtio-fs: it shares no memory".into()),
+            Vmm::Firecracker => {
+                Some("Firecracker gives the guest block devices, not virtio-fs: it shares no memory".into())
+            }
             Vmm::Remote => Some("the VM runs outside the node (peer pods)".into()),
             Vmm::OpenVmm => Some("osbx does not know how OpenVMM exposes guest memory".into()),
             _ if self.confidential => Some(format!(

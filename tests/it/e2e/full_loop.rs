@@ -119,7 +119,8 @@ async fn default_profile_full_loop() {
     }
     // A Kata probe that never runs is a failed Kata; a host probe that never runs says nothing
     // about the node's KVM: no verdict.
-    for (id, outcome) in [("kata.guest-kernel", "FAIL"), ("kata.host-kvm", "ERROR"), ("kata.vmm-shared-memory", "FAIL")] {
+    for (id, outcome) in [("kata.guest-kernel", "FAIL"), ("kata.host-kvm", "ERROR"), ("kata.vmm-shared-memory", "FAIL")]
+    {
         assert_outcome(&got, id, outcome);
         let c = check(&got, id);
         let why = format!("{} {}", c["evidence"], c["diagnosis"]);

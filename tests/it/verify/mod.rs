@@ -57,7 +57,7 @@ pub(crate) struct World {
 }
 
 impl World {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with(&profile()).await
     }
 
@@ -106,7 +106,7 @@ impl World {
     }
 
     /// The healthy scenario, changed by `f`.
-    fn set(&self, f: impl FnOnce(&mut Scenario)) {
+    pub(crate) fn set(&self, f: impl FnOnce(&mut Scenario)) {
         let mut s = self.scenario.lock().unwrap();
         *s = healthy();
         f(&mut s);
@@ -125,7 +125,7 @@ impl World {
     }
 
     /// Run `verify --only <ids> -o json` and return the exit code and the checks.
-    async fn verify(&self, only: &str) -> (Option<i32>, Vec<Value>) {
+    pub(crate) async fn verify(&self, only: &str) -> (Option<i32>, Vec<Value>) {
         let out = self.osbx(&["verify", "--only", only, "-o", "json"]).await;
         let (stdout, stderr) = outputs(&out);
         let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));

@@ -5,6 +5,8 @@ use kube::Client;
 use kube::api::Api;
 use serde_json::{Value, json};
 
+use std::path::Path;
+
 use super::*;
 
 /// What the node-side world looks like for `osbx verify` probes.
@@ -26,6 +28,12 @@ pub struct Scenario {
     pub wrong_id: Option<String>,
     /// The Workload API fails with this message for everyone.
     pub workload_api_error: Option<String>,
+    /// Kata pods become real VMs (the played shim, `tests/played/kata.rs`), and host probes run
+    /// on this machine for real.
+    pub vm: Option<std::sync::Arc<crate::played::kata::Shim>>,
+    /// A Warning event the node records for every Kata and host probe pod instead of running
+    /// it (reason, message), as when a sandbox cannot be created.
+    pub sandbox_failure: Option<(String, String)>,
 }
 
 impl Scenario {
@@ -41,6 +49,8 @@ impl Scenario {
             smoke_id: Some(smoke_id.into()),
             wrong_id: None,
             workload_api_error: None,
+            vm: None,
+            sandbox_failure: None,
         }
     }
 }
@@ -71,6 +81,21 @@ impl Kubelet {
                         Self::run_pool_pod(&client, &pod, &node).await;
                     }
                 }
+                // The played shim's VMs of Kata pods that are gone (or going) stop.
+                let shim = scenario.lock().unwrap().vm.clone();
+                if let Some(shim) = shim {
+                    let lp = kube::api::ListParams::default().labels("osbx.io/probe=kata-target");
+                    let live: Vec<String> = pods
+                        .list(&lp)
+                        .await
+                        .map(|l| l.items)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none())
+                        .filter_map(|p| p.metadata.uid)
+                        .collect();
+                    let _ = tokio::task::spawn_blocking(move || shim.stop_others(&live)).await;
+                }
                 finalize_namespaces(&client, "app.kubernetes.io/managed-by=osbx-verify").await;
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
@@ -88,6 +113,79 @@ impl Kubelet {
         }
     }
 
+    /// A Kata pod handed to the played shim (a real QEMU guest, or Cloud Hypervisor's played API),
+    /// or a host probe run on this machine for real (its `/dev/termination-log` redirected to a
+    /// file, as the kubelet mounts one).
+    async fn real_vm(
+        client: &Client,
+        pod: &Pod,
+        spec: &k8s_openapi::api::core::v1::PodSpec,
+        probe: &str,
+        shim: std::sync::Arc<crate::played::kata::Shim>,
+        node: &str,
+    ) -> Option<()> {
+        let ns = pod.metadata.namespace.clone()?;
+        let name = pod.metadata.name.clone()?;
+        let container = spec.containers.first()?.clone();
+        let command = container.command.clone().unwrap_or_default();
+        match probe {
+            "guest-kernel" => {
+                let script = command.get(2)?.clone();
+                let (code, out) = tokio::task::spawn_blocking(move || shim.run_once(&script)).await.ok()?;
+                pod_terminated(client, &ns, &name, code, out.lines().last().unwrap_or_default()).await;
+            }
+            "kata-target" => {
+                let uid = pod.metadata.uid.clone()?;
+                let cid = tokio::task::spawn_blocking(move || shim.start(&uid)).await.ok()?;
+                try_pod_running_as(client, &ns, &name, node, &cid).await.ok()?;
+            }
+            _ => {
+                // A privileged host probe: its hostPath volumes checked as the kubelet checks
+                // them, then its command run here.
+                for v in spec.volumes.iter().flatten() {
+                    let Some(hp) = &v.host_path else { continue };
+                    let ok = match hp.type_.as_deref() {
+                        Some("CharDevice") => std::fs::metadata(&hp.path)
+                            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type())),
+                        Some("Directory") => Path::new(&hp.path).is_dir(),
+                        _ => true,
+                    };
+                    if !ok {
+                        let what = if hp.type_.as_deref() == Some("CharDevice") {
+                            "a character device"
+                        } else {
+                            "a directory"
+                        };
+                        let message = format!(
+                            "MountVolume.SetUp failed for volume \"{}\" : hostPath type check failed: {} is not {what}",
+                            v.name, hp.path
+                        );
+                        warning(client, &ns, &name, "FailedMount", &message).await;
+                        container_waiting(client, &ns, &name, "ContainerCreating").await;
+                        return Some(());
+                    }
+                }
+                let log = tempfile::NamedTempFile::new().ok()?;
+                let script = command.get(2)?.replace("/dev/termination-log", &log.path().display().to_string());
+                let env: Vec<(String, String)> = container
+                    .env
+                    .iter()
+                    .flatten()
+                    .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+                    .collect();
+                let out = tokio::task::spawn_blocking(move || {
+                    std::process::Command::new("python3").args(["-c", &script]).envs(env).output()
+                })
+                .await
+                .ok()?
+                .ok()?;
+                let message = std::fs::read_to_string(log.path()).unwrap_or_default();
+                pod_terminated(client, &ns, &name, out.status.code().unwrap_or(1), &message).await;
+            }
+        }
+        Some(())
+    }
+
     async fn step(client: &Client, pod: &Pod, s: &Scenario) -> Option<()> {
         if pod.status.as_ref().and_then(|st| st.container_statuses.as_ref()).is_some()
             || pod.metadata.deletion_timestamp.is_some()
@@ -100,6 +198,15 @@ impl Kubelet {
         let spec = pod.spec.clone()?;
         if spec.node_name.is_none() {
             bind(client, &ns, &name, &s.node).await;
+        }
+        let kata_or_host = matches!(probe.as_str(), "guest-kernel" | "host-kvm" | "kata-target" | "vm-info");
+        if kata_or_host && let Some((reason, message)) = &s.sandbox_failure {
+            warning(client, &ns, &name, reason, message).await;
+            container_waiting(client, &ns, &name, "ContainerCreating").await;
+            return Some(());
+        }
+        if kata_or_host && let Some(shim) = &s.vm {
+            return Self::real_vm(client, pod, &spec, &probe, shim.clone(), &s.node).await;
         }
         let result = |v: Value| v.to_string();
         match probe.as_str() {
@@ -129,7 +236,9 @@ impl Kubelet {
             "vm-info" => {
                 // Cloud Hypervisor (the default class's shim): vm.info, and its guest RAM in its maps.
                 let perms = if s.shared_memory { "rw-s" } else { "rw-p" };
-                let maps = s.shared_memory.then(|| json!({"size": 2_147_483_648_u64, "perms": perms, "name": "/memfd:ch_ram (deleted)"}));
+                let maps = s
+                    .shared_memory
+                    .then(|| json!({"size": 2_147_483_648_u64, "perms": perms, "name": "/memfd:ch_ram (deleted)"}));
                 let msg = result(json!({"check": "kata.vmm-shared-memory", "sandbox_id": "sbx-1", "http_status": 200,
                     "api": {"state": "Running", "shared": s.shared_memory, "hugepages": false, "size": 2_147_483_648_u64,
                             "fs_tags": ["kataShared"]},

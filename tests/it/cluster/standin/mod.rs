@@ -92,13 +92,25 @@ pub async fn pod_running(client: &Client, ns: &str, name: &str, node: &str) -> P
 
 /// [`pod_running`] that says why it could not (the pod gone, say).
 pub async fn try_pod_running(client: &Client, ns: &str, name: &str, node: &str) -> Result<Pod, kube::Error> {
+    try_pod_running_as(client, ns, name, node, "").await
+}
+
+/// [`try_pod_running`] with the container id the runtime gave it (empty: `<pod>-<container>`).
+pub async fn try_pod_running_as(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    container_id: &str,
+) -> Result<Pod, kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod = api.get(name).await?;
     let statuses: Vec<Value> = container_names(&pod)
         .iter()
         .map(|c| {
             json!({"name": c, "ready": true, "restartCount": 0, "image": "probe", "imageID": "probe",
-                        "containerID": format!("containerd://{name}-{c}"), "started": true,
+                        "containerID": if container_id.is_empty() { format!("containerd://{name}-{c}") } else { format!("containerd://{container_id}") },
+                        "started": true,
                         "state": {"running": {"startedAt": NOW}}})
         })
         .collect();
