@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::cluster::status::StatusResult;
+use crate::status::StatusResult;
 use crate::object::ObjectRef;
 
 /// Where a layer of an apply is.

@@ -216,7 +216,7 @@ pub fn role_name(profile: &Profile, purpose: Purpose) -> String {
 #[must_use]
 pub fn roles(profile: &Profile, layers: &[Layer], needs: &BTreeSet<Need>, opts: &Options) -> Vec<Value> {
     let name = role_name(profile, opts.purpose);
-    let labels = json!({"app.kubernetes.io/name": "osbx", "app.kubernetes.io/component": "rbac"});
+    let labels = json!({"app.kubernetes.io/name": crate::mark::OSBX, "app.kubernetes.io/component": "rbac"});
     let (mut roles, urls) = place(needs);
     let mut cluster_rules = rules(&roles.remove(&None).unwrap_or_default());
     for (verb, paths) in urls {

@@ -22,7 +22,7 @@ const NOISY_METADATA: &[&str] = &[
 const NOISY_ANNOTATIONS: &[&str] = &[
     "kubectl.kubernetes.io/last-applied-configuration",
     "deployment.kubernetes.io/revision",
-    super::ssa::APPLIED_HASH,
+    crate::mark::APPLIED_HASH,
 ];
 
 /// The object without server-owned fields.

@@ -8,7 +8,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::ssa::FIELD_MANAGER;
+use crate::mark::{self, FIELD_MANAGER};
 use super::{Cluster, ClusterError};
 use crate::object::{Gvk, ObjectRef};
 
@@ -164,7 +164,7 @@ impl Inventory {
         let mut cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": self.config_map.name, "namespace": self.namespace(),
-                         "labels": {"app.kubernetes.io/managed-by": "osbx"}},
+                         "labels": mark::owned_labels()},
             "data": {KEY: serde_json::to_string(&entries).unwrap_or_default()},
         });
         let api = Self::api(cluster, self.namespace());

@@ -13,7 +13,6 @@ pub mod need;
 pub mod preflight;
 mod resolve;
 pub mod ssa;
-pub mod status;
 pub mod wait;
 
 use std::path::PathBuf;

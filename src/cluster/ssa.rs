@@ -16,14 +16,9 @@ use serde_json::Value;
 use super::need::Need;
 use super::{Cluster, ClusterError, describe};
 use crate::changeset::{Action, Change};
+use crate::mark::{APPLIED_HASH, FIELD_MANAGER};
 use crate::object::{Gvk, Object, ObjectRef};
 
-/// The field manager of every osbx write.
-pub const FIELD_MANAGER: &str = "osbx";
-
-/// Annotation with a hash of the object osbx last applied: when the live object still carries
-/// it and still holds every value osbx sets, nothing can have changed and no dry-run is needed.
-pub const APPLIED_HASH: &str = "osbx.io/applied-hash";
 
 /// FNV-1a over the object's JSON text: stable across runs and builds (not a security hash).
 #[must_use]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{self, StreamExt};
 use serde_json::Value;
 
-use super::status::{self, Status, StatusResult};
+use crate::status::{self, Status, StatusResult};
 use super::{Cluster, ClusterError};
 use crate::object::ObjectRef;
 use crate::progress::Progress;

@@ -10,7 +10,7 @@ use super::{ApplyOptions, DeployError, Layer, Plan, ids};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::inventory::Inventory;
 use crate::cluster::ssa::{self, Planned};
-use crate::cluster::status::{self, Status};
+use crate::status::{self, Status};
 use crate::cluster::wait::{self, WaitError, WaitOptions};
 use crate::cluster::{Cluster, RequestCounts};
 use crate::object::{Gvk, ObjectRef, Stage};

@@ -125,7 +125,7 @@ pub fn add_api_key_secret(profile: &Profile, layers: &mut [Layer], key: &str) {
         metadata: kube::api::ObjectMeta {
             name: Some(secret_ref.name.clone()),
             namespace: Some(profile.opensandbox.namespaces.control_plane.clone()),
-            labels: Some([("app.kubernetes.io/managed-by".to_owned(), "osbx".to_owned())].into()),
+            labels: Some(crate::mark::owned_labels()),
             ..Default::default()
         },
         data: Some(data),

@@ -48,6 +48,17 @@ pub(super) fn sync_dir(dir: &Path) {
     }
 }
 
+/// Remove the directories above `file` that are empty now, up to `root`.
+pub(super) fn remove_empty_parents(root: &Path, file: &Path) {
+    let mut dir = file.parent();
+    while let Some(d) = dir {
+        if d == root || !d.starts_with(root) || fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
+}
+
 impl Journal {
     /// Write (or rewrite) the journal, durably.
     pub(super) fn save(&self, root: &Path) -> Result<(), RepoError> {
@@ -119,7 +130,7 @@ pub(super) fn recover(root: &Path) -> Result<Option<String>, RepoError> {
                     _ => {}
                 }
                 let _ = fs::remove_file(backup_of(&target));
-                super::write::remove_empty_parents(root, &target);
+                remove_empty_parents(root, &target);
             }
             "an earlier render was interrupted part-way: completed it"
         }

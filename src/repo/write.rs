@@ -7,7 +7,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::journal::{self, Journal, Phase, backup_of};
+use super::journal::{self, Journal, Phase, backup_of, remove_empty_parents};
 use super::{FileChange, RepoError, Staged, io};
 use crate::progress::Progress;
 
@@ -212,15 +212,4 @@ fn commit_steps(root: &Path, journal: &Journal) -> Result<(), RepoError> {
         remove_empty_parents(root, &root.join(target));
     }
     Ok(())
-}
-
-/// Remove the directories above `file` that are empty now, up to `root`.
-pub(super) fn remove_empty_parents(root: &Path, file: &Path) {
-    let mut dir = file.parent();
-    while let Some(d) = dir {
-        if d == root || !d.starts_with(root) || fs::remove_dir(d).is_err() {
-            break;
-        }
-        dir = d.parent();
-    }
 }

@@ -13,7 +13,7 @@ use crate::cluster::{Cluster, ClusterError};
 use crate::object::Gvk;
 
 /// Label on everything a verify run creates.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "osbx-verify");
+pub const MANAGED_BY: (&str, &str) = (crate::mark::MANAGED_BY, "osbx-verify");
 /// Label with the run id.
 pub const RUN_LABEL: &str = "osbx.io/run-id";
 /// Label with the probe kind (for diagnosis, and for the test stand-in).

@@ -1,6 +1,7 @@
 //! The integration test binary: one target so that shared setup happens once.
 
 mod apply;
+mod architecture;
 mod bench_smoke;
 mod builder;
 mod charts;

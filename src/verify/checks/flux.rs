@@ -3,7 +3,7 @@
 use futures::future::BoxFuture;
 
 use crate::cluster::need::Need;
-use crate::cluster::status::Status;
+use crate::status::Status;
 use crate::cluster::wait::status_of;
 use crate::object::ObjectRef;
 use crate::profile::Profile;

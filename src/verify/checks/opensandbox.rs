@@ -6,7 +6,7 @@ use http::Method;
 
 use super::list;
 use crate::cluster::need::Need;
-use crate::cluster::status::{self, Status};
+use crate::status::{self, Status};
 use crate::components::opensandbox::OpenSandbox;
 use crate::object::{Gvk, ObjectRef};
 use crate::profile::Profile;
