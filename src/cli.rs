@@ -119,7 +119,7 @@ pub enum Output {
 /// # Errors
 /// A message when the text is not a duration.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    crate::profile::syntax::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 90s, 5m, 1h30m)"))
+    crate::spec::syntax::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 90s, 5m, 1h30m)"))
 }
 
 /// `osbx diff` arguments.

@@ -112,7 +112,7 @@ pub fn load(path: &Path, progress: &dyn Progress) -> Result<Fleet, ProfileError>
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, m) in doc.clusters.iter().enumerate() {
-        if let Err(why) = profile::syntax::check_dns_label(&m.name) {
+        if let Err(why) = crate::spec::syntax::check_dns_label(&m.name) {
             problems.push(diag(&format!("clusters[{i}].name"), format!("{:?} is not a valid name: {why}", m.name)));
         }
         if !seen.insert(&m.name) {

@@ -32,9 +32,10 @@ pub mod printer;
 pub mod profile;
 pub mod progress;
 pub mod rbac;
-pub mod status;
 pub mod render;
 pub mod repo;
+pub mod spec;
+pub mod status;
 pub mod verify;
 
 pub use commands::run;

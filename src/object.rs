@@ -71,6 +71,73 @@ impl fmt::Display for Gvk {
     }
 }
 
+/// A kind osbx knows when it is built: a [`Gvk`] usable in a `const`. The Kubernetes kinds osbx
+/// reads or creates are here; a component's own kinds are its module's (the Pool is `pools`').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownKind {
+    /// API group (`""` for the core group).
+    pub group: &'static str,
+    /// API version.
+    pub version: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+}
+
+impl KnownKind {
+    /// `v1` ConfigMap.
+    pub const CONFIG_MAP: Self = Self::core("ConfigMap");
+    /// `v1` Event.
+    pub const EVENT: Self = Self::core("Event");
+    /// `v1` Namespace.
+    pub const NAMESPACE: Self = Self::core("Namespace");
+    /// `v1` Node.
+    pub const NODE: Self = Self::core("Node");
+    /// `v1` Pod.
+    pub const POD: Self = Self::core("Pod");
+    /// `v1` Secret.
+    pub const SECRET: Self = Self::core("Secret");
+    /// `v1` Service.
+    pub const SERVICE: Self = Self::core("Service");
+    /// `v1` ServiceAccount.
+    pub const SERVICE_ACCOUNT: Self = Self::core("ServiceAccount");
+    /// `apps/v1` Deployment.
+    pub const DEPLOYMENT: Self = Self::new("apps", "v1", "Deployment");
+    /// `node.k8s.io/v1` RuntimeClass.
+    pub const RUNTIME_CLASS: Self = Self::new("node.k8s.io", "v1", "RuntimeClass");
+    /// `authorization.k8s.io/v1` SelfSubjectAccessReview.
+    pub const ACCESS_REVIEW: Self = Self::new("authorization.k8s.io", "v1", "SelfSubjectAccessReview");
+    /// Flux's `kustomize.toolkit.fluxcd.io/v1` Kustomization.
+    pub const FLUX_KUSTOMIZATION: Self = Self::new("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
+
+    /// A kind from its parts.
+    #[must_use]
+    pub const fn new(group: &'static str, version: &'static str, kind: &'static str) -> Self {
+        Self { group, version, kind }
+    }
+
+    const fn core(kind: &'static str) -> Self {
+        Self::new("", "v1", kind)
+    }
+
+    /// As a [`Gvk`].
+    #[must_use]
+    pub fn gvk(self) -> Gvk {
+        Gvk::new(self.group, self.version, self.kind)
+    }
+
+    /// An object of this kind.
+    #[must_use]
+    pub fn object(self, namespace: Option<&str>, name: &str) -> ObjectRef {
+        self.gvk().object(namespace, name)
+    }
+
+    /// Whether `gvk` is this kind, at any version.
+    #[must_use]
+    pub fn is(self, gvk: &Gvk) -> bool {
+        gvk.group == self.group && gvk.kind == self.kind
+    }
+}
+
 /// Identity of one Kubernetes object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ObjectRef {

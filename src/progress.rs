@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use crate::status::StatusResult;
 use crate::object::ObjectRef;
+use crate::status::StatusResult;
 
 /// Where a layer of an apply is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

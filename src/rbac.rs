@@ -1,27 +1,27 @@
 //! `osbx rbac`: the least-privilege roles that let a user or a ServiceAccount run osbx for a
 //! profile.
 //!
-//! The roles are computed from the same declarations the commands review before they write
-//! ([`Need`]s: the apply's reads and writes in [`deploy::access`], the diff's in
-//! [`deploy::diff_needs`], each verify check's in [`crate::verify::Check::needs`], connecting in
-//! [`preflight::connect_needs`]), so a role cannot grant less than a run asks for or more than it
-//! uses. Namespaced permissions go into one Role per namespace; cluster-scoped ones, permissions
+//! The roles are computed from the same typed operations the commands plan and review before
+//! they write (an apply's in [`deploy::operations`], a diff's in [`deploy::diff_operations`], each
+//! verify check's in [`crate::verify::Check::operations`], connecting in
+//! [`preflight::connecting`]), turned into permissions by the one function that does so
+//! ([`Operation::needs`]), so a role cannot grant less than a run asks for or more than it uses. Namespaced permissions go into one Role per namespace; cluster-scoped ones, permissions
 //! in every namespace (a verify run's probe namespace is named per run) and non-resource URLs
 //! into one ClusterRole. Permissions on named objects are restricted with `resourceNames`, except
 //! for the verbs Kubernetes cannot restrict that way (`create`, `list`, `deletecollection`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::cluster::need::{self, Need, Target};
+use crate::cluster::need::{Need, Target};
+use crate::cluster::operation::{self, Operation};
 use crate::cluster::preflight;
-use crate::deploy::{self, ApplyOptions, Layer};
-use crate::object::Gvk;
+use crate::deploy::{self, Layer, Scope};
+use crate::object::KnownKind;
 use crate::profile::Profile;
-use crate::verify::session::{self, Settings};
-use crate::verify::{ApiKeyValue, Selection};
+use crate::verify::session;
+use crate::verify::{Reach, Selection};
 
 /// Which commands the roles are for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -82,36 +82,33 @@ pub struct Options {
     pub subjects: Vec<Subject>,
 }
 
-/// Every permission the commands of `opts.purpose` need for the profile rendered as `layers`.
+/// Everything the commands of `opts.purpose` can do for the profile rendered as `layers`: an
+/// apply that waits (and prunes with `opts.prune`), a diff (showing what prune would delete with
+/// `opts.prune`), and a verify run of every check through the service proxy with the API key
+/// read from the profile's Secret.
 #[must_use]
-pub fn needs(profile: &Profile, layers: &[Layer], opts: &Options) -> BTreeSet<Need> {
-    let mut out: BTreeSet<Need> = preflight::connect_needs().into_iter().collect();
-    // Apply and verify review their needs before they write; diff when a read is refused.
-    out.insert(need::review_need());
+pub fn operations(profile: &Profile, layers: &[Layer], opts: &Options) -> Vec<Operation> {
+    let mut out = preflight::connecting();
+    // Apply and verify review what they do before they write; diff when a read is refused.
+    out.push(Operation::Review);
     if opts.purpose.covers(Purpose::Apply) {
-        let apply = ApplyOptions {
-            dry_run: false,
-            prune: opts.prune,
-            wait: true,
-            timeout: Duration::ZERO,
-            interval: Duration::ZERO,
-            force_conflicts: false,
-        };
-        out.extend(deploy::access(profile, layers, &apply));
+        out.extend(deploy::operations(profile, layers, Scope { prune: opts.prune, wait: true }));
     }
     if opts.purpose.covers(Purpose::Diff) {
-        out.extend(deploy::diff_needs(profile, layers, opts.prune));
+        out.extend(deploy::diff_operations(profile, layers, opts.prune));
     }
     if opts.purpose.covers(Purpose::Verify) {
-        let settings = Settings {
-            selection: Selection::default(),
-            server_url: None,
-            api_key: ApiKeyValue::default(),
-            timeout: Duration::ZERO,
-        };
-        out.extend(session::needs(profile, &deploy::flux_objects(layers), &settings));
+        let flux_objects = deploy::flux_objects(layers);
+        out.extend(session::operations(profile, &flux_objects, &Selection::default(), Reach::default()));
     }
     out
+}
+
+/// Every permission the commands of `opts.purpose` need for the profile rendered as `layers`:
+/// the needs of their [`operations`].
+#[must_use]
+pub fn needs(profile: &Profile, layers: &[Layer], opts: &Options) -> BTreeSet<Need> {
+    operation::needs(&operations(profile, layers, opts))
 }
 
 /// A verb, resource and subresource of a role, for merging needs into rules.
@@ -233,11 +230,8 @@ pub fn roles(profile: &Profile, layers: &[Layer], needs: &BTreeSet<Need>, opts: 
             "roleRef": role_ref("ClusterRole"), "subjects": subjects}),
         );
     }
-    let rendered: BTreeSet<String> = deploy::ids(layers)
-        .into_iter()
-        .filter(|id| id.gvk == Gvk::new("", "v1", "Namespace"))
-        .map(|id| id.name)
-        .collect();
+    let rendered: BTreeSet<String> =
+        deploy::ids(layers).into_iter().filter(|id| KnownKind::NAMESPACE.is(&id.gvk)).map(|id| id.name).collect();
     let namespaces = roles.keys().flatten().filter(|ns| rendered.contains(*ns));
     let namespaces: Vec<Value> =
         namespaces.map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).collect();

@@ -8,9 +8,10 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::mark::{self, FIELD_MANAGER};
+use super::operation::{Objects, Operation};
 use super::{Cluster, ClusterError};
-use crate::object::{Gvk, ObjectRef};
+use crate::mark::{self, FIELD_MANAGER};
+use crate::object::{KnownKind, ObjectRef};
 
 const KEY: &str = "inventory.json";
 
@@ -56,7 +57,7 @@ impl Inventory {
     pub fn config_map(namespace: &str, profile: &str, cluster: &str) -> ObjectRef {
         let mut name = format!("osbx-inventory-{profile}-{cluster}");
         name.truncate(253);
-        Gvk::new("", "v1", "ConfigMap").object(Some(namespace), &name)
+        KnownKind::CONFIG_MAP.object(Some(namespace), &name)
     }
 
     fn api(cluster: &Cluster, namespace: &str) -> Api<DynamicObject> {
@@ -184,18 +185,18 @@ impl Inventory {
     }
 }
 
-/// The permissions the inventory needs, declared next to the calls above.
+/// What the inventory does, planned next to the calls above.
 impl Inventory {
-    /// Reading it ([`Inventory::load`]): `get` on its ConfigMap.
+    /// Reading it ([`Inventory::load`]).
     #[must_use]
-    pub fn read_need(config_map: &ObjectRef) -> super::need::Need {
-        super::need::Need::on("get", config_map)
+    pub fn reading(config_map: &ObjectRef) -> Operation {
+        Operation::Get(Objects::Named(config_map.clone()))
     }
 
-    /// Writing it ([`Inventory::write`]): `create` in its namespace when it does not exist,
-    /// `patch` on its ConfigMap when it does (after a conflict it is read again: [`Self::read_need`]).
+    /// Writing it ([`Inventory::write`]): created when it does not exist, patched when it does
+    /// (after a conflict it is read again: [`Self::reading`]).
     #[must_use]
-    pub fn write_needs(config_map: &ObjectRef) -> Vec<super::need::Need> {
-        ["create", "patch"].into_iter().map(|verb| super::need::Need::on(verb, config_map)).collect()
+    pub fn writing(config_map: &ObjectRef) -> Operation {
+        Operation::Apply { object: config_map.clone(), creates: true }
     }
 }

@@ -10,6 +10,7 @@ mod http2;
 pub mod inventory;
 pub mod meter;
 pub mod need;
+pub mod operation;
 pub mod preflight;
 mod resolve;
 pub mod ssa;

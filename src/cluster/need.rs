@@ -1,14 +1,8 @@
-//! What a run needs: one permission ([`Need`]) — a verb on objects of a kind, or on a URL.
-//!
-//! Needs are declared next to the code that makes the calls (the apply's plan, the inventory,
-//! each verify check); [`super::preflight`] reviews them before any write and [`crate::rbac`]
-//! turns them into roles, so the two cannot drift apart.
+//! One permission ([`Need`]): a verb on objects of a kind, or on a URL. Needs are derived from
+//! typed operations only ([`super::operation::Operation::needs`]); [`super::preflight`] reviews
+//! them and [`crate::rbac`] turns them into roles.
 
-use crate::object::{Gvk, ObjectRef};
-
-/// Verbs that Kubernetes RBAC cannot restrict to named objects: `create` (the name is in the
-/// body), and the collection verbs (osbx never selects by name).
-const COLLECTION_VERBS: &[&str] = &["create", "list", "deletecollection"];
+use crate::object::Gvk;
 
 /// One permission a run needs: a verb on objects of a kind (every object, or one named object;
 /// in a namespace, or cluster-wide; optionally on a subresource), or on a non-resource URL.
@@ -41,47 +35,6 @@ pub enum Target {
 }
 
 impl Need {
-    /// `verb` on the object `id` (on every object of its kind in its namespace for the verbs
-    /// RBAC cannot restrict to names: `create`, `list`, `deletecollection`).
-    #[must_use]
-    pub fn on(verb: &'static str, id: &ObjectRef) -> Self {
-        let name = (!COLLECTION_VERBS.contains(&verb)).then(|| id.name.clone());
-        let target = Target::Objects { kind: id.gvk.clone(), namespace: id.namespace.clone(), name, subresource: None };
-        Self { verb, target }
-    }
-
-    /// `verb` on any object of `kind` in `namespace` (`None`: cluster-scoped, or every namespace).
-    #[must_use]
-    pub fn any(verb: &'static str, kind: &Gvk, namespace: Option<&str>) -> Self {
-        let target = Target::Objects {
-            kind: kind.clone(),
-            namespace: namespace.map(str::to_owned),
-            name: None,
-            subresource: None,
-        };
-        Self { verb, target }
-    }
-
-    /// `verb` on the `subresource` of the object `id` (e.g. `create` on `services/proxy`, which
-    /// a POST through the proxy is authorized as). The object is named in the request path, so
-    /// every verb can be restricted to it.
-    #[must_use]
-    pub fn on_subresource(verb: &'static str, id: &ObjectRef, subresource: &'static str) -> Self {
-        let target = Target::Objects {
-            kind: id.gvk.clone(),
-            namespace: id.namespace.clone(),
-            name: Some(id.name.clone()),
-            subresource: Some(subresource),
-        };
-        Self { verb, target }
-    }
-
-    /// `verb` on a non-resource URL.
-    #[must_use]
-    pub fn url(verb: &'static str, path: &'static str) -> Self {
-        Self { verb, target: Target::Url(path) }
-    }
-
     /// The resource name of a kind, without asking the cluster: the lower-case plural
     /// (`BatchSandbox` → `batchsandboxes`), as Kubernetes derives it for built-in kinds and CRDs
     /// conventionally declare it.
@@ -90,10 +43,4 @@ impl Need {
         kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind))
             .plural
     }
-}
-
-/// Creating a SelfSubjectAccessReview: how every review here is made.
-#[must_use]
-pub fn review_need() -> Need {
-    Need::any("create", &Gvk::new("authorization.k8s.io", "v1", "SelfSubjectAccessReview"), None)
 }

@@ -3,7 +3,7 @@
 //! and verb, then per object where a role names objects). Each failure is a clear message; the
 //! command exits 2 without writing.
 //!
-//! What a run needs is declared as [`Need`]s (see [`super::need`]) and reviewed here.
+//! What a run will do is planned as [`Operation`]s; their needs are reviewed here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,9 +14,10 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 use kube::discovery::Scope;
 
-use super::need::{Need, Target, review_need};
+use super::need::{Need, Target};
+use super::operation::{self, Objects, Operation};
 use super::{Cluster, ClusterError, describe};
-use crate::object::{Gvk, ObjectRef};
+use crate::object::{Gvk, KnownKind, ObjectRef};
 
 /// Why the run cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -50,16 +51,16 @@ const VERSION: &str = "/version";
 /// Aggregated discovery's URLs (the core group, then the others).
 const DISCOVERY: [&str; 2] = ["/api", "/apis"];
 
-/// What connecting needs ([`warm_up`]): the server version and aggregated discovery.
+/// Connecting ([`warm_up`]): the server version and aggregated discovery.
 #[must_use]
-pub fn connect_needs() -> Vec<Need> {
-    std::iter::once(VERSION).chain(DISCOVERY).map(|path| Need::url("get", path)).collect()
+pub fn connecting() -> Vec<Operation> {
+    std::iter::once(VERSION).chain(DISCOVERY).map(Operation::Url).collect()
 }
 
 /// Reading the Flux namespace, which must exist before an apply ([`check`]).
 #[must_use]
-pub fn flux_namespace_need(flux_ns: &str) -> Need {
-    Need::on("get", &Gvk::new("", "v1", "Namespace").object(None, flux_ns))
+pub fn reading_flux_namespace(flux_ns: &str) -> Operation {
+    Operation::Get(Objects::Named(KnownKind::NAMESPACE.object(None, flux_ns)))
 }
 
 /// What preflight found.
@@ -79,13 +80,13 @@ pub struct Report {
 pub async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
     let version = match cluster.client.apiserver_version().await {
         Ok(v) => v.git_version,
-        Err(e) if is_forbidden(&e) => return Err(forbidden("osbx", &[Need::url("get", VERSION)])),
+        Err(e) if is_forbidden(&e) => return Err(forbidden("osbx", &Operation::Url(VERSION).needs())),
         Err(e) => return Err(ClusterError::Unreachable { server: cluster.server.clone(), reason: describe(&e) }.into()),
     };
     if let Err(e) = cluster.resolver.refresh().await {
         if matches!(&e, ClusterError::Api { error, .. } if is_forbidden(error)) {
             // Name the refused discovery URL when a review can tell which.
-            review(cluster, &DISCOVERY.map(|path| Need::url("get", path)), "osbx").await?;
+            review(cluster, &DISCOVERY.map(Operation::Url), "osbx").await?;
         }
         return Err(e.into());
     }
@@ -117,7 +118,7 @@ fn forbidden(run: &'static str, needs: &[Need]) -> PreflightError {
     PreflightError::Forbidden { run, denied }
 }
 
-/// Checks before the first write of an apply whose plan needs `needs`: Flux serves every Flux
+/// Checks before the first write of an apply that plans `operations`: Flux serves every Flux
 /// kind among the `used` objects at the version they use (taken from the render, so a layer that
 /// renders an `OCIRepository` needs it served), the Flux namespace exists, and the caller may
 /// make every write (one SelfSubjectAccessReview per resource, namespace and verb; none for a
@@ -125,7 +126,12 @@ fn forbidden(run: &'static str, needs: &[Need]) -> PreflightError {
 ///
 /// # Errors
 /// [`PreflightError`] for the first failing check.
-pub async fn check(cluster: &Cluster, used: &[ObjectRef], needs: &[Need], flux_ns: &str) -> Result<(), PreflightError> {
+pub async fn check(
+    cluster: &Cluster,
+    used: &[ObjectRef],
+    operations: &[Operation],
+    flux_ns: &str,
+) -> Result<(), PreflightError> {
     let flux_kinds: BTreeSet<&Gvk> = used.iter().map(|o| &o.gvk).filter(|k| k.is_flux()).collect();
     let mut missing = Vec::new();
     for kind in flux_kinds {
@@ -137,13 +143,14 @@ pub async fn check(cluster: &Cluster, used: &[ObjectRef], needs: &[Need], flux_n
         return Err(PreflightError::FluxMissing(missing));
     }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
-    let (flux_ns_found, allowed) = futures::join!(namespaces.get_opt(flux_ns), review(cluster, needs, "this apply"));
+    let (flux_ns_found, allowed) =
+        futures::join!(namespaces.get_opt(flux_ns), review(cluster, operations, "this apply"));
     let flux_ns_found = match flux_ns_found {
         Ok(found) => found,
         Err(e) if is_forbidden(&e) => {
-            let mut needs = needs.to_vec();
-            needs.push(flux_namespace_need(flux_ns));
-            review(cluster, &needs, "this apply").await?;
+            let mut operations = operations.to_vec();
+            operations.push(reading_flux_namespace(flux_ns));
+            review(cluster, &operations, "this apply").await?;
             return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), error: e }.into());
         }
         Err(source) => return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), error: source }.into()),
@@ -205,7 +212,8 @@ impl Key {
     }
 }
 
-/// Review `needs` for the current user, one SelfSubjectAccessReview per resource, namespace
+/// Review what `operations` need ([`Operation::needs`]) for the current user, one
+/// SelfSubjectAccessReview per resource, namespace
 /// and verb; where that is refused and the needs name objects, one per object (a role may grant
 /// only named objects). Kinds the cluster does not serve yet (CRDs another layer installs) are
 /// left to the run. `run` names the run in the error (`this apply`).
@@ -213,11 +221,12 @@ impl Key {
 /// # Errors
 /// [`PreflightError::Forbidden`] with every missing permission; [`PreflightError::Cluster`] when
 /// a review fails.
-pub async fn review(cluster: &Cluster, needs: &[Need], run: &'static str) -> Result<(), PreflightError> {
+pub async fn review(cluster: &Cluster, operations: &[Operation], run: &'static str) -> Result<(), PreflightError> {
+    let needs = operation::needs(operations);
     // Per review: the names asked for (`None`: any object).
     let mut keys: BTreeMap<Key, Option<BTreeSet<String>>> = BTreeMap::new();
     let mut urls: BTreeSet<(&'static str, &'static str)> = BTreeSet::new();
-    for need in needs {
+    for need in &needs {
         let (kind, namespace, name, subresource) = match &need.target {
             Target::Url(path) => {
                 urls.insert((need.verb, path));
@@ -290,7 +299,7 @@ pub async fn review(cluster: &Cluster, needs: &[Need], run: &'static str) -> Res
         match r {
             Ok(Some(d)) => denied.push(d),
             Ok(None) => {}
-            Err(ReviewError::Refused) => return Err(forbidden(run, &[review_need()])),
+            Err(ReviewError::Refused) => return Err(forbidden(run, &Operation::Review.needs())),
             Err(ReviewError::Cluster(e)) => return Err(e.into()),
         }
     }

@@ -13,12 +13,11 @@ use futures::stream::{self, StreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::Value;
 
-use super::need::Need;
+use super::operation::{Objects, Operation};
 use super::{Cluster, ClusterError, describe};
 use crate::changeset::{Action, Change};
 use crate::mark::{APPLIED_HASH, FIELD_MANAGER};
 use crate::object::{Gvk, Object, ObjectRef};
-
 
 /// FNV-1a over the object's JSON text: stable across runs and builds (not a security hash).
 #[must_use]
@@ -261,13 +260,13 @@ fn partition<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> (Vec<Vec<&'a Objec
     (lists, singles.into_iter().flatten().collect())
 }
 
-/// The reads of planning `ids` ([`plan_all`]): `list` on each kind and namespace read with one
-/// LIST, `get` on each other object.
+/// The reads of planning `ids` ([`plan_all`]): one LIST per kind and namespace with enough
+/// objects, a GET of each other object.
 #[must_use]
-pub fn read_needs<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<Need> {
+pub fn reading<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<Operation> {
     let (lists, gets) = partition(ids);
-    let lists = lists.into_iter().map(|g| Need::any("list", &g[0].gvk, g[0].namespace.as_deref()));
-    lists.chain(gets.into_iter().map(|id| Need::on("get", id))).collect()
+    let lists = lists.into_iter().map(|g| Operation::List(g[0].gvk.clone(), g[0].namespace.clone()));
+    lists.chain(gets.into_iter().map(|id| Operation::Get(Objects::Named(id.clone())))).collect()
 }
 
 /// The objects among `ids` that planning reads with a LIST rather than by name.
@@ -276,22 +275,21 @@ pub fn listed<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<&'a ObjectRef
     partition(ids).0.into_iter().flatten().collect()
 }
 
-/// What writing (or dry-running) an object planned as `action` needs: a server-side apply that
-/// creates the object needs `create` and `patch`, one that changes it `patch`.
+/// The write (or dry-run) of an object planned as `action`: a server-side apply that creates
+/// it, or one that changes it; nothing for the other actions.
 #[must_use]
-pub fn write_needs(id: &ObjectRef, action: Action) -> Vec<Need> {
-    let verbs: &[&'static str] = match action {
-        Action::Created => &["create", "patch"],
-        Action::Configured => &["patch"],
-        _ => &[],
-    };
-    verbs.iter().map(|verb| Need::on(verb, id)).collect()
+pub fn writing(id: &ObjectRef, action: Action) -> Option<Operation> {
+    match action {
+        Action::Created => Some(Operation::Apply { object: id.clone(), creates: true }),
+        Action::Configured => Some(Operation::Apply { object: id.clone(), creates: false }),
+        _ => None,
+    }
 }
 
-/// What pruning an object needs ([`prune`]): reading it, then deleting it.
+/// Pruning an object ([`prune`]): reading it, then deleting it.
 #[must_use]
-pub fn prune_needs(id: &ObjectRef) -> Vec<Need> {
-    vec![Need::on("get", id), Need::on("delete", id)]
+pub fn pruning(id: &ObjectRef) -> [Operation; 2] {
+    [Operation::Get(Objects::Named(id.clone())), Operation::Delete(Objects::Named(id.clone()))]
 }
 
 /// Read the live state of objects in one concurrent wave: one LIST per (kind, namespace) with

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use futures::stream::{self, StreamExt};
 use serde_json::Value;
 
-use crate::status::{self, Status, StatusResult};
 use super::{Cluster, ClusterError};
 use crate::object::ObjectRef;
 use crate::progress::Progress;
+use crate::status::{self, Status, StatusResult};
 
 /// How to wait.
 #[derive(Debug, Clone, Copy)]

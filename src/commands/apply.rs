@@ -21,7 +21,7 @@ pub fn run(settings: &ApplySettings, printer: &Printer) -> anyhow::Result<ExitSt
     let connecting = start_connect(&rt, &settings.connect);
     let mut prepared = prepare(&settings.profile)?;
     if let Some(key) = &settings.api_key {
-        deploy::add_api_key_secret(&prepared.loaded.profile, &mut prepared.layers, key);
+        deploy::add_supplied_secrets(&prepared.loaded.profile, &mut prepared.layers, key);
     }
     let (profile, layers, opts) = (&prepared.loaded.profile, &prepared.layers, &settings.apply);
     if let Some(state) = repo::repo_state(&settings.repo) {
@@ -40,25 +40,24 @@ pub fn run(settings: &ApplySettings, printer: &Printer) -> anyhow::Result<ExitSt
         let (cluster, report) = connecting.await??;
         printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
         let ids = deploy::ids(layers);
-        // With --verify, what the verify run needs is reviewed before the apply writes too.
-        let verify_needs = settings
-            .verify
-            .as_ref()
-            .map_or_else(Vec::new, |v| verify::session::needs(profile, &deploy::flux_objects(layers), &v.run));
+        // With --verify, what the verify run does is reviewed before the apply writes too.
+        let verifying = settings.verify.as_ref().map_or_else(Vec::new, |v| {
+            verify::session::operations(profile, &deploy::flux_objects(layers), &v.run.selection, v.run.reach())
+        });
         let plan = match deploy::plan(&cluster, profile, layers, opts).await {
             Ok(plan) => plan,
             Err(e) if e.forbidden() => {
                 // Name every missing permission, not only the read that was refused.
-                let mut needs = deploy::access(profile, layers, opts);
-                needs.extend(verify_needs);
-                preflight::review(&cluster, &needs, "this apply").await?;
+                let mut operations = deploy::operations(profile, layers, opts.scope());
+                operations.extend(verifying);
+                preflight::review(&cluster, &operations, "this apply").await?;
                 return Err(e.into());
             }
             Err(e) => return Err(e.into()),
         };
-        let mut needs = plan.needs(profile, layers, opts);
-        needs.extend(verify_needs);
-        preflight::check(&cluster, &ids, &needs, &profile.cluster.flux_namespace).await?;
+        let mut operations = plan.operations(profile, layers, opts.scope());
+        operations.extend(verifying);
+        preflight::check(&cluster, &ids, &operations, &profile.cluster.flux_namespace).await?;
         let progress = printer.progress();
         let result = deploy::execute(&cluster, profile, layers, plan, opts, &progress).await;
         progress.finish();

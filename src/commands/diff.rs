@@ -20,7 +20,7 @@ pub fn run(settings: &DiffSettings, printer: &Printer) -> anyhow::Result<ExitSta
     let connecting = start_connect(&rt, &settings.connect);
     let mut prepared = prepare(&settings.profile)?;
     if let Some(key) = &settings.api_key {
-        deploy::add_api_key_secret(&prepared.loaded.profile, &mut prepared.layers, key);
+        deploy::add_supplied_secrets(&prepared.loaded.profile, &mut prepared.layers, key);
     }
     rt.block_on(async {
         let (cluster, _) = connecting.await??;
@@ -29,7 +29,7 @@ pub fn run(settings: &DiffSettings, printer: &Printer) -> anyhow::Result<ExitSta
             Ok(changes) => changes,
             Err(e) if e.forbidden() => {
                 // Name every missing permission, not only the read that was refused.
-                preflight::review(&cluster, &deploy::diff_needs(profile, layers, false), "this diff").await?;
+                preflight::review(&cluster, &deploy::diff_operations(profile, layers, false), "this diff").await?;
                 return Err(e.into());
             }
             Err(e) => return Err(e.into()),

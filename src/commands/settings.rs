@@ -17,7 +17,7 @@ use crate::deploy::ApplyOptions;
 use crate::init::{Runtimes, Starter};
 use crate::profile::ProfileSource;
 use crate::rbac::{self, Purpose, Subject};
-use crate::verify::session;
+use crate::verify;
 use crate::verify::{ApiKeyValue, Selection};
 
 /// Which profile, and which templates render it.
@@ -199,7 +199,7 @@ impl TryFrom<&ApplyArgs> for ApplySettings {
 #[derive(Debug, Clone)]
 pub struct VerifyRunSettings {
     /// The run.
-    pub run: session::Settings,
+    pub run: verify::Settings,
     /// Write a JUnit report here.
     pub junit: Option<PathBuf>,
 }
@@ -207,7 +207,7 @@ pub struct VerifyRunSettings {
 impl VerifyRunSettings {
     fn new(f: &VerifyFlags, api_key: Option<String>) -> Self {
         Self {
-            run: session::Settings {
+            run: verify::Settings {
                 selection: Selection { only: f.only.clone(), skip: f.skip.clone() },
                 server_url: f.server_url.clone(),
                 api_key: ApiKeyValue::new(api_key),

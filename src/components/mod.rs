@@ -1,40 +1,131 @@
 //! Layer components: what osbx renders into a layer.
 //!
-//! Each component is one module that owns its profile section (the serde types and the facts
-//! derived from them), its validation rules and its template view. [`ALL`] is the table that
-//! drives the rest: the names `layers[].component` accepts (and lists in messages), the template
-//! directory a layer renders (`templates/<name>/`), the rules run when a profile loads and the
-//! template context. Which Flux kinds a component renders is read from its rendered objects.
+//! Each component is one module that owns every fact about itself: its profile section (the
+//! serde types, their defaults and the facts derived from them), its rules, its template view,
+//! the profile field that pins each chart it installs, the chart values it lets a profile add,
+//! the Secret it reads whose value the user supplies at apply time, and the kinds it renders that
+//! osbx reads back. [`ALL`] is the table that drives the rest: the names `layers[].component`
+//! accepts, the template directory a layer renders (`templates/<name>/`), the rules run when a
+//! profile loads and the template context. [`Sections`] holds the sections, one field each.
+//!
+//! Components sit below the profile document: they see the sections and the [`Site`] (the
+//! cluster, and which layer renders which component), never the document itself.
 
 pub mod kata;
 pub mod opensandbox;
 pub mod pools;
-pub mod spire_agents;
-pub mod spire_smoke;
+pub mod spire;
 
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
 use tera::Context;
 
-use crate::profile::{Profile, Violations};
+use crate::object::ObjectRef;
+use crate::spec::{TargetCluster, Violations};
 
-/// One component: its name and what it contributes to loading and rendering a profile.
+/// One component: its name and what it contributes to loading, rendering, linting and applying
+/// a profile.
 pub struct Component {
     /// The value of `layers[].component`, and the template directory under `templates/`.
     pub name: &'static str,
     /// What a layer of this component contains (for messages and docs).
     pub about: &'static str,
-    /// Rules over the profile. `layer` is the index of the layer that renders the component, if
-    /// any; a component checks its section whenever the profile has it.
-    pub validate: fn(profile: &Profile, layer: Option<usize>, violations: &mut Violations),
+    /// The top-level profile section it is configured by (both SPIRE components read `spire`).
+    pub section: &'static str,
+    /// Rules over the sections, run whenever the profile has the component's section, and with
+    /// the checks that need a layer when one renders it ([`Site::layer_of`]).
+    pub validate: fn(sections: &Sections, site: &Site<'_>, violations: &mut Violations),
     /// Adds the component's entries to the template context every template of the profile sees.
-    pub view: fn(profile: &Profile, context: &mut Context),
+    pub view: fn(sections: &Sections, site: &Site<'_>, context: &mut Context),
+    /// The profile field that pins the chart or chart source `object` (of this component's
+    /// layer) installs, for `chart.unpinned`.
+    pub pin: fn(object: &ObjectRef) -> Option<&'static str>,
+    /// The chart values the profile adds to this component's releases (`<section>.values`),
+    /// merged over what osbx sets; `lint --chart` checks the chart reads them.
+    pub values: fn(sections: &Sections) -> Option<&Value>,
+    /// The Secret the component's workloads read whose value the user supplies to `osbx apply`
+    /// (never rendered, so never in git).
+    pub supplied: fn(sections: &Sections) -> Option<Supplied>,
+}
+
+/// A Secret a component reads whose value the user supplies at apply time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supplied {
+    /// The Secret.
+    pub secret: ObjectRef,
+    /// The key that holds the value.
+    pub key: String,
+}
+
+/// Where the profile puts things, as components see it: the cluster, and which layer renders
+/// which component.
+#[derive(Debug, Clone)]
+pub struct Site<'a> {
+    /// The `cluster` section.
+    pub cluster: &'a TargetCluster,
+    /// Each rendered layer: its index in `layers`, its name and its component.
+    pub layers: Vec<(usize, &'a str, &'static Component)>,
+}
+
+impl Site<'_> {
+    /// The index and name of the layer that renders `component`, if one does.
+    #[must_use]
+    pub fn layer_of(&self, component: &Component) -> Option<(usize, &str)> {
+        self.layers.iter().find(|(_, _, c)| *c == component).map(|(i, name, _)| (*i, *name))
+    }
+}
+
+/// Declares [`Sections`]: one field per top-level section a component owns, read by its key.
+macro_rules! sections {
+    ($($(#[$doc:meta])* $key:literal => $field:ident: $ty:ty,)*) => {
+        /// The component sections of a profile, one top-level key each (the profile document
+        /// flattens them beside its own fields).
+        #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+        #[serde(default)]
+        pub struct Sections {
+            $($(#[$doc])* #[serde(rename = $key)] pub $field: $ty,)*
+        }
+
+        impl Sections {
+            /// The top-level keys of the sections.
+            pub const KEYS: &[&str] = &[$($key),*];
+
+            /// Read the value of `key` into its section; `false` when `key` names no section.
+            ///
+            /// # Errors
+            /// The deserializer's error, located where the value is.
+            pub fn read<'de, A: serde::de::MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+                match key {
+                    $($key => self.$field = map.next_value()?,)*
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+        }
+    };
+}
+
+sections! {
+    /// The OpenSandbox Helm release and its values (the `opensandbox` component).
+    "opensandbox" => opensandbox: opensandbox::OpenSandbox,
+    /// The OpenSandbox Pools (the `pools` component).
+    "pools" => pools: pools::Pools,
+    /// Kata Containers, for a `kata` layer.
+    "kata" => kata: Option<kata::Kata>,
+    /// SPIRE agents and the smoke identity, for `spire-agents` and `spire-smoke` layers.
+    "spire" => spire: Option<spire::Spire>,
 }
 
 /// Every component, in the order their rules run and their views are built.
-pub static ALL: &[&Component] =
-    &[&opensandbox::COMPONENT, &pools::COMPONENT, &kata::COMPONENT, &spire_agents::COMPONENT, &spire_smoke::COMPONENT];
+pub static ALL: &[&Component] = &[
+    &opensandbox::COMPONENT,
+    &pools::COMPONENT,
+    &kata::COMPONENT,
+    &spire::agents::COMPONENT,
+    &spire::smoke::COMPONENT,
+];
 
 /// The component with this name.
 #[must_use]
@@ -102,6 +193,13 @@ mod tests {
             crate::embedded::templates().iter().filter_map(|(path, _)| path.split_once('/').map(|(d, _)| d)).collect();
         for c in ALL {
             assert!(dirs.contains(c.name), "templates/{}/ is missing", c.name);
+        }
+    }
+
+    #[test]
+    fn every_component_reads_a_section() {
+        for c in ALL {
+            assert!(Sections::KEYS.contains(&c.section), "{} reads no section of Sections", c.name);
         }
     }
 }

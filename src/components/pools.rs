@@ -8,12 +8,31 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
 
-use super::{Component, kata};
-use crate::profile::values::Resources;
-use crate::profile::{Profile, Violations};
+use super::{Component, Sections, Site, kata, opensandbox};
+use crate::object::{KnownKind, ObjectRef};
+use crate::spec::Violations;
+use crate::spec::values::Resources;
 
 /// The table entry of this component.
-pub static COMPONENT: Component = Component { name: "pools", about: "the OpenSandbox Pools", validate, view };
+pub static COMPONENT: Component = Component {
+    name: "pools",
+    about: "the OpenSandbox Pools",
+    section: "pools",
+    validate,
+    view,
+    pin: |_| None,
+    values: |_| None,
+    supplied: |_| None,
+};
+
+/// The OpenSandbox Pool, the kind this component renders (status, verify and lint read it).
+pub const POOL: KnownKind = KnownKind::new("sandbox.opensandbox.io", "v1alpha1", "Pool");
+
+/// The Pool named `name`: Pools live in the OpenSandbox sandbox namespace.
+#[must_use]
+pub fn object(s: &Sections, name: &str) -> ObjectRef {
+    POOL.object(Some(&s.opensandbox.namespaces.sandbox), name)
+}
 
 /// The pools and the pod-template parts they share.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -30,7 +49,7 @@ pub struct Pools {
 
 impl Default for Pools {
     fn default() -> Self {
-        let registry = "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox";
+        let registry = opensandbox::REGISTRY;
         let bin = json!({"name": "opensandbox-bin", "mountPath": "/opt/opensandbox"});
         let installer = |name: &str, image: String, script: &str| json!({"name": name, "image": image, "command": ["/bin/sh", "-c"], "args": [script], "volumeMounts": [bin]});
         let defaults = PoolTemplate {
@@ -55,7 +74,7 @@ impl Default for Pools {
                 ),
                 installer(
                     "execd-installer",
-                    format!("{registry}/execd:v1.0.22"),
+                    opensandbox::execd_image(),
                     "cp ./execd /opt/opensandbox/execd && cp ./bootstrap.sh /opt/opensandbox/bootstrap.sh && chmod 0755 /opt/opensandbox/execd /opt/opensandbox/bootstrap.sh",
                 ),
             ]),
@@ -316,9 +335,9 @@ impl Pools {
     }
 }
 
-fn validate(p: &Profile, _layer: Option<usize>, v: &mut Violations) {
+fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
     let mut seen = BTreeSet::new();
-    for (i, pool) in p.pools.items.iter().enumerate() {
+    for (i, pool) in s.pools.items.iter().enumerate() {
         let at = format!("pools.items[{i}]");
         v.dns_label(&format!("{at}.name"), &pool.name);
         if !seen.insert(pool.name.as_str()) {
@@ -337,7 +356,7 @@ fn validate(p: &Profile, _layer: Option<usize>, v: &mut Violations) {
             _ => {}
         }
         capacity(&at, pool.capacity, v);
-        if pool.image.as_ref().or(p.pools.defaults.image.as_ref()).is_none_or(|s| s.trim().is_empty()) {
+        if pool.image.as_ref().or(s.pools.defaults.image.as_ref()).is_none_or(|s| s.trim().is_empty()) {
             v.push(format!("{at}.image"), "missing image (set it on the pool or in pools.defaults)");
         }
     }
@@ -369,9 +388,9 @@ fn capacity(at: &str, c: Capacity, v: &mut Violations) {
 }
 
 /// `pools`: every pool with its defaults applied and the values templates should not compute.
-fn view(p: &Profile, ctx: &mut Context) {
-    let ns = &p.opensandbox.namespaces.sandbox;
-    let pools: Vec<Value> = p
+fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
+    let ns = &s.opensandbox.namespaces.sandbox;
+    let pools: Vec<Value> = s
         .pools
         .effective()
         .into_iter()

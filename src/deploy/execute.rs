@@ -10,12 +10,12 @@ use super::{ApplyOptions, DeployError, Layer, Plan, ids};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::inventory::Inventory;
 use crate::cluster::ssa::{self, Planned};
-use crate::status::{self, Status};
 use crate::cluster::wait::{self, WaitError, WaitOptions};
 use crate::cluster::{Cluster, RequestCounts};
 use crate::object::{Gvk, ObjectRef, Stage};
 use crate::profile::Profile;
 use crate::progress::{Phase, Progress};
+use crate::status::{self, Status};
 
 /// What an apply did.
 #[derive(Debug, Serialize)]

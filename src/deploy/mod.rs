@@ -16,15 +16,15 @@ mod plan;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use self::execute::{ApplyReport, execute};
-pub use self::plan::{ApplyOptions, Plan, access, plan};
+pub use self::plan::{ApplyOptions, Plan, Scope, operations, plan};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::inventory::Inventory;
-use crate::cluster::need::Need;
+use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::ssa::{self, ApplyError, PlanOptions};
 use crate::cluster::wait::WaitError;
 use crate::cluster::{Cluster, ClusterError};
-use crate::components::opensandbox;
-use crate::object::{Gvk, Object, ObjectRef};
+use crate::components::Supplied;
+use crate::object::{Object, ObjectRef};
 use crate::profile::Profile;
 use crate::render::Rendered;
 
@@ -112,48 +112,56 @@ pub fn layers(profile: &Profile, rendered: &Rendered) -> Vec<Layer> {
     out
 }
 
-/// Add the API key Secret the profile names (`opensandbox.server.apiKey.secretRef`) to the layer
-/// that renders OpenSandbox, so that apply creates or rotates it like any other object (and diff
-/// masks it). The key is never part of the render, so it never reaches git.
-pub fn add_api_key_secret(profile: &Profile, layers: &mut [Layer], key: &str) {
-    let Some(secret_ref) = &profile.opensandbox.server.api_key.secret_ref else { return };
-    let Some((_, spec)) = profile.rendering(&opensandbox::COMPONENT) else { return };
-    let Some(layer) = layers.iter_mut().find(|l| l.name == spec.name) else { return };
-    let mut data = BTreeMap::new();
-    data.insert(secret_ref.key.clone(), k8s_openapi::ByteString(key.as_bytes().to_vec()));
-    let secret = k8s_openapi::api::core::v1::Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(secret_ref.name.clone()),
-            namespace: Some(profile.opensandbox.namespaces.control_plane.clone()),
-            labels: Some(crate::mark::owned_labels()),
+/// The Secrets the rendered components read whose values the user supplies to apply (the
+/// OpenSandbox API key Secret, [`crate::components::Component::supplied`]), each with the layer
+/// that renders its component.
+fn supplied(profile: &Profile) -> Vec<(String, Supplied)> {
+    profile
+        .site()
+        .layers
+        .iter()
+        .filter_map(|(_, layer, c)| (c.supplied)(&profile.sections).map(|s| ((*layer).to_owned(), s)))
+        .collect()
+}
+
+/// Add the Secrets the components read, holding `value` (the API key given to this run), to the
+/// layers that render those components, so that apply creates or rotates them like any other
+/// object (and diff masks them). The value is never part of the render, so it never reaches git.
+pub fn add_supplied_secrets(profile: &Profile, layers: &mut [Layer], value: &str) {
+    for (layer_name, supplied) in supplied(profile) {
+        let Some(layer) = layers.iter_mut().find(|l| l.name == layer_name) else { continue };
+        let mut data = BTreeMap::new();
+        data.insert(supplied.key.clone(), k8s_openapi::ByteString(value.as_bytes().to_vec()));
+        let secret = k8s_openapi::api::core::v1::Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(supplied.secret.name.clone()),
+                namespace: supplied.secret.namespace.clone(),
+                labels: Some(crate::mark::owned_labels()),
+                ..Default::default()
+            },
+            data: Some(data),
+            type_: Some("Opaque".into()),
             ..Default::default()
-        },
-        data: Some(data),
-        type_: Some("Opaque".into()),
-        ..Default::default()
-    };
-    let mut value = serde_json::to_value(&secret).unwrap_or_default();
-    value["apiVersion"] = "v1".into();
-    value["kind"] = "Secret".into();
-    if let Ok(object) = Object::new(value) {
-        layer.objects.push(object);
-        layer.objects.sort_by(|a, b| a.id.cmp(&b.id));
+        };
+        let mut value = serde_json::to_value(&secret).unwrap_or_default();
+        value["apiVersion"] = supplied.secret.gvk.api_version().into();
+        value["kind"] = supplied.secret.gvk.kind.clone().into();
+        if let Ok(object) = Object::new(value) {
+            layer.objects.push(object);
+            layer.objects.sort_by(|a, b| a.id.cmp(&b.id));
+        }
     }
 }
 
-/// What osbx keeps on the cluster for this profile: every rendered object, and the API key
-/// Secret the profile names even when this run was given no key (it is written only when one is,
-/// and must never be pruned because a later run was not).
+/// What osbx keeps on the cluster for this profile: every rendered object, and the supplied
+/// Secrets of its components even when this run was given no value (they are written only when
+/// one is, and must never be pruned because a later run was not).
 #[must_use]
 pub fn kept(profile: &Profile, layers: &[Layer]) -> Vec<ObjectRef> {
     let mut ids = ids(layers);
-    if let Some(secret_ref) = &profile.opensandbox.server.api_key.secret_ref
-        && profile.rendering(&opensandbox::COMPONENT).is_some()
-    {
-        let ns = &profile.opensandbox.namespaces.control_plane;
-        let secret = Gvk::new("", "v1", "Secret").object(Some(ns), &secret_ref.name);
-        if !ids.contains(&secret) {
-            ids.push(secret);
+    for (_, supplied) in supplied(profile) {
+        if !ids.contains(&supplied.secret) {
+            ids.push(supplied.secret);
         }
     }
     ids
@@ -165,20 +173,20 @@ pub fn inventory(profile: &Profile) -> ObjectRef {
     Inventory::config_map(&profile.cluster.flux_namespace, profile.name(), &profile.cluster.name)
 }
 
-/// Every permission [`diff`] can need: the plan's reads, a server-side dry-run of creating or
-/// changing every object (the API key Secret the profile names included), reading the
-/// inventory and, with `stale`, reading any object of the rendered kinds in the rendered
-/// namespaces (what the inventory lists and the render no longer has, shown as to be pruned).
+/// Everything [`diff`] can do: the plan's reads, a server-side dry-run of creating or changing
+/// every object (the Secrets the components read included), reading the inventory and, with
+/// `stale`, reading any object of the rendered kinds in the rendered namespaces (what the
+/// inventory lists and the render no longer has, shown as to be pruned).
 #[must_use]
-pub fn diff_needs(profile: &Profile, layers: &[Layer], stale: bool) -> Vec<Need> {
+pub fn diff_operations(profile: &Profile, layers: &[Layer], stale: bool) -> Vec<Operation> {
     let ids = kept(profile, layers);
-    let mut out: BTreeSet<Need> = ssa::read_needs(ids.iter()).into_iter().collect();
-    out.extend(ids.iter().flat_map(|id| ssa::write_needs(id, Action::Created)));
-    out.insert(Inventory::read_need(&inventory(profile)));
+    let mut out = ssa::reading(ids.iter());
+    out.extend(ids.iter().filter_map(|id| ssa::writing(id, Action::Created)));
+    out.push(Inventory::reading(&inventory(profile)));
     if stale {
-        out.extend(ids.iter().map(|id| Need::any("get", &id.gvk, id.namespace.as_deref())));
+        out.extend(ids.iter().map(|id| Operation::Get(Objects::Any(id.gvk.clone(), id.namespace.clone()))));
     }
-    out.into_iter().collect()
+    out
 }
 
 /// Diff every rendered object against the cluster (server-side dry-run), plus the objects osbx

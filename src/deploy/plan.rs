@@ -8,7 +8,7 @@ use super::{DeployError, Layer, ids, inventory, kept, objects};
 use crate::changeset::Action;
 use crate::cluster::Cluster;
 use crate::cluster::inventory::Inventory;
-use crate::cluster::need::Need;
+use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::preflight;
 use crate::cluster::ssa::{self, PlanOptions, Planned};
 use crate::object::{Gvk, ObjectRef};
@@ -35,6 +35,21 @@ impl ApplyOptions {
     pub(super) fn plan_options(&self) -> PlanOptions {
         PlanOptions { dry_run_new: self.dry_run, force_conflicts: self.force_conflicts }
     }
+
+    /// What the apply does beyond planning and writing the render.
+    #[must_use]
+    pub fn scope(&self) -> Scope {
+        Scope { prune: self.prune, wait: self.wait && !self.dry_run }
+    }
+}
+
+/// What an apply does beyond planning and writing the render: all its operations depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope {
+    /// Deletes what osbx created before and no longer renders (`--prune`).
+    pub prune: bool,
+    /// Waits for readiness after each layer (not `--dry-run`, not `--wait=false`).
+    pub wait: bool,
 }
 
 /// What an apply will do, read before anything is written: the inventory and the plan of every
@@ -49,68 +64,66 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The permissions the writes of this plan need, reviewed before the first write: the
-    /// server-side apply of each new or changed object ([`ssa::write_needs`]); with `--prune`,
-    /// reading and deleting what the inventory holds and the render no longer has; the inventory
-    /// ConfigMap with any write. When the apply then waits, also the reads of the waits that the
-    /// plan's own reads did not prove: objects the plan read with one LIST, and the Flux
-    /// Kustomizations of external layers. An unchanged object needs nothing beyond the read that
-    /// already happened, so a no-op apply reviews nothing.
+    /// The writes of this plan and what comes with them, reviewed before the first write: the
+    /// server-side apply of each new or changed object ([`ssa::writing`]); when pruning, reading
+    /// and deleting what the inventory holds and the render no longer has; the inventory
+    /// ConfigMap with any write. When the apply then waits, also the waits the plan's own reads
+    /// did not cover: objects the plan read with one LIST, and the Flux Kustomizations of
+    /// external layers. An unchanged object needs nothing beyond the read that already happened,
+    /// so a no-op apply reviews nothing.
     #[must_use]
-    pub fn needs(&self, profile: &Profile, layers: &[Layer], opts: &ApplyOptions) -> Vec<Need> {
-        let mut out = BTreeSet::new();
-        for p in self.planned.values() {
-            out.extend(ssa::write_needs(&p.id, p.action));
-        }
-        if opts.prune {
-            out.extend(self.previous.stale(&kept(profile, layers)).iter().flat_map(ssa::prune_needs));
+    pub fn operations(&self, profile: &Profile, layers: &[Layer], scope: Scope) -> Vec<Operation> {
+        let mut out: Vec<Operation> = self.planned.values().filter_map(|p| ssa::writing(&p.id, p.action)).collect();
+        if scope.prune {
+            out.extend(self.previous.stale(&kept(profile, layers)).iter().flat_map(ssa::pruning));
         }
         let later = self.planned.values().any(|p| p.action == Action::Skipped);
         if !out.is_empty() || later {
-            out.extend(Inventory::write_needs(&self.previous.config_map));
-            if opts.wait && !opts.dry_run {
-                out.extend(wait_needs(profile, layers, true));
+            out.push(Inventory::writing(&self.previous.config_map));
+            if scope.wait {
+                out.extend(waits(profile, layers, true));
             }
         }
-        out.into_iter().collect()
+        out
     }
 }
 
-/// The reads of the waits (readiness of each layer's objects, and first of the external layers
-/// it depends on): `get` on each object (`only_listed`: only on those the plan reads with a
-/// LIST, the others being read by name already) and on each external layer's Kustomization.
-fn wait_needs(profile: &Profile, layers: &[Layer], only_listed: bool) -> Vec<Need> {
+/// The waits (readiness of each layer's objects, and first of the external layers it depends
+/// on): each object (`only_listed`: only those the plan reads with a LIST, the others being read
+/// by name already) and each external layer's Kustomization.
+fn waits(profile: &Profile, layers: &[Layer], only_listed: bool) -> Vec<Operation> {
     let ids = ids(layers);
     let objects = if only_listed { ssa::listed(ids.iter()) } else { ids.iter().collect() };
     let deps = layers.iter().flat_map(|l| &l.external_deps).map(|d| flux_kustomization(profile, d));
-    objects.into_iter().map(|id| Need::on("get", id)).chain(deps.map(|id| Need::on("get", &id))).collect()
+    objects.into_iter().cloned().chain(deps).map(Operation::Wait).collect()
 }
 
-/// Every permission an apply of `layers` can need, whatever the cluster holds: the plan's reads,
-/// creating and changing every object (the API key Secret the profile names included), the
-/// inventory, the Flux namespace, the waits' reads, and with `--prune` reading and deleting any
-/// object of the rendered kinds in the rendered namespaces (the names of what is pruned are known
-/// only from the inventory). `osbx rbac` turns this into roles; preflight reviews it all when a
-/// read is refused, to name everything that is missing at once.
+/// Everything an apply of `layers` can do, whatever the cluster holds: the plan's reads,
+/// creating and changing every object (the Secrets the components read included), the
+/// inventory, the Flux namespace, the waits, and when pruning reading and deleting any object
+/// of the rendered kinds in the rendered namespaces (the names of what is pruned are known only
+/// from the inventory). `osbx rbac` turns it into roles; preflight reviews it all when a read is
+/// refused, to name everything that is missing at once.
 #[must_use]
-pub fn access(profile: &Profile, layers: &[Layer], opts: &ApplyOptions) -> Vec<Need> {
+pub fn operations(profile: &Profile, layers: &[Layer], scope: Scope) -> Vec<Operation> {
     let ids = kept(profile, layers);
     let inventory = inventory(profile);
-    let mut out: BTreeSet<Need> = ssa::read_needs(ids.iter()).into_iter().collect();
-    out.extend(ids.iter().flat_map(|id| ssa::write_needs(id, Action::Created)));
-    out.insert(Inventory::read_need(&inventory));
-    out.extend(Inventory::write_needs(&inventory));
-    out.insert(preflight::flux_namespace_need(&profile.cluster.flux_namespace));
-    if opts.wait && !opts.dry_run {
-        out.extend(wait_needs(profile, layers, false));
+    let mut out = ssa::reading(ids.iter());
+    out.extend(ids.iter().filter_map(|id| ssa::writing(id, Action::Created)));
+    out.push(Inventory::reading(&inventory));
+    out.push(Inventory::writing(&inventory));
+    out.push(preflight::reading_flux_namespace(&profile.cluster.flux_namespace));
+    if scope.wait {
+        out.extend(waits(profile, layers, false));
     }
-    if opts.prune {
-        let kinds: BTreeSet<(&Gvk, Option<&str>)> = ids.iter().map(|id| (&id.gvk, id.namespace.as_deref())).collect();
+    if scope.prune {
+        let kinds: BTreeSet<(&Gvk, Option<&String>)> = ids.iter().map(|id| (&id.gvk, id.namespace.as_ref())).collect();
         for (kind, ns) in kinds {
-            out.extend(["get", "delete"].map(|verb| Need::any(verb, kind, ns)));
+            let any = || Objects::Any(kind.clone(), ns.cloned());
+            out.extend([Operation::Get(any()), Operation::Delete(any())]);
         }
     }
-    out.into_iter().collect()
+    out
 }
 
 /// Read everything an apply needs to decide what to write, in one wave: the inventory and the

@@ -8,15 +8,9 @@ use crate::merge::merge;
 use crate::object::Object;
 use crate::render::RenderedObject;
 
-/// The profile field that pins what `object` installs, by the section its layer renders from.
-fn pin_field(object: &Object, layer: &str, l: &Linter<'_>) -> String {
-    match (l.loaded.profile.component_of(layer).map(|c| c.name), object.id.kind()) {
-        (Some("opensandbox"), _) => "opensandbox.source.ref".into(),
-        (Some("kata"), _) => "kata.chart.version".into(),
-        (Some("spire-agents"), "HelmRelease") if object.id.name == "spire-crds" => "spire.chart.crdsVersion".into(),
-        (Some("spire-agents"), _) => "spire.chart.version".into(),
-        _ => "layers".into(),
-    }
+/// The profile field that pins what `object` installs: the one its layer's component names.
+fn pin_field(object: &Object, layer: &str, l: &Linter<'_>) -> &'static str {
+    l.loaded.profile.component_of(layer).and_then(|c| (c.pin)(&object.id)).unwrap_or("layers")
 }
 
 /// An exact version (`1.2.3`, `v1.2.3`, `1.2.3-rc.1`), not a range.
@@ -63,7 +57,7 @@ pub(super) fn unpinned(l: &mut Linter<'_>, objects: &[RenderedObject]) {
     for o in objects {
         if let Some(why) = floating(&o.object) {
             let field = pin_field(&o.object, &o.layer, l);
-            l.add("chart.unpinned", Severity::Warning, &field, why, "pin an exact chart version, tag or commit");
+            l.add("chart.unpinned", Severity::Warning, field, why, "pin an exact chart version, tag or commit");
         }
     }
 }
@@ -111,16 +105,6 @@ fn release_values(release: &Value, objects: &[RenderedObject]) -> Value {
     values
 }
 
-/// The extra chart values of the profile section `section` (merged over what osbx sets).
-fn extra_values<'p>(profile: &'p crate::profile::Profile, section: &str) -> Option<&'p Value> {
-    match section {
-        "opensandbox" => profile.opensandbox.values.as_ref(),
-        "kata" => profile.kata.as_ref()?.values.as_ref(),
-        "spire" => profile.spire.as_ref()?.values.as_ref(),
-        _ => None,
-    }
-}
-
 /// Every leaf of `values` with its key path.
 fn leaves(values: &Value, at: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
     match values {
@@ -142,12 +126,9 @@ pub(super) fn unread_values(l: &mut Linter<'_>, objects: &[RenderedObject], char
         }
         let mut paths = Vec::new();
         leaves(&release_values(&o.object.value, objects), &mut Vec::new(), &mut paths);
-        let field = match l.loaded.profile.component_of(&o.layer).map(|c| c.name) {
-            Some("spire-agents") => "spire",
-            Some(name) => name,
-            None => "layers",
-        };
-        let extra = extra_values(&l.loaded.profile, field);
+        let component = l.loaded.profile.component_of(&o.layer);
+        let field = component.map_or("layers", |c| c.section);
+        let extra = component.and_then(|c| (c.values)(&l.loaded.profile.sections));
         for path in paths.iter().filter(|p| !p.is_empty() && !chart.reads(p)) {
             // A key of the section's own `values` is located there.
             let in_extra = extra.is_some_and(|e| path.iter().try_fold(e, |at, k| at.get(k)).is_some());

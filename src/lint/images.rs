@@ -15,16 +15,16 @@ pub(super) fn pinned(image: &str) -> bool {
 pub(super) fn images(l: &mut Linter<'_>) {
     let p = &l.loaded.profile;
     let mut seen: Vec<(String, String)> = Vec::new();
-    if let Some(img) = &p.pools.defaults.image {
+    if let Some(img) = &p.sections.pools.defaults.image {
         seen.push(("pools.defaults.image".into(), img.clone()));
     }
-    for (i, c) in p.pools.defaults.init_containers.iter().flatten().enumerate() {
+    for (i, c) in p.sections.pools.defaults.init_containers.iter().flatten().enumerate() {
         seen.push((
             format!("pools.defaults.initContainers[{i}].image"),
             c["image"].as_str().unwrap_or_default().to_owned(),
         ));
     }
-    for (i, pool) in p.pools.items.iter().enumerate() {
+    for (i, pool) in p.sections.pools.items.iter().enumerate() {
         if let Some(img) = &pool.image {
             seen.push((format!("pools.items[{i}].image"), img.clone()));
         }
@@ -35,7 +35,7 @@ pub(super) fn images(l: &mut Linter<'_>) {
             ));
         }
     }
-    let cfg = &p.opensandbox.server.config;
+    let cfg = &p.sections.opensandbox.server.config;
     seen.push(("opensandbox.server.config.runtime.execdImage".into(), cfg.runtime.execd_image.clone()));
     if let Some(e) = &cfg.egress {
         seen.push(("opensandbox.server.config.egress.image".into(), e.image.clone()));

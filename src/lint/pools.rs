@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::{Linter, Severity};
 use crate::components::kata::shim;
-use crate::components::pools::Runtime;
+use crate::components::pools::{POOL, Runtime};
 use crate::render::RenderedObject;
 
 /// Pool spec fields a chart version's (stale) Pool CRD does not know: the API server prunes them
@@ -59,8 +59,8 @@ fn uncheckable_shim(l: &mut Linter<'_>, at: &str, pool: &str, class: &str) {
 
 pub(super) fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Option<&Value>) {
     let p = &l.loaded.profile;
-    let timeout = p.opensandbox.server.config.kubernetes.create_timeout();
-    for (i, pool) in p.pools.effective().iter().enumerate() {
+    let timeout = p.sections.opensandbox.server.config.kubernetes.create_timeout();
+    for (i, pool) in p.sections.pools.effective().iter().enumerate() {
         let at = format!("pools.items[{i}]");
         if pool.pool.runtime == Runtime::Kata {
             for (j, v) in pool.template.volumes.iter().flatten().enumerate() {
@@ -96,8 +96,8 @@ pub(super) fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Op
             }
         }
     }
-    let pin = p.opensandbox.source.git_ref.tag.clone().unwrap_or_default();
-    for (i, o) in objects.iter().filter(|o| o.object.id.kind() == "Pool").enumerate() {
+    let pin = p.sections.opensandbox.source.git_ref.tag.clone().unwrap_or_default();
+    for (i, o) in objects.iter().filter(|o| POOL.is(&o.object.id.gvk)).enumerate() {
         let spec = o.object.value["spec"].as_object().cloned().unwrap_or_default();
         let unknown: Vec<String> = match pool_crd {
             Some(crd) => unknown_fields(&o.object.value["spec"], &crd_spec_schema(crd), "spec"),

@@ -3,7 +3,7 @@
 use super::{Linter, Severity};
 
 pub(super) fn api_key(l: &mut Linter<'_>) {
-    let server = &l.loaded.profile.opensandbox.server;
+    let server = &l.loaded.profile.sections.opensandbox.server;
     let insecure = server.insecure();
     match server.api_key.inline.as_deref() {
         Some("") if !insecure => l.add(

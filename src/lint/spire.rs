@@ -3,10 +3,10 @@
 use serde_json::Value;
 
 use super::{Linter, Severity};
-use crate::components::{spire_agents, spire_smoke};
+use crate::components::spire::{agents as spire_agents, smoke as spire_smoke};
 
 pub(super) fn spire(l: &mut Linter<'_>) {
-    let Some(s) = &l.loaded.profile.spire else { return };
+    let Some(s) = &l.loaded.profile.sections.spire else { return };
     let values = s.values.clone().unwrap_or(Value::Null);
     let server_on = values["spire-server"]["enabled"] == true;
     let default_id =

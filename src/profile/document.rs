@@ -2,18 +2,19 @@
 //!
 //! Every struct denies unknown fields, so a typo is an error with a location, not a silently
 //! ignored setting. Each default is stated once, in the `Default` of its struct; the sections of
-//! the layer components are their modules' (see [`crate::components`]).
+//! the layer components are their modules' (see [`crate::components`]), flattened into the
+//! document as [`Sections`].
+
+use std::fmt;
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
-use super::syntax::normalize_repo_path;
 use super::verify::{SpiffeSmoke, Verify};
-use crate::components::kata::Kata;
-use crate::components::opensandbox::OpenSandbox;
-use crate::components::pools::Pools;
-use crate::components::spire_agents::Spire;
-use crate::components::{self, Component};
+use crate::components::{self, Component, Sections, Site};
+use crate::spec::TargetCluster;
+use crate::spec::syntax::normalize_repo_path;
 
 /// The only `apiVersion` this build understands.
 pub const API_VERSION: &str = "osbx.dev/v1alpha1";
@@ -23,7 +24,7 @@ pub const KIND: &str = "Profile";
 /// A whole profile document. Everything but the cluster's name and its pools has a default,
 /// pinned for the chart osbx pins: the smallest useful profile is `cluster: {name: …}` and
 /// `pools: {items: […]}`.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(extend("required" = ["cluster"]))]
 pub struct Profile {
@@ -37,14 +38,9 @@ pub struct Profile {
     pub cluster: TargetCluster,
     /// The Flux Kustomization layers, rendered by osbx or only referenced.
     pub layers: Vec<LayerSpec>,
-    /// The OpenSandbox Helm release and its values (the `opensandbox` component).
-    pub opensandbox: OpenSandbox,
-    /// The OpenSandbox Pools (the `pools` component).
-    pub pools: Pools,
-    /// Kata Containers, for a `kata` layer.
-    pub kata: Option<Kata>,
-    /// SPIRE agents and the smoke identity, for `spire-agents` and `spire-smoke` layers.
-    pub spire: Option<Spire>,
+    /// The components' sections (`opensandbox`, `pools`, `kata`, `spire`).
+    #[serde(flatten)]
+    pub sections: Sections,
     /// How `osbx verify` probes the platform.
     pub verify: Verify,
 }
@@ -68,12 +64,56 @@ impl Default for Profile {
                     ..layer("opensandbox-pools", &components::pools::COMPONENT)
                 },
             ],
-            opensandbox: OpenSandbox::default(),
-            pools: Pools::default(),
-            kata: None,
-            spire: None,
+            sections: Sections::default(),
             verify: Verify::default(),
         }
+    }
+}
+
+/// Every top-level key, in schema order: the document's own and [`Sections::KEYS`].
+static KEYS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    let own = ["apiVersion", "kind", "metadata", "cluster", "layers"];
+    own.into_iter().chain(Sections::KEYS.iter().copied()).chain(["verify"]).collect()
+});
+
+/// Read key by key, so that a section's errors keep their location (serde's `flatten` would
+/// buffer the sections and lose it) and an unknown top-level key is still an error.
+impl<'de> Deserialize<'de> for Profile {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Document;
+        impl<'de> Visitor<'de> for Document {
+            type Value = Profile;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a profile document (a mapping)")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Profile, A::Error> {
+                let mut p = Profile::default();
+                let mut seen: Vec<String> = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if seen.contains(&key) {
+                        return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+                    }
+                    match key.as_str() {
+                        "apiVersion" => p.api_version = map.next_value()?,
+                        "kind" => p.kind = map.next_value()?,
+                        "metadata" => p.metadata = map.next_value()?,
+                        "cluster" => p.cluster = map.next_value()?,
+                        "layers" => p.layers = map.next_value()?,
+                        "verify" => p.verify = map.next_value()?,
+                        other => {
+                            if !p.sections.read(other, &mut map)? {
+                                return Err(de::Error::unknown_field(other, &KEYS));
+                            }
+                        }
+                    }
+                    seen.push(key);
+                }
+                Ok(p)
+            }
+        }
+        d.deserialize_map(Document)
     }
 }
 
@@ -86,25 +126,6 @@ pub struct Metadata {
     pub name: String,
     /// One-line description.
     pub description: Option<String>,
-}
-
-/// The cluster the profile renders for.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
-#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-#[schemars(extend("required" = ["name"]))]
-pub struct TargetCluster {
-    /// Cluster name: the tree goes to `clusters/<name>/`.
-    pub name: String,
-    /// Namespace of the Flux controllers and of every layer Kustomization.
-    pub flux_namespace: String,
-    /// Name of the root `GitRepository` that Flux syncs this repository from.
-    pub source_ref: String,
-}
-
-impl Default for TargetCluster {
-    fn default() -> Self {
-        Self { name: String::new(), flux_namespace: "flux-system".into(), source_ref: "flux-system".into() }
-    }
 }
 
 /// One Flux Kustomization layer of the profile.
@@ -192,6 +213,14 @@ impl Profile {
         self.layers.iter().filter(|l| l.renders().is_some())
     }
 
+    /// Where the profile puts things, as components see it.
+    #[must_use]
+    pub fn site(&self) -> Site<'_> {
+        let layers =
+            self.layers.iter().enumerate().filter_map(|(i, l)| l.renders().map(|c| (i, l.name.as_str(), c))).collect();
+        Site { cluster: &self.cluster, layers }
+    }
+
     /// The layer that renders `component`, with its index.
     #[must_use]
     pub fn rendering(&self, component: &Component) -> Option<(usize, &LayerSpec)> {
@@ -209,7 +238,7 @@ impl Profile {
     #[must_use]
     pub fn spiffe_smoke(&self) -> Option<SpiffeSmoke> {
         self.verify.spiffe.clone().or_else(|| {
-            let s = self.spire.as_ref()?;
+            let s = self.sections.spire.as_ref()?;
             Some(SpiffeSmoke {
                 namespace: s.smoke.namespace.clone(),
                 service_account: s.smoke.service_account.clone(),

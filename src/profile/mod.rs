@@ -5,18 +5,14 @@
 //! errors are collected and returned together, each as `file:line:column: field: message`.
 
 mod document;
-mod locate;
-pub mod syntax;
 pub mod validate;
-pub mod values;
 mod verify;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use crate::spec::{Locations, Pos, TargetCluster, Violation, Violations};
 pub use document::*;
-pub use locate::{Locations, Pos};
-pub use validate::{Violation, Violations};
 pub use verify::{SpiffeSmoke, Verify};
 
 use crate::embedded;

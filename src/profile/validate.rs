@@ -6,73 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::document::{API_VERSION, KIND, Profile};
-use super::syntax::{FLUX_UNITS, check_dns_label, check_dns_subdomain, is_duration, normalize_repo_path};
 use crate::components;
-
-/// One violated rule: the field path and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// Field path, e.g. `pools.items[1].capacity.bufferMin`.
-    pub field: String,
-    /// What is wrong, and the fix where it is not obvious.
-    pub message: String,
-}
-
-/// The violations found so far, with the checks rules share.
-#[derive(Debug, Default)]
-pub struct Violations(Vec<Violation>);
-
-impl Violations {
-    /// Record a violation.
-    pub fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Violation { field: field.into(), message: message.into() });
-    }
-
-    /// A required field that is not set: `missing field `name``, like serde says it.
-    pub fn missing(&mut self, field: &str) {
-        let name = field.rsplit('.').next().unwrap_or(field);
-        self.push(field, format!("missing field `{name}`"));
-    }
-
-    /// The value must be a DNS-1123 label (namespaces, most object names).
-    pub fn dns_label(&mut self, field: &str, value: &str) {
-        if let Err(why) = check_dns_label(value) {
-            self.push(field, format!("{value:?} is not a valid name: {why}"));
-        }
-    }
-
-    /// The value must be a DNS-1123 subdomain (ConfigMap and Secret names).
-    pub fn dns_subdomain(&mut self, field: &str, value: &str) {
-        if let Err(why) = check_dns_subdomain(value) {
-            self.push(field, why);
-        }
-    }
-
-    /// The value must be a Flux duration.
-    pub fn duration(&mut self, field: &str, value: &str) {
-        self.duration_in(field, value, FLUX_UNITS);
-    }
-
-    /// The value must be a duration made of these units only.
-    pub fn duration_in(&mut self, field: &str, value: &str, units: &[&str]) {
-        if !is_duration(value, units) {
-            self.push(
-                field,
-                format!(
-                    "{value:?} is not a valid duration: use a number followed by {} (e.g. 10m, 1h30m)",
-                    units.join(", ")
-                ),
-            );
-        }
-    }
-
-    /// An optional Flux duration.
-    pub fn opt_duration(&mut self, field: &str, value: Option<&str>) {
-        if let Some(v) = value {
-            self.duration(field, v);
-        }
-    }
-}
+use crate::spec::syntax::normalize_repo_path;
+use crate::spec::{Violation, Violations};
 
 /// Check a whole profile; an empty list means it is valid.
 #[must_use]
@@ -95,8 +31,9 @@ pub fn validate(p: &Profile) -> Vec<Violation> {
     v.dns_label("cluster.fluxNamespace", &p.cluster.flux_namespace);
     v.dns_label("cluster.sourceRef", &p.cluster.source_ref);
     layers(p, &mut v);
+    let site = p.site();
     for c in components::ALL {
-        (c.validate)(p, p.rendering(c).map(|(i, _)| i), &mut v);
+        (c.validate)(&p.sections, &site, &mut v);
     }
     if let Some(s) = &p.verify.spiffe {
         if s.id.is_empty() {
@@ -111,7 +48,7 @@ pub fn validate(p: &Profile) -> Vec<Violation> {
         let known: Vec<&str> = crate::components::kata::shim::SHIMS.iter().map(|s| s.name).collect();
         v.push("verify.kataShim", format!("{name:?} is not a Kata shim osbx knows ({})", known.join(", ")));
     }
-    v.0
+    v.into_vec()
 }
 
 fn layers(p: &Profile, v: &mut Violations) {

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::components::spire_smoke::SpireSmoke;
+use crate::components::spire::smoke::SpireSmoke;
 
 /// `osbx verify` settings.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]

@@ -13,8 +13,9 @@ pub(super) fn base(p: &Profile) -> Context {
     ctx.insert("profile", p);
     ctx.insert("cluster", &p.cluster);
     ctx.insert("layers", &p.layers.iter().map(layer).collect::<Vec<_>>());
+    let site = p.site();
     for c in components::ALL {
-        (c.view)(p, &mut ctx);
+        (c.view)(&p.sections, &site, &mut ctx);
     }
     ctx
 }

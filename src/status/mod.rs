@@ -13,6 +13,7 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::components::pools::POOL;
 use crate::object::Gvk;
 
 /// Readiness of an object.
@@ -190,7 +191,7 @@ fn by_kind(group: &str, kind: &str, obj: &Value) -> Option<StatusResult> {
             Some("Bound") => result(Status::Current, "Bound"),
             p => result(Status::InProgress, p.unwrap_or("Pending")),
         }),
-        ("sandbox.opensandbox.io", "Pool") => Some(pool(obj)),
+        (group, kind) if (group, kind) == (POOL.group, POOL.kind) => Some(pool(obj)),
         _ => None,
     }
 }

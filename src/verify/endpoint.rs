@@ -8,32 +8,16 @@ use http_body_util::BodyExt;
 use kube::Client;
 use serde_json::Value;
 
-use crate::cluster::RequestCounts;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+
+use super::settings::{ApiKeyValue, Reach};
 use crate::cluster::meter::RequestStats;
-use crate::cluster::need::Need;
-use crate::object::Gvk;
-
-/// The value of an API key (a secret): it never prints, not even in debug output.
-#[derive(Clone, Default)]
-pub struct ApiKeyValue(Option<String>);
-
-impl ApiKeyValue {
-    /// Wrap a key (`None` or empty: no key).
-    #[must_use]
-    pub fn new(key: Option<String>) -> Self {
-        Self(key.filter(|k| !k.is_empty()))
-    }
-
-    pub(super) fn value(&self) -> Option<&str> {
-        self.0.as_deref()
-    }
-}
-
-impl std::fmt::Debug for ApiKeyValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "ApiKeyValue(***)" } else { "ApiKeyValue(none)" })
-    }
-}
+use crate::cluster::operation::{Objects, Operation};
+use crate::cluster::{Cluster, RequestCounts};
+use crate::components::opensandbox::OpenSandbox;
+use crate::object::{KnownKind, ObjectRef};
+use crate::profile::Profile;
 
 /// Where the Lifecycle API is.
 #[derive(Clone)]
@@ -90,6 +74,55 @@ fn proxied(service: &str, port: u16) -> String {
     format!("{service}:{port}")
 }
 
+/// The requests with `methods` a run that reaches the platform as `reach` makes to the Lifecycle
+/// API: through the service proxy, each a [`Operation::Proxy`] (the service named
+/// `<service>:<port>` as in the request path); at a URL, none against the cluster.
+#[must_use]
+pub fn requests(profile: &Profile, reach: Reach, methods: &[http::Method]) -> Vec<Operation> {
+    if reach.direct {
+        return Vec::new();
+    }
+    let server = profile.sections.opensandbox.server_service();
+    let service =
+        KnownKind::SERVICE.object(server.namespace.as_deref(), &proxied(&server.name, OpenSandbox::SERVER_PORT));
+    methods.iter().map(|method| Operation::Proxy { service: service.clone(), method: method.clone() }).collect()
+}
+
+/// Reading the API key ([`api_key`]): the Secret the profile names, unless the run was given a
+/// key or the profile has an inline one.
+#[must_use]
+pub fn reading_key(profile: &Profile, reach: Reach) -> Vec<Operation> {
+    let os = &profile.sections.opensandbox;
+    match os.api_key_secret() {
+        Some(s) if !reach.key_given && os.server.api_key.inline.is_none() => {
+            vec![Operation::Get(Objects::Named(s.secret))]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The API key: the one given to the run, else the profile's inline key, else the Secret the
+/// profile names (unreadable or missing: none, and the checks that need it say so).
+pub(super) async fn api_key(cluster: &Cluster, profile: &Profile, given: &ApiKeyValue) -> ApiKeyValue {
+    if given.value().is_some() {
+        return given.clone();
+    }
+    let os = &profile.sections.opensandbox;
+    if let Some(inline) = &os.server.api_key.inline {
+        return ApiKeyValue::new(Some(inline.clone()));
+    }
+    let Some(supplied) = os.api_key_secret() else { return ApiKeyValue::default() };
+    let namespace = supplied.secret.namespace.as_deref().unwrap_or_default();
+    let secret = Api::<Secret>::namespaced(cluster.client.clone(), namespace).get_opt(&supplied.secret.name).await;
+    ApiKeyValue::new(
+        secret
+            .ok()
+            .flatten()
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(&supplied.key).map(|v| String::from_utf8_lossy(&v.0).trim().to_owned())),
+    )
+}
+
 /// A response: status code and body (JSON when it parses).
 #[derive(Debug, Clone)]
 pub struct Response {
@@ -102,27 +135,11 @@ pub struct Response {
 }
 
 impl Endpoint {
-    /// Through the service proxy of `service` in `namespace`.
+    /// Through the service proxy of `service`, at `port`.
     #[must_use]
-    pub fn proxy(client: Client, namespace: &str, service: &str, port: u16, key: ApiKeyValue) -> Self {
-        let name = proxied(service, port);
+    pub fn proxy(client: Client, service: &ObjectRef, port: u16, key: ApiKeyValue) -> Self {
+        let (namespace, name) = (service.namespace.as_deref().unwrap_or_default(), proxied(&service.name, port));
         Endpoint::Proxy { client, base: format!("/api/v1/namespaces/{namespace}/services/{name}/proxy"), key }
-    }
-
-    /// What a request with `method` through the service proxy of `service` in `namespace`
-    /// needs: the verb the API server authorizes that method as, on the `proxy` subresource of
-    /// the service, named `<service>:<port>` as in the request path.
-    #[must_use]
-    pub fn proxy_need(namespace: &str, service: &str, port: u16, method: &http::Method) -> Need {
-        let verb = match *method {
-            http::Method::POST => "create",
-            http::Method::PUT => "update",
-            http::Method::PATCH => "patch",
-            http::Method::DELETE => "delete",
-            _ => "get",
-        };
-        let service = Gvk::new("", "v1", "Service").object(Some(namespace), &proxied(service, port));
-        Need::on_subresource(verb, &service, "proxy")
     }
 
     /// At a URL; requests time out after `timeout` and keep the run's client limits (`--qps`,

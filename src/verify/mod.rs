@@ -13,6 +13,7 @@ pub mod probe;
 pub mod report;
 mod scripts;
 pub mod session;
+pub mod settings;
 
 use std::time::{Duration, Instant};
 
@@ -20,10 +21,12 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 use crate::cluster::Cluster;
+use crate::cluster::operation::Operation;
 use crate::profile::Profile;
 use crate::progress::{CheckState, Progress};
 
-pub use endpoint::{ApiKeyValue, Endpoint};
+pub use endpoint::Endpoint;
+pub use settings::{ApiKeyValue, Reach, Selection, Settings};
 
 /// The verdict of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -154,31 +157,9 @@ pub trait Check: Send + Sync {
     }
     /// Run it; one verdict per id.
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>>;
-    /// The permissions `run` needs for this profile and run (none when it would skip), reviewed
-    /// before the run starts and printed as roles by `osbx rbac`.
-    fn needs(&self, profile: &Profile, settings: &session::Settings) -> Vec<crate::cluster::need::Need>;
-}
-
-/// Which checks to run.
-#[derive(Debug, Clone, Default)]
-pub struct Selection {
-    /// Only these ids (prefixes: `kata` selects every `kata.*` check).
-    pub only: Vec<String>,
-    /// Not these ids (prefixes too).
-    pub skip: Vec<String>,
-}
-
-impl Selection {
-    fn matches(pattern: &str, id: &str) -> bool {
-        id == pattern || id.starts_with(&format!("{pattern}."))
-    }
-
-    /// Whether a check id is selected.
-    #[must_use]
-    pub fn selects(&self, id: &str) -> bool {
-        (self.only.is_empty() || self.only.iter().any(|p| Self::matches(p, id)))
-            && !self.skip.iter().any(|p| Self::matches(p, id))
-    }
+    /// What `run` does to the cluster for this profile and reach (nothing when it would skip):
+    /// reviewed before the run starts, and granted by `osbx rbac`.
+    fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation>;
 }
 
 /// Run the selected checks concurrently, each under its own timeout, each after the checks it

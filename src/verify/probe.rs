@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::cluster::need::Need;
+use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::{Cluster, ClusterError};
-use crate::object::Gvk;
+use crate::object::KnownKind;
 
 /// Label on everything a verify run creates.
 pub const MANAGED_BY: (&str, &str) = (crate::mark::MANAGED_BY, "osbx-verify");
@@ -157,35 +157,23 @@ pub async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[String]
     Swept { removed: swept, live_runs }
 }
 
-fn kind(kind: &str) -> Gvk {
-    Gvk::new("", "v1", kind)
-}
-
-/// What a run's own namespace, the sweep of earlier runs and the cleanup need
-/// ([`Run::create_namespace`], [`sweep`], [`Run::cleanup`]): creating, listing and deleting
-/// namespaces (probe namespaces are named per run), deleting labelled pods and service accounts
-/// in any namespace (the run's, an expired run's) and listing them in `extra_namespaces`.
+/// What a run's own namespace, the sweep of earlier runs and the cleanup do
+/// ([`Run::create_namespace`], [`sweep`], [`Run::cleanup`]): create, list and delete namespaces
+/// (probe namespaces are named per run), delete labelled pods and service accounts in any
+/// namespace (the run's, an expired run's) and list them in `extra_namespaces`.
 #[must_use]
-pub fn run_needs(extra_namespaces: &[String]) -> Vec<Need> {
-    let mut needs: Vec<Need> =
-        ["create", "list", "delete"].map(|verb| Need::any(verb, &kind("Namespace"), None)).into();
-    for k in ["Pod", "ServiceAccount"] {
-        needs.push(Need::any("deletecollection", &kind(k), None));
-        needs.extend(extra_namespaces.iter().map(|ns| Need::any("list", &kind(k), Some(ns))));
+pub fn run_operations(extra_namespaces: &[String]) -> Vec<Operation> {
+    let namespace = KnownKind::NAMESPACE.gvk();
+    let mut out = vec![
+        Operation::Create(namespace.clone(), None),
+        Operation::List(namespace, None),
+        Operation::Delete(Objects::any(KnownKind::NAMESPACE, None)),
+    ];
+    for kind in [KnownKind::POD, KnownKind::SERVICE_ACCOUNT] {
+        out.push(Operation::DeleteLabelled(kind.gvk(), None));
+        out.extend(extra_namespaces.iter().map(|ns| Operation::List(kind.gvk(), Some(ns.clone()))));
     }
-    needs
-}
-
-/// What a probe pod in `namespace` needs ([`create_pod`], [`wait_terminated`], [`wait_running`],
-/// [`diagnose`]): creating and reading pods, listing events. `None`: the run's own namespace,
-/// named only when the run starts, so any namespace.
-#[must_use]
-pub fn pod_needs(namespace: Option<&str>) -> Vec<Need> {
-    vec![
-        Need::any("create", &kind("Pod"), namespace),
-        Need::any("get", &kind("Pod"), namespace),
-        Need::any("list", &kind("Event"), namespace),
-    ]
+    out
 }
 
 /// How a probe pod ended.

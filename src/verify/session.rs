@@ -2,45 +2,19 @@
 //! namespace (after sweeping what interrupted runs left), the checks under an overall deadline,
 //! and cleanup however the run ends. `osbx verify` and `osbx apply --verify` both use it.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-
-use super::{CheckResult, Ctx, Endpoint, Selection, checks, probe};
-use crate::cluster::need::Need;
+use super::endpoint::{self, Limits};
+use super::settings::{Reach, Selection, Settings};
+use super::{CheckResult, Ctx, Endpoint, checks, probe};
+use crate::cluster::operation::Operation;
 use crate::cluster::preflight::{self, PreflightError};
 use crate::cluster::{Cluster, ClusterError};
 use crate::components::opensandbox::OpenSandbox;
-use crate::object::{Gvk, ObjectRef};
+use crate::object::ObjectRef;
 use crate::profile::Profile;
 use crate::progress::Progress;
-use crate::verify::ApiKeyValue;
-use crate::verify::endpoint::Limits;
-
-/// How to run the checks.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Which checks.
-    pub selection: Selection,
-    /// The Lifecycle API's URL (default: through the API server's service proxy).
-    pub server_url: Option<String>,
-    /// The API key given to this run (`--api-key-file`, `OSBX_API_KEY`); else the profile's.
-    pub api_key: ApiKeyValue,
-    /// The whole run's time limit.
-    pub timeout: Duration,
-}
-
-impl Settings {
-    /// Whether the Lifecycle API is reached through the API server's service proxy (no
-    /// `--server-url`).
-    #[must_use]
-    pub fn through_proxy(&self) -> bool {
-        self.server_url.is_none()
-    }
-}
 
 /// Why a verify run could not finish.
 #[derive(Debug, thiserror::Error)]
@@ -92,9 +66,9 @@ impl Session {
         flux_objects: Vec<ObjectRef>,
         settings: Settings,
     ) -> Result<Self, VerifyError> {
-        preflight::review(cluster, &needs(profile, &flux_objects, &settings), "this verify run").await?;
-        let key = api_key(cluster, profile, &settings.api_key).await;
-        let os = &profile.opensandbox;
+        let planned = operations(profile, &flux_objects, &settings.selection, settings.reach());
+        preflight::review(cluster, &planned, "this verify run").await?;
+        let key = endpoint::api_key(cluster, profile, &settings.api_key).await;
         let endpoint = match &settings.server_url {
             Some(url) => {
                 Endpoint::direct(url, key, Duration::from_secs(300), Limits::new(cluster.qps, cluster.concurrency))
@@ -102,8 +76,7 @@ impl Session {
             }
             None => Endpoint::proxy(
                 cluster.client.clone(),
-                &os.namespaces.control_plane,
-                OpenSandbox::SERVER_SERVICE,
+                &profile.sections.opensandbox.server_service(),
                 OpenSandbox::SERVER_PORT,
                 key,
             ),
@@ -166,64 +139,21 @@ fn extra_namespaces(profile: &Profile) -> Vec<String> {
     profile.spiffe_smoke().into_iter().map(|s| s.namespace).collect()
 }
 
-/// Every permission a run with `settings` needs: its namespace, sweep and cleanup, and what each
-/// selected check declares ([`super::Check::needs`]).
+/// Everything a run of the `selection` that reaches the platform as `reach` does: its
+/// namespace, sweep and cleanup, and what each selected check does ([`super::Check::operations`]).
 #[must_use]
-pub fn needs(profile: &Profile, flux_objects: &[ObjectRef], settings: &Settings) -> Vec<Need> {
-    let mut out: BTreeSet<Need> = probe::run_needs(&extra_namespaces(profile)).into_iter().collect();
-    out.extend(checks::sweep_sandboxes_needs(profile));
+pub fn operations(
+    profile: &Profile,
+    flux_objects: &[ObjectRef],
+    selection: &Selection,
+    reach: Reach,
+) -> Vec<Operation> {
+    let mut out = probe::run_operations(&extra_namespaces(profile));
+    out.extend(checks::sweeping_sandboxes(profile));
     for check in checks::catalogue(profile, flux_objects.to_vec()) {
-        if check.ids().iter().any(|id| settings.selection.selects(id)) {
-            out.extend(check.needs(profile, settings));
+        if check.ids().iter().any(|id| selection.selects(id)) {
+            out.extend(check.operations(profile, reach));
         }
     }
-    out.into_iter().collect()
-}
-
-/// What requests to the Lifecycle API with `methods` need: through the service proxy, the
-/// verbs those methods are authorized as ([`Endpoint::proxy_need`]); at a URL, nothing.
-#[must_use]
-pub fn lifecycle_api_needs(profile: &Profile, settings: &Settings, methods: &[http::Method]) -> Vec<Need> {
-    if !settings.through_proxy() {
-        return Vec::new();
-    }
-    let ns = &profile.opensandbox.namespaces.control_plane;
-    let (service, port) = (OpenSandbox::SERVER_SERVICE, OpenSandbox::SERVER_PORT);
-    methods.iter().map(|m| Endpoint::proxy_need(ns, service, port, m)).collect()
-}
-
-/// What reading the API key needs ([`api_key`]): `get` on the Secret the profile names, unless
-/// the run was given a key or the profile has an inline one.
-#[must_use]
-pub fn api_key_needs(profile: &Profile, given: &ApiKeyValue) -> Vec<Need> {
-    let os = &profile.opensandbox;
-    match &os.server.api_key.secret_ref {
-        Some(secret_ref) if given.value().is_none() && os.server.api_key.inline.is_none() => {
-            let secret = Gvk::new("", "v1", "Secret").object(Some(&os.namespaces.control_plane), &secret_ref.name);
-            vec![Need::on("get", &secret)]
-        }
-        _ => Vec::new(),
-    }
-}
-
-/// The API key: the one given to the run, else the profile's inline key, else the Secret the
-/// profile names (unreadable or missing: none, and the checks that need it say so).
-async fn api_key(cluster: &Cluster, profile: &Profile, given: &ApiKeyValue) -> ApiKeyValue {
-    if given.value().is_some() {
-        return given.clone();
-    }
-    let os = &profile.opensandbox;
-    if let Some(inline) = &os.server.api_key.inline {
-        return ApiKeyValue::new(Some(inline.clone()));
-    }
-    let Some(secret_ref) = &os.server.api_key.secret_ref else { return ApiKeyValue::default() };
-    let secret =
-        Api::<Secret>::namespaced(cluster.client.clone(), &os.namespaces.control_plane).get_opt(&secret_ref.name).await;
-    ApiKeyValue::new(
-        secret
-            .ok()
-            .flatten()
-            .and_then(|s| s.data)
-            .and_then(|d| d.get(&secret_ref.key).map(|v| String::from_utf8_lossy(&v.0).trim().to_owned())),
-    )
+    out
 }

@@ -60,7 +60,7 @@ fn error_of(text: &str) -> String {
 #[test]
 fn base_profile_is_valid() {
     let loaded = profile::parse("p.yaml", BASE.to_owned()).unwrap();
-    let pools = loaded.profile.pools.effective();
+    let pools = loaded.profile.sections.pools.effective();
     assert_eq!(pools[1].runtime_class_name.as_deref(), Some("kata-clh-runtime-rs"), "kata default runtime class");
     assert_eq!(pools[0].runtime_class_name, None);
 }

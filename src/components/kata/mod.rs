@@ -8,14 +8,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
 
-use super::Component;
-use crate::profile::{Profile, Violations};
+use super::{Component, Sections, Site};
+use crate::spec::Violations;
 
 pub mod shim;
 
 /// The table entry of this component.
-pub static COMPONENT: Component =
-    Component { name: "kata", about: "kata-deploy (RuntimeClasses and the Kata runtime on the nodes)", validate, view };
+pub static COMPONENT: Component = Component {
+    name: "kata",
+    about: "kata-deploy (RuntimeClasses and the Kata runtime on the nodes)",
+    section: "kata",
+    validate,
+    view,
+    pin: |_| Some("kata.chart.version"),
+    values: |s| s.kata.as_ref()?.values.as_ref(),
+    supplied: |_| None,
+};
 
 /// The shim osbx enables unless the profile names others: Cloud Hypervisor with runtime-rs.
 pub const DEFAULT_SHIM: &str = "clh-runtime-rs";
@@ -176,9 +184,10 @@ impl Default for OciChart {
     }
 }
 
-fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
-    let Some(k) = &p.kata else {
-        if let Some(i) = layer {
+fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
+    let layer = site.layer_of(&COMPONENT);
+    let Some(k) = &s.kata else {
+        if let Some((i, _)) = layer {
             v.push(format!("layers[{i}].component"), "a kata layer needs a top-level `kata` section");
         }
         return;
@@ -219,7 +228,7 @@ fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
     }
     if layer.is_some() {
         let installed = k.runtime_classes();
-        for (i, pool) in p.pools.effective().iter().enumerate() {
+        for (i, pool) in s.pools.effective().iter().enumerate() {
             if let Some(rc) = &pool.runtime_class_name
                 && !installed.contains(rc)
             {
@@ -237,9 +246,9 @@ fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
 
 /// `kata` (the section with its chart values and RuntimeClasses) and `kataLayer` (the name of
 /// the layer that renders it, for other components' text).
-fn view(p: &Profile, ctx: &mut Context) {
-    ctx.insert("kataLayer", &p.rendering(&COMPONENT).map(|(_, l)| l.name.clone()));
-    if let Some(k) = &p.kata {
+fn view(s: &Sections, site: &Site<'_>, ctx: &mut Context) {
+    ctx.insert("kataLayer", &site.layer_of(&COMPONENT).map(|(_, name)| name));
+    if let Some(k) = &s.kata {
         let mut v = serde_json::to_value(k).unwrap_or(Value::Null);
         v["chartValues"] = k.chart_values();
         v["runtimeClasses"] = json!(k.runtime_classes());

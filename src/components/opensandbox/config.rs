@@ -52,6 +52,16 @@ impl Default for LogTable {
     }
 }
 
+/// The registry of OpenSandbox's images.
+pub const REGISTRY: &str = "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox";
+
+/// The execd release osbx pins: injected by the server into template-mode sandboxes, and
+/// installed by the pools' default init container.
+#[must_use]
+pub fn execd_image() -> String {
+    format!("{REGISTRY}/execd:v1.0.22")
+}
+
 /// `[runtime]` keys.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -65,10 +75,7 @@ pub struct RuntimeTable {
 
 impl Default for RuntimeTable {
     fn default() -> Self {
-        Self {
-            kind: "kubernetes".into(),
-            execd_image: "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox/execd:v1.0.22".into(),
-        }
+        Self { kind: "kubernetes".into(), execd_image: execd_image() }
     }
 }
 

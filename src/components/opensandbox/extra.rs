@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::OpenSandbox;
-use crate::profile::Violations;
+use crate::spec::Violations;
 
 /// Chart values osbx relies on, by their path in the umbrella chart's values: where each must
 /// stand (given the section) so that the controller and server land where verify, rbac, diff and

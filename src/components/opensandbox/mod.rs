@@ -13,18 +13,27 @@ use tera::Context;
 pub use self::config::*;
 pub use self::extra::CHART_FACTS;
 pub use self::release::*;
-use super::Component;
-use crate::profile::syntax::GIT_TIMEOUT_UNITS;
-use crate::profile::values::{ImageRef, Resources};
-use crate::profile::{Profile, Violations};
+use super::{Component, Sections, Site, Supplied};
+use crate::object::{KnownKind, ObjectRef};
+use crate::spec::Violations;
+use crate::spec::syntax::GIT_TIMEOUT_UNITS;
+use crate::spec::values::{ImageRef, Resources};
 
 /// The table entry of this component.
 pub static COMPONENT: Component = Component {
     name: "opensandbox",
     about: "namespaces, chart GitRepository, values ConfigMap, HelmRelease and README",
+    section: "opensandbox",
     validate,
     view,
+    pin: |_| Some("opensandbox.source.ref"),
+    values: |s| s.opensandbox.values.as_ref(),
+    supplied: |s| s.opensandbox.api_key_secret(),
 };
+
+/// A sandbox as the controller holds it: created by the server (in `namespaces.sandbox`), from a
+/// pool or a template. The chart installs its CRD.
+pub const BATCH_SANDBOX: KnownKind = KnownKind::new("sandbox.opensandbox.io", "v1alpha1", "BatchSandbox");
 
 /// The OpenSandbox installation.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
@@ -72,6 +81,27 @@ impl OpenSandbox {
     #[must_use]
     pub fn helm_name(&self) -> &str {
         self.release.release_name.as_deref().unwrap_or(&self.release.name)
+    }
+
+    /// The Secret the server's API key is read from, when the section names one
+    /// (`server.apiKey.secretRef`): apply writes it from `--api-key-file`, verify reads it.
+    #[must_use]
+    pub fn api_key_secret(&self) -> Option<Supplied> {
+        let r = self.server.api_key.secret_ref.as_ref()?;
+        let secret = KnownKind::SECRET.object(Some(&self.namespaces.control_plane), &r.name);
+        Some(Supplied { secret, key: r.key.clone() })
+    }
+
+    /// The server's Deployment: verify waits for it to be Available.
+    #[must_use]
+    pub fn server_deployment(&self) -> ObjectRef {
+        KnownKind::DEPLOYMENT.object(Some(&self.namespaces.control_plane), Self::SERVER_SERVICE)
+    }
+
+    /// The server's Service: verify reaches the Lifecycle API through its proxy.
+    #[must_use]
+    pub fn server_service(&self) -> ObjectRef {
+        KnownKind::SERVICE.object(Some(&self.namespaces.control_plane), Self::SERVER_SERVICE)
     }
 
     /// Every namespace the section names, each once, in this order: the control plane (where
@@ -253,8 +283,8 @@ pub struct Readme {
     pub notes: Vec<String>,
 }
 
-fn validate(p: &Profile, _layer: Option<usize>, v: &mut Violations) {
-    let o = &p.opensandbox;
+fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
+    let o = &s.opensandbox;
     v.dns_label("opensandbox.namespaces.controlPlane", &o.namespaces.control_plane);
     v.dns_label("opensandbox.namespaces.sandbox", &o.namespaces.sandbox);
     v.dns_label("opensandbox.source.name", &o.source.name);
@@ -333,8 +363,8 @@ fn api_key(k: &ApiKeySource, v: &mut Violations) {
 }
 
 /// `opensandbox`: the section with the values templates should not compute.
-fn view(p: &Profile, ctx: &mut Context) {
-    let o = &p.opensandbox;
+fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
+    let o = &s.opensandbox;
     let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
     v["releaseNamespace"] = json!(o.release_namespace());
     v["targetNamespace"] = json!(o.target_namespace());

@@ -2,13 +2,12 @@
 
 use futures::future::BoxFuture;
 
-use crate::cluster::need::Need;
-use crate::status::Status;
+use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::wait::status_of;
 use crate::object::ObjectRef;
 use crate::profile::Profile;
-use crate::verify::session::Settings;
-use crate::verify::{Check, Ctx, Verdict};
+use crate::status::Status;
+use crate::verify::{Check, Ctx, Reach, Verdict};
 
 pub(super) struct Layers {
     pub objects: Vec<ObjectRef>,
@@ -20,8 +19,8 @@ impl Check for Layers {
     }
 
     /// Reading each Flux object ([`status_of`]).
-    fn needs(&self, _: &Profile, _: &Settings) -> Vec<Need> {
-        self.objects.iter().map(|r| Need::on("get", r)).collect()
+    fn operations(&self, _: &Profile, _: Reach) -> Vec<Operation> {
+        self.objects.iter().map(|r| Operation::Get(Objects::Named(r.clone()))).collect()
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {

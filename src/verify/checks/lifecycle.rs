@@ -8,13 +8,14 @@ use futures::future::BoxFuture;
 use http::Method;
 use serde_json::{Value, json};
 
-use super::opensandbox::{batch_sandbox, pool};
-use crate::cluster::need::Need;
+use crate::cluster::operation::{Objects, Operation};
+use crate::components::opensandbox::BATCH_SANDBOX;
+use crate::components::pools;
 use crate::components::pools::EffectivePool;
-use crate::object::Gvk;
+use crate::object::KnownKind;
 use crate::profile::Profile;
-use crate::verify::session::{self, Settings};
-use crate::verify::{Check, Ctx, Verdict};
+use crate::verify::endpoint;
+use crate::verify::{Check, Ctx, Reach, Verdict};
 
 /// The label the server puts on a Lifecycle check's sandbox (from the create's `metadata`),
 /// naming the run that created it.
@@ -28,11 +29,11 @@ pub(crate) async fn sweep_sandboxes(
     profile: &Profile,
     live_runs: &std::collections::BTreeSet<String>,
 ) -> Vec<String> {
-    let ns = &profile.opensandbox.namespaces.sandbox;
-    if profile.pools.items.is_empty() {
+    let ns = &profile.sections.opensandbox.namespaces.sandbox;
+    if profile.sections.pools.items.is_empty() {
         return Vec::new();
     }
-    let Ok(Some(api)) = cluster.resolver.api(&batch_sandbox().object(Some(ns), "")).await else { return Vec::new() };
+    let Ok(Some(api)) = cluster.resolver.api(&BATCH_SANDBOX.object(Some(ns), "")).await else { return Vec::new() };
     let Ok(list) = api.list(&kube::api::ListParams::default().labels(SANDBOX_RUN_LABEL)).await else {
         return Vec::new();
     };
@@ -51,13 +52,14 @@ pub(crate) async fn sweep_sandboxes(
     removed
 }
 
-/// What [`sweep_sandboxes`] needs: listing and deleting BatchSandboxes in the sandbox namespace.
-pub(crate) fn sweep_sandboxes_needs(profile: &Profile) -> Vec<Need> {
-    if profile.pools.items.is_empty() {
+/// What [`sweep_sandboxes`] does: list and delete labelled BatchSandboxes in the sandbox
+/// namespace.
+pub(crate) fn sweeping_sandboxes(profile: &Profile) -> Vec<Operation> {
+    if profile.sections.pools.items.is_empty() {
         return Vec::new();
     }
-    let ns = &profile.opensandbox.namespaces.sandbox;
-    ["list", "deletecollection"].into_iter().map(|verb| Need::any(verb, &batch_sandbox(), Some(ns))).collect()
+    let ns = Some(profile.sections.opensandbox.namespaces.sandbox.clone());
+    vec![Operation::List(BATCH_SANDBOX.gvk(), ns.clone()), Operation::DeleteLabelled(BATCH_SANDBOX.gvk(), ns)]
 }
 
 pub(super) struct Lifecycle {
@@ -71,15 +73,19 @@ impl Check for Lifecycle {
 
     /// Reading the Pool, the API key, the sandbox's BatchSandbox and pods (named only at run
     /// time), and `POST`, `GET` and `DELETE` to the server.
-    fn needs(&self, profile: &Profile, settings: &Settings) -> Vec<Need> {
-        let ns = &profile.opensandbox.namespaces.sandbox;
-        let mut needs = vec![Need::on("get", &pool(profile, &self.pool)), Need::any("get", &batch_sandbox(), Some(ns))];
-        needs.extend(session::lifecycle_api_needs(profile, settings, &[Method::POST, Method::GET, Method::DELETE]));
-        needs.extend(session::api_key_needs(profile, &settings.api_key));
+    fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation> {
+        let os = &profile.sections.opensandbox;
+        let ns = Some(os.namespaces.sandbox.as_str());
+        let mut out = vec![
+            Operation::Get(Objects::Named(pools::object(&profile.sections, &self.pool))),
+            Operation::Get(Objects::Any(BATCH_SANDBOX.gvk(), ns.map(str::to_owned))),
+        ];
+        out.extend(endpoint::requests(profile, reach, &[Method::POST, Method::GET, Method::DELETE]));
+        out.extend(endpoint::reading_key(profile, reach));
         if deletes_released_pods(profile, &self.pool) {
-            needs.push(Need::any("get", &Gvk::new("", "v1", "Pod"), Some(ns)));
+            out.push(Operation::Get(Objects::any(KnownKind::POD, ns)));
         }
-        needs
+        out
     }
 
     /// The sandbox takes one of the pool's idle pods: the Pools check reads `available` first.
@@ -94,8 +100,8 @@ impl Check for Lifecycle {
 
 /// Create a sandbox from `pool`, see it Running and bound to the pool, delete it, see it gone.
 async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
-    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
-    let pool_obj = match ctx.cluster.get(&self::pool(&ctx.profile, pool)).await {
+    let ns = &ctx.profile.sections.opensandbox.namespaces.sandbox;
+    let pool_obj = match ctx.cluster.get(&pools::object(&ctx.profile.sections, pool)).await {
         Ok(p) => p,
         Err(e) => return Verdict::error(format!("reading Pool {pool}"), e.to_string()),
     };
@@ -161,7 +167,7 @@ async fn running_on_pool(
     created: &Value,
     limit: Duration,
 ) -> Result<Vec<String>, Verdict> {
-    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+    let ns = &ctx.profile.sections.opensandbox.namespaces.sandbox;
     let path = format!("/v1/sandboxes/{id}");
     // Right after create, GET may briefly answer 500 on older servers: retry for a while.
     let start = Instant::now();
@@ -186,7 +192,7 @@ async fn running_on_pool(
             "the sandbox never became Running",
         ));
     }
-    let bsbx = match ctx.cluster.get(&batch_sandbox().object(Some(ns), id)).await {
+    let bsbx = match ctx.cluster.get(&BATCH_SANDBOX.object(Some(ns), id)).await {
         Ok(Some(b)) => b,
         Ok(None) => return Err(Verdict::fail(format!("sandbox {id} Running"), format!("no BatchSandbox {ns}/{id}"))),
         Err(e) => return Err(Verdict::error("reading the BatchSandbox", e.to_string())),
@@ -211,13 +217,19 @@ async fn running_on_pool(
 /// Whether the pool's released pods are deleted (recycle strategy Delete): then a deleted
 /// sandbox's pods must be gone.
 fn deletes_released_pods(profile: &Profile, pool: &str) -> bool {
-    profile.pools.effective().iter().find(|p| p.pool.name == pool).is_none_or(EffectivePool::deletes_released_pods)
+    profile
+        .sections
+        .pools
+        .effective()
+        .iter()
+        .find(|p| p.pool.name == pool)
+        .is_none_or(EffectivePool::deletes_released_pods)
 }
 
 /// Delete the sandbox; its BatchSandbox and (with recycle strategy Delete) its pods must go,
 /// and the server must forget it.
 async fn deleted_with_its_pods(ctx: &Ctx, pool: &str, id: &str, pods: &[String], limit: Duration) -> Verdict {
-    let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+    let ns = &ctx.profile.sections.opensandbox.namespaces.sandbox;
     let path = format!("/v1/sandboxes/{id}");
     match ctx.endpoint.request(Method::DELETE, &path, None, true).await {
         Ok(r) if r.status == 204 || r.status == 200 => {}
@@ -231,7 +243,7 @@ async fn deleted_with_its_pods(ctx: &Ctx, pool: &str, id: &str, pods: &[String],
     }
     let start = Instant::now();
     loop {
-        let left = ctx.cluster.get(&batch_sandbox().object(Some(ns), id)).await;
+        let left = ctx.cluster.get(&BATCH_SANDBOX.object(Some(ns), id)).await;
         match left {
             Ok(None) => break,
             Ok(Some(b)) if start.elapsed() > limit => {
@@ -251,7 +263,7 @@ async fn deleted_with_its_pods(ctx: &Ctx, pool: &str, id: &str, pods: &[String],
     let mut left_pods = Vec::new();
     if deletes_released_pods(&ctx.profile, pool) {
         for pod in pods {
-            if let Ok(Some(p)) = ctx.cluster.get(&Gvk::new("", "v1", "Pod").object(Some(ns), pod)).await
+            if let Ok(Some(p)) = ctx.cluster.get(&KnownKind::POD.object(Some(ns), pod)).await
                 && p["metadata"]["deletionTimestamp"].is_null()
             {
                 left_pods.push(pod.clone());

@@ -7,7 +7,7 @@ mod nodes;
 mod opensandbox;
 mod spiffe;
 
-pub(crate) use lifecycle::{sweep_sandboxes, sweep_sandboxes_needs};
+pub(crate) use lifecycle::{sweep_sandboxes, sweeping_sandboxes};
 
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
@@ -31,7 +31,7 @@ pub fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<Box<dyn
         Box::new(opensandbox::Server),
         Box::new(opensandbox::Pools),
     ];
-    for pool in &profile.pools.items {
+    for pool in &profile.sections.pools.items {
         checks.push(Box::new(lifecycle::Lifecycle { pool: pool.name.clone() }));
     }
     checks

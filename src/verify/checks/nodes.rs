@@ -4,11 +4,10 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::list;
-use crate::cluster::need::Need;
-use crate::object::Gvk;
+use crate::cluster::operation::{Objects, Operation};
+use crate::object::{Gvk, KnownKind, ObjectRef};
 use crate::profile::Profile;
-use crate::verify::session::Settings;
-use crate::verify::{Check, Ctx, Verdict};
+use crate::verify::{Check, Ctx, Reach, Verdict};
 
 /// The label kata-deploy sets to `true` on nodes that can run Kata.
 pub(super) const KATA_LABEL: &str = "katacontainers.io/kata-runtime";
@@ -17,11 +16,11 @@ pub(super) struct NodesReady;
 
 /// The Node kind.
 pub(super) fn node() -> Gvk {
-    Gvk::new("", "v1", "Node")
+    KnownKind::NODE.gvk()
 }
 
-fn runtime_class(name: &str) -> crate::object::ObjectRef {
-    Gvk::new("node.k8s.io", "v1", "RuntimeClass").object(None, name)
+fn runtime_class(name: &str) -> ObjectRef {
+    KnownKind::RUNTIME_CLASS.object(None, name)
 }
 
 fn name(v: &Value) -> String {
@@ -39,8 +38,8 @@ impl Check for NodesReady {
     }
 
     /// Listing nodes.
-    fn needs(&self, _: &Profile, _: &Settings) -> Vec<Need> {
-        vec![Need::any("list", &node(), None)]
+    fn operations(&self, _: &Profile, _: Reach) -> Vec<Operation> {
+        vec![Operation::List(node(), None)]
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
@@ -66,7 +65,7 @@ impl Check for NodesReady {
                     problems.push(format!("{} is cordoned", name(n)));
                 }
             }
-            let classes = ctx.profile.pools.kata_classes();
+            let classes = ctx.profile.sections.pools.kata_classes();
             let kata = kata_nodes(&nodes);
             let mut notes = Vec::new();
             if !classes.is_empty() {
@@ -133,13 +132,14 @@ impl Check for RuntimeClasses {
     }
 
     /// Reading each Kata pool's RuntimeClass.
-    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
-        profile.pools.kata_classes().iter().map(|class| Need::on("get", &runtime_class(class))).collect()
+    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+        let classes = profile.sections.pools.kata_classes();
+        classes.iter().map(|class| Operation::Get(Objects::Named(runtime_class(class)))).collect()
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let classes = ctx.profile.pools.kata_classes();
+            let classes = ctx.profile.sections.pools.kata_classes();
             if classes.is_empty() {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             }

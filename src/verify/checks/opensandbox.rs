@@ -5,28 +5,14 @@ use futures::future::BoxFuture;
 use http::Method;
 
 use super::list;
-use crate::cluster::need::Need;
-use crate::status::{self, Status};
+use crate::cluster::operation::{Objects, Operation};
 use crate::components::opensandbox::OpenSandbox;
-use crate::object::{Gvk, ObjectRef};
+use crate::components::pools;
+use crate::object::KnownKind;
 use crate::profile::Profile;
-use crate::verify::session::{self, Settings};
-use crate::verify::{Check, Ctx, Verdict};
-
-const SANDBOX_GROUP: &str = "sandbox.opensandbox.io";
-
-pub(super) fn pool(profile: &Profile, name: &str) -> ObjectRef {
-    Gvk::new(SANDBOX_GROUP, "v1alpha1", "Pool").object(Some(&profile.opensandbox.namespaces.sandbox), name)
-}
-
-pub(super) fn batch_sandbox() -> Gvk {
-    Gvk::new(SANDBOX_GROUP, "v1alpha1", "BatchSandbox")
-}
-
-fn server_deployment(profile: &Profile) -> ObjectRef {
-    let ns = &profile.opensandbox.namespaces.control_plane;
-    Gvk::new("apps", "v1", "Deployment").object(Some(ns), OpenSandbox::SERVER_SERVICE)
-}
+use crate::status::{self, Status};
+use crate::verify::endpoint;
+use crate::verify::{Check, Ctx, Reach, Verdict};
 
 pub(super) struct Server;
 
@@ -36,21 +22,21 @@ impl Check for Server {
     }
 
     /// Through the service proxy: reading the server Deployment and `GET`s to the server.
-    fn needs(&self, profile: &Profile, settings: &Settings) -> Vec<Need> {
-        let mut needs = session::lifecycle_api_needs(profile, settings, &[Method::GET]);
-        if settings.through_proxy() {
-            needs.push(Need::on("get", &server_deployment(profile)));
+    fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation> {
+        let mut out = endpoint::requests(profile, reach, &[Method::GET]);
+        if !reach.direct {
+            out.push(Operation::Get(Objects::Named(profile.sections.opensandbox.server_deployment())));
         }
-        needs
+        out
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let ns = &ctx.profile.opensandbox.namespaces.control_plane;
+            let ns = &ctx.profile.sections.opensandbox.namespaces.control_plane;
             let server = OpenSandbox::SERVER_SERVICE;
             let mut evidence = Vec::new();
             if ctx.endpoint.is_proxy() {
-                match ctx.cluster.get(&server_deployment(&ctx.profile)).await {
+                match ctx.cluster.get(&ctx.profile.sections.opensandbox.server_deployment()).await {
                     Err(e) => return vec![Verdict::error("reading the server Deployment", e.to_string())],
                     Ok(None) => {
                         return vec![Verdict::fail(
@@ -107,23 +93,26 @@ impl Check for Pools {
     }
 
     /// Reading each Pool, and listing the sandbox pods when a pool runs under a runtime class.
-    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
-        let pools = profile.pools.effective();
-        let mut needs: Vec<Need> = pools.iter().map(|p| Need::on("get", &pool(profile, &p.pool.name))).collect();
+    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+        let (os, pools) = (&profile.sections.opensandbox, profile.sections.pools.effective());
+        let mut out: Vec<Operation> = pools
+            .iter()
+            .map(|p| Operation::Get(Objects::Named(pools::object(&profile.sections, &p.pool.name))))
+            .collect();
         if pools.iter().any(|p| p.runtime_class_name.is_some()) {
-            needs.push(Need::any("list", &Gvk::new("", "v1", "Pod"), Some(&profile.opensandbox.namespaces.sandbox)));
+            out.push(Operation::List(KnownKind::POD.gvk(), Some(os.namespaces.sandbox.clone())));
         }
-        needs
+        out
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let ns = &ctx.profile.opensandbox.namespaces.sandbox;
+            let ns = &ctx.profile.sections.opensandbox.namespaces.sandbox;
             let mut ok = Vec::new();
             let mut problems = Vec::new();
-            for p in ctx.profile.pools.effective() {
+            for p in ctx.profile.sections.pools.effective() {
                 let name = &p.pool.name;
-                let pool = match ctx.cluster.get(&pool(&ctx.profile, name)).await {
+                let pool = match ctx.cluster.get(&pools::object(&ctx.profile.sections, name)).await {
                     Err(e) => return vec![Verdict::error(format!("reading Pool {name}"), e.to_string())],
                     Ok(None) => {
                         problems.push(format!("Pool {ns}/{name} does not exist"));
@@ -139,7 +128,7 @@ impl Check for Pools {
                 if let Some(class) = &p.runtime_class_name {
                     let pods = list(
                         &ctx.cluster,
-                        &Gvk::new("", "v1", "Pod"),
+                        &KnownKind::POD.gvk(),
                         Some(ns),
                         Some(&format!("sandbox.opensandbox.io/pool-name={name}")),
                     )

@@ -16,15 +16,15 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-use crate::cluster::need::Need;
-use crate::object::{Gvk, ObjectRef};
+use crate::cluster::operation::{Objects, Operation};
+use crate::components::spire::smoke::CLUSTER_SPIFFE_ID;
+use crate::object::{KnownKind, ObjectRef};
 use crate::profile::{Profile, SpiffeSmoke};
 use crate::verify::probe;
-use crate::verify::session::Settings;
-use crate::verify::{Check, Ctx, Verdict, scripts};
+use crate::verify::{Check, Ctx, Reach, Verdict, scripts};
 
 fn cluster_spiffe_id(name: &str) -> ObjectRef {
-    Gvk::new("spire.spiffe.io", "v1alpha1", "ClusterSPIFFEID").object(None, name)
+    CLUSTER_SPIFFE_ID.object(None, name)
 }
 
 pub(super) struct Spiffe;
@@ -273,12 +273,16 @@ impl Check for Spiffe {
 
     /// Probe pods in the smoke namespace, the wrong ServiceAccount there, and reading the smoke
     /// ClusterSPIFFEID to explain a missing identity.
-    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
+    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
         let Some(smoke) = profile.spiffe_smoke() else { return Vec::new() };
-        let mut needs = probe::pod_needs(Some(&smoke.namespace));
-        needs.push(Need::any("create", &Gvk::new("", "v1", "ServiceAccount"), Some(&smoke.namespace)));
-        needs.extend(smoke.cluster_spiffe_id.as_deref().map(|name| Need::on("get", &cluster_spiffe_id(name))));
-        needs
+        let mut out = vec![
+            Operation::Probe(Some(smoke.namespace.clone())),
+            Operation::Create(KnownKind::SERVICE_ACCOUNT.gvk(), Some(smoke.namespace.clone())),
+        ];
+        out.extend(
+            smoke.cluster_spiffe_id.as_deref().map(|name| Operation::Get(Objects::Named(cluster_spiffe_id(name)))),
+        );
+        out
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
@@ -289,7 +293,7 @@ impl Check for Spiffe {
                     Verdict::skip("no verify.spiffe in the profile"),
                 ];
             };
-            let class = ctx.profile.pools.kata_classes().into_iter().next();
+            let class = ctx.profile.sections.pools.kata_classes().into_iter().next();
             let issued = Self::issued(ctx, &smoke, class.as_deref()).await;
             let denied = if issued.outcome == crate::verify::Outcome::Pass {
                 Self::denied(ctx, &smoke, class.as_deref()).await

@@ -57,11 +57,15 @@ impl Graph {
             .iter()
             .map(|m| self.edges[*m].iter().filter(|t| keep(m, t)).filter_map(|t| index.get(t).copied()).collect())
             .collect();
-        tarjan(&succ).into_iter().filter(|c| c.len() > 1).map(|c| {
-            let mut c: Vec<Module> = c.into_iter().map(|i| nodes[i].clone()).collect();
-            c.sort();
-            c
-        }).collect()
+        tarjan(&succ)
+            .into_iter()
+            .filter(|c| c.len() > 1)
+            .map(|c| {
+                let mut c: Vec<Module> = c.into_iter().map(|i| nodes[i].clone()).collect();
+                c.sort();
+                c
+            })
+            .collect()
     }
 }
 
@@ -92,9 +96,9 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<Module, syn::File>) {
 }
 
 fn is_test(attrs: &[syn::Attribute]) -> bool {
-    attrs.iter().any(|a| {
-        a.path().is_ident("cfg") && a.parse_args::<syn::Meta>().is_ok_and(|m| m.path().is_ident("test"))
-    })
+    attrs
+        .iter()
+        .any(|a| a.path().is_ident("cfg") && a.parse_args::<syn::Meta>().is_ok_and(|m| m.path().is_ident("test")))
 }
 
 struct Names<'a> {
@@ -244,9 +248,15 @@ impl<'ast> Visit<'ast> for Names<'_> {
             for t in ts {
                 match t {
                     proc_macro2::TokenTree::Group(g) => {
-                        out.push(proc_macro2::TokenTree::Punct(proc_macro2::Punct::new(',', proc_macro2::Spacing::Alone)));
+                        out.push(proc_macro2::TokenTree::Punct(proc_macro2::Punct::new(
+                            ',',
+                            proc_macro2::Spacing::Alone,
+                        )));
                         flat(g.stream(), out);
-                        out.push(proc_macro2::TokenTree::Punct(proc_macro2::Punct::new(',', proc_macro2::Spacing::Alone)));
+                        out.push(proc_macro2::TokenTree::Punct(proc_macro2::Punct::new(
+                            ',',
+                            proc_macro2::Spacing::Alone,
+                        )));
                     }
                     t => out.push(t),
                 }
@@ -315,7 +325,15 @@ fn tarjan(succ: &[Vec<usize>]) -> Vec<Vec<usize>> {
         }
     }
     let n = succ.len();
-    let mut s = S { succ, index: vec![None; n], low: vec![0; n], on: vec![false; n], stack: Vec::new(), next: 0, out: Vec::new() };
+    let mut s = S {
+        succ,
+        index: vec![None; n],
+        low: vec![0; n],
+        on: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        out: Vec::new(),
+    };
     for v in 0..n {
         if s.index[v].is_none() {
             visit(&mut s, v);

@@ -12,12 +12,12 @@ use crate::support::root;
 /// Sibling cycles: for every module with children, the graph among its children (each with its
 /// descendants folded in) must have no cycle.
 fn sibling_cycles(g: &Graph) -> Vec<(Module, Vec<Module>)> {
-    let parents: BTreeSet<Module> = g.edges.keys().filter(|m| !m.is_empty()).map(|m| m[..m.len() - 1].to_vec()).collect();
+    let parents: BTreeSet<Module> =
+        g.edges.keys().filter(|m| !m.is_empty()).map(|m| m[..m.len() - 1].to_vec()).collect();
     let mut out = Vec::new();
     for p in parents {
-        let child_of = |m: &Module| -> Option<Module> {
-            (m.len() > p.len() && m.starts_with(&p)).then(|| m[..=p.len()].to_vec())
-        };
+        let child_of =
+            |m: &Module| -> Option<Module> { (m.len() > p.len() && m.starts_with(&p)).then(|| m[..=p.len()].to_vec()) };
         let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
         for (a, targets) in &g.edges {
             let Some(ca) = child_of(a) else { continue };
@@ -47,7 +47,9 @@ fn report() {
     let mut top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (a, ts) in &g.edges {
         for t in ts {
-            if let (Some(x), Some(y)) = (a.first(), t.first()) && x != y {
+            if let (Some(x), Some(y)) = (a.first(), t.first())
+                && x != y
+            {
                 top.entry(x.clone()).or_default().insert(y.clone());
             }
         }

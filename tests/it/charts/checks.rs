@@ -162,7 +162,7 @@ pub fn config_problems(b: &Baseline, text: &str) -> Vec<String> {
 /// Where the server's API key comes from, against the profile's `opensandbox.server.apiKey`.
 pub fn api_key_problems(b: &Baseline) -> Vec<String> {
     const ENV: &str = "OPENSANDBOX_SERVER_API_KEY";
-    let key = &b.release.subject().profile.opensandbox.server.api_key;
+    let key = &b.release.subject().profile.sections.opensandbox.server.api_key;
     let Some(deployment) = b.find("Deployment", "opensandbox-server") else {
         return vec![format!("chart {}: renders no Deployment opensandbox-server", b.chart)];
     };
@@ -229,7 +229,7 @@ fn inline_key_problems(b: &Baseline, inline: &str) -> Vec<String> {
 
 /// kata-deploy's RuntimeClasses against the profile's Kata pools, when they differ.
 pub fn runtime_class_mismatch(b: &Baseline) -> Option<String> {
-    let want: BTreeSet<String> = b.release.subject().profile.pools.kata_classes().into_iter().collect();
+    let want: BTreeSet<String> = b.release.subject().profile.sections.pools.kata_classes().into_iter().collect();
     let got: BTreeSet<String> =
         b.of_kind("RuntimeClass").filter_map(|o| o["metadata"]["name"].as_str()).map(str::to_owned).collect();
     if want == got {
@@ -248,7 +248,7 @@ pub fn runtime_class_mismatch(b: &Baseline) -> Option<String> {
 /// The ConfigMaps the profile says the operator creates: the SPIRE trust bundle
 /// (`spire.trustBundle.configMap`).
 pub fn operator_provided_config_maps(profile: &osbx::profile::Profile) -> Vec<String> {
-    let bundle = profile.spire.as_ref().and_then(|s| s.trust_bundle.as_ref());
+    let bundle = profile.sections.spire.as_ref().and_then(|s| s.trust_bundle.as_ref());
     bundle.and_then(|b| b.operator_config_map()).map(str::to_owned).into_iter().collect()
 }
 

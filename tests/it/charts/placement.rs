@@ -31,9 +31,9 @@ const CLUSTER_SCOPED: &[&str] = &[
 pub fn home(b: &Baseline) -> Option<String> {
     let p = &b.release.subject().profile;
     match b.chart {
-        chart::OPENSANDBOX => Some(p.opensandbox.namespaces.control_plane.clone()),
-        chart::KATA => p.kata.as_ref().map(|k| k.namespace.clone()),
-        chart::SPIRE | chart::SPIRE_CRDS => p.spire.as_ref().map(|s| s.namespace.clone()),
+        chart::OPENSANDBOX => Some(p.sections.opensandbox.namespaces.control_plane.clone()),
+        chart::KATA => p.sections.kata.as_ref().map(|k| k.namespace.clone()),
+        chart::SPIRE | chart::SPIRE_CRDS => p.sections.spire.as_ref().map(|s| s.namespace.clone()),
         _ => None,
     }
 }

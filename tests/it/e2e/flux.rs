@@ -30,7 +30,7 @@ impl Layout {
     /// The layout of a profile document.
     pub fn of(profile: &Value) -> Self {
         let p = osbx::profile::from_value("e2e profile", profile).unwrap_or_else(|e| panic!("{e}")).profile;
-        let o = &p.opensandbox;
+        let o = &p.sections.opensandbox;
         let ns = o.release_namespace().to_owned();
         let flux = p.cluster.flux_namespace.clone();
         let mut layer_objects = vec![

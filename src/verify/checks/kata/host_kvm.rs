@@ -4,14 +4,13 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::{if_kata, kata_diagnosis, kata_shim, probe_timeout};
-use crate::cluster::need::Need;
+use crate::cluster::operation::Operation;
 use crate::components::kata::shim::Shim;
 use crate::profile::Profile;
 use crate::verify::checks::list;
 use crate::verify::checks::nodes::{kata_nodes, node};
 use crate::verify::probe::{self, ProbeEnd};
-use crate::verify::session::Settings;
-use crate::verify::{Check, Ctx, Verdict, scripts};
+use crate::verify::{Check, Ctx, Reach, Verdict, scripts};
 
 pub(in crate::verify::checks) struct HostKvm;
 
@@ -21,17 +20,13 @@ impl Check for HostKvm {
     }
 
     /// Listing nodes, and a probe pod per Kata node.
-    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
-        if_kata(profile, || {
-            let mut needs = probe::pod_needs(None);
-            needs.push(Need::any("list", &node(), None));
-            needs
-        })
+    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+        if_kata(profile, || vec![Operation::Probe(None), Operation::List(node(), None)])
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            if ctx.profile.pools.kata_classes().is_empty() {
+            if ctx.profile.sections.pools.kata_classes().is_empty() {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             }
             let nodes = match list(&ctx.cluster, &node(), None, None).await {

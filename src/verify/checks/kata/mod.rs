@@ -14,16 +14,15 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::nodes::node;
-use crate::cluster::need::Need;
+use crate::cluster::operation::{Objects, Operation};
 use crate::components::kata::shim::{self, Shim};
 use crate::profile::Profile;
 use crate::verify::probe::{self, ProbeEnd};
-use crate::verify::session::Settings;
-use crate::verify::{Check, Ctx, Verdict, scripts};
+use crate::verify::{Check, Ctx, Reach, Verdict, scripts};
 
-/// What a Kata check needs when the profile has a Kata pool (else it skips: nothing).
-fn if_kata(profile: &Profile, needs: impl FnOnce() -> Vec<Need>) -> Vec<Need> {
-    if profile.pools.kata_classes().is_empty() { Vec::new() } else { needs() }
+/// What a Kata check does when the profile has a Kata pool (else it skips: nothing).
+fn if_kata(profile: &Profile, operations: impl FnOnce() -> Vec<Operation>) -> Vec<Operation> {
+    if profile.sections.pools.kata_classes().is_empty() { Vec::new() } else { operations() }
 }
 
 fn probe_timeout(ctx: &Ctx) -> Duration {
@@ -104,17 +103,13 @@ impl Check for GuestKernel {
     }
 
     /// A probe pod, and reading the node it ran on (named only then).
-    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
-        if_kata(profile, || {
-            let mut needs = probe::pod_needs(None);
-            needs.push(Need::any("get", &node(), None));
-            needs
-        })
+    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+        if_kata(profile, || vec![Operation::Probe(None), Operation::Get(Objects::Any(node(), None))])
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            let Some(class) = ctx.profile.pools.kata_classes().into_iter().next() else {
+            let Some(class) = ctx.profile.sections.pools.kata_classes().into_iter().next() else {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             };
             let spec = scripts::guest_kernel(&ctx.run, &ctx.profile.verify.probe_image, &class);
@@ -170,7 +165,7 @@ impl Check for GuestKernel {
 /// The shim behind the Kata pools' RuntimeClass (`verify.kataShim`, else from the class name
 /// `kata-<shim>`), or why that cannot be told.
 fn kata_shim(profile: &Profile) -> Result<(String, &'static Shim), String> {
-    let class = profile.pools.kata_classes().into_iter().next().unwrap_or_default();
+    let class = profile.sections.pools.kata_classes().into_iter().next().unwrap_or_default();
     let shim = match &profile.verify.kata_shim {
         Some(name) => shim::by_name(name),
         None => shim::of_class(&class),

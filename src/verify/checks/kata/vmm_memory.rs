@@ -4,12 +4,11 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::{if_kata, kata_shim, probe_timeout, stuck_verdict};
-use crate::cluster::need::Need;
+use crate::cluster::operation::Operation;
 use crate::components::kata::shim::{Shim, Vmm};
 use crate::profile::Profile;
 use crate::verify::probe::{self, ProbeEnd};
-use crate::verify::session::Settings;
-use crate::verify::{Check, Ctx, Verdict, scripts};
+use crate::verify::{Check, Ctx, Reach, Verdict, scripts};
 
 pub(in crate::verify::checks) struct VmmSharedMemory;
 
@@ -19,13 +18,13 @@ impl Check for VmmSharedMemory {
     }
 
     /// A target pod and a host probe pod.
-    fn needs(&self, profile: &Profile, _: &Settings) -> Vec<Need> {
-        if_kata(profile, || probe::pod_needs(None))
+    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+        if_kata(profile, || vec![Operation::Probe(None)])
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
-            if ctx.profile.pools.kata_classes().is_empty() {
+            if ctx.profile.sections.pools.kata_classes().is_empty() {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             }
             let (class, shim) = match kata_shim(&ctx.profile) {

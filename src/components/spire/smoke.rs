@@ -7,16 +7,26 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tera::Context;
 
-use super::{Component, spire_agents};
-use crate::profile::{Profile, Violations};
+use super::section;
+use crate::components::{Component, Sections, Site};
+use crate::object::KnownKind;
+use crate::spec::Violations;
 
 /// The table entry of this component.
 pub static COMPONENT: Component = Component {
     name: "spire-smoke",
     about: "the SPIFFE smoke fixture (namespace, ServiceAccount, ClusterSPIFFEID)",
+    section: "spire",
     validate,
     view,
+    pin: |_| None,
+    values: |_| None,
+    supplied: |_| None,
 };
+
+/// spire-controller-manager's ClusterSPIFFEID, the kind of the smoke identity this component
+/// renders (verify reads it to explain a missing identity).
+pub const CLUSTER_SPIFFE_ID: KnownKind = KnownKind::new("spire.spiffe.io", "v1alpha1", "ClusterSPIFFEID");
 
 /// The SPIFFE smoke fixture.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -51,8 +61,8 @@ impl SpireSmoke {
     }
 }
 
-fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
-    let Some(s) = spire_agents::section(p, layer, v) else { return };
+fn validate(sections: &Sections, site: &Site<'_>, v: &mut Violations) {
+    let Some(s) = section(sections, site.layer_of(&COMPONENT), v) else { return };
     v.dns_label("spire.smoke.namespace", &s.smoke.namespace);
     v.dns_label("spire.smoke.serviceAccount", &s.smoke.service_account);
     v.dns_subdomain("spire.smoke.name", &s.smoke.name);
@@ -65,8 +75,8 @@ fn validate(p: &Profile, layer: Option<usize>, v: &mut Violations) {
 }
 
 /// `smoke`: the fixture, its ClusterSPIFFEID's className and the identity it gives.
-fn view(p: &Profile, ctx: &mut Context) {
-    if let Some(s) = &p.spire {
+fn view(sections: &Sections, _: &Site<'_>, ctx: &mut Context) {
+    if let Some(s) = &sections.spire {
         ctx.insert(
             "smoke",
             &json!({

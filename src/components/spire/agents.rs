@@ -1,0 +1,105 @@
+//! The `spire-agents` component: SPIRE agents and the SPIFFE CSI driver from the hardened SPIRE
+//! chart (a Flux `HelmRepository` and `HelmRelease`s), joined to an existing SPIRE server.
+
+use serde_json::Value;
+use tera::Context;
+
+use super::{Spire, TrustBundle, section};
+use crate::components::{Component, Sections, Site};
+use crate::spec::Violations;
+
+/// The table entry of this component.
+pub static COMPONENT: Component = Component {
+    name: "spire-agents",
+    about: "SPIRE agents and the SPIFFE CSI driver",
+    section: "spire",
+    validate,
+    view,
+    pin: |object| Some(if object.name == "spire-crds" { "spire.chart.crdsVersion" } else { "spire.chart.version" }),
+    values: |s| s.spire.as_ref()?.values.as_ref(),
+    supplied: |_| None,
+};
+
+fn validate(sections: &Sections, site: &Site<'_>, v: &mut Violations) {
+    let Some(s) = section(sections, site.layer_of(&COMPONENT), v) else { return };
+    if s.trust_domain.is_empty() {
+        v.missing("spire.trustDomain");
+    } else if s.trust_domain.contains("://") || s.trust_domain.contains('/') {
+        v.push(
+            "spire.trustDomain",
+            format!("{:?} is not a trust domain (a name like example.org, without scheme or path)", s.trust_domain),
+        );
+    }
+    v.dns_label("spire.namespace", &s.namespace);
+    if s.server.address.is_empty() {
+        v.push("spire.server.address", "name the SPIRE server the agents join (osbx creates no second trust root)");
+    }
+    v.duration("spire.chart.interval", &s.chart.interval);
+    if let Some(b) = &s.trust_bundle {
+        trust_bundle(b, v);
+    }
+    if let Some(values) = &s.values {
+        moved_agents(s, values, v);
+    }
+}
+
+/// `spire.values` may not move the agents or the CSI driver out of `spire.namespace` (the
+/// release namespace, where the chart puts them by default): a `namespaceOverride`, or the
+/// recommended namespace layout, which puts them into `global.spire.namespaces.system.name`.
+fn moved_agents(s: &Spire, values: &Value, v: &mut Violations) {
+    let ns = s.namespace.as_str();
+    for chart in ["spire-agent", "spiffe-csi-driver"] {
+        let set = &values[chart]["namespaceOverride"];
+        if !set.is_null() && set.as_str() != Some(ns) && set.as_str() != Some("") {
+            v.push(
+                format!("spire.values.{chart}.namespaceOverride"),
+                format!("{set} would install the {chart} chart outside `spire.namespace` ({ns:?}): set that instead"),
+            );
+        }
+    }
+    let recommendations = &values["global"]["spire"]["recommendations"];
+    if recommendations["enabled"] == true && recommendations["namespaceLayout"] != false {
+        let system = values["global"]["spire"]["namespaces"]["system"]["name"].as_str().unwrap_or("spire-system");
+        if system != ns {
+            v.push(
+                "spire.values.global.spire.recommendations.enabled",
+                format!(
+                    "the recommended namespace layout would install the agents into {system:?}, not `spire.namespace` \
+                     ({ns:?}): set `global.spire.namespaces.system.name: {ns}` or `recommendations.namespaceLayout: false`"
+                ),
+            );
+        }
+    }
+}
+
+fn trust_bundle(b: &TrustBundle, v: &mut Violations) {
+    let sources = [b.url.is_some(), b.host_path.is_some(), b.config_map.is_some()];
+    if sources.iter().filter(|s| **s).count() != 1 {
+        v.push("spire.trustBundle", "set exactly one of url (with format), hostPath and configMap");
+    }
+    if let Some(url) = &b.url
+        && !(url.starts_with("https://") || url.starts_with("http://"))
+    {
+        v.push("spire.trustBundle.url", format!("{url:?} must start with https:// (or http://)"));
+    }
+    if b.format.is_some() && b.url.is_none() {
+        v.push("spire.trustBundle.format", "format describes a bundle at a url; a hostPath bundle is PEM");
+    }
+    if let Some(path) = &b.host_path
+        && !path.starts_with('/')
+    {
+        v.push("spire.trustBundle.hostPath", format!("{path:?} must be an absolute path on the node"));
+    }
+    if let Some(name) = &b.config_map {
+        v.dns_subdomain("spire.trustBundle.configMap", name);
+    }
+}
+
+/// `spire`: the section with the chart values.
+fn view(sections: &Sections, site: &Site<'_>, ctx: &mut Context) {
+    if let Some(s) = &sections.spire {
+        let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+        v["chartValues"] = s.chart_values(&site.cluster.name);
+        ctx.insert("spire", &v);
+    }
+}

@@ -1,0 +1,13 @@
+//! What profile sections are made of, below the components that own them: syntax rules (names,
+//! durations, repository paths), shared value types (resources, images), the rules'
+//! [`Violations`], field locations, and the `cluster` section every component may read.
+
+mod cluster;
+mod locate;
+pub mod syntax;
+pub mod values;
+mod violations;
+
+pub use cluster::TargetCluster;
+pub use locate::{Locations, Pos};
+pub use violations::{Violation, Violations};

@@ -1,0 +1,79 @@
+//! How a verify run is set up: which checks, how it reaches the Lifecycle API, its time limit.
+
+use std::time::Duration;
+
+/// Which checks to run.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Only these ids (prefixes: `kata` selects every `kata.*` check).
+    pub only: Vec<String>,
+    /// Not these ids (prefixes too).
+    pub skip: Vec<String>,
+}
+
+impl Selection {
+    fn matches(pattern: &str, id: &str) -> bool {
+        id == pattern || id.starts_with(&format!("{pattern}."))
+    }
+
+    /// Whether a check id is selected.
+    #[must_use]
+    pub fn selects(&self, id: &str) -> bool {
+        (self.only.is_empty() || self.only.iter().any(|p| Self::matches(p, id)))
+            && !self.skip.iter().any(|p| Self::matches(p, id))
+    }
+}
+
+/// How a run reaches the platform: besides the profile, what decides the operations of its
+/// checks. The default is what `osbx rbac` grants: the Lifecycle API through the API server's
+/// service proxy, and the API key read from the Secret the profile names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// The Lifecycle API at a URL (`--server-url`), not through the service proxy.
+    pub direct: bool,
+    /// The run was given the API key (`--api-key-file`, `OSBX_API_KEY`), so it reads no Secret.
+    pub key_given: bool,
+}
+
+/// How to run the checks.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Which checks.
+    pub selection: Selection,
+    /// The Lifecycle API's URL (default: through the API server's service proxy).
+    pub server_url: Option<String>,
+    /// The API key given to this run (`--api-key-file`, `OSBX_API_KEY`); else the profile's.
+    pub api_key: ApiKeyValue,
+    /// The whole run's time limit.
+    pub timeout: Duration,
+}
+
+impl Settings {
+    /// How this run reaches the platform.
+    #[must_use]
+    pub fn reach(&self) -> Reach {
+        Reach { direct: self.server_url.is_some(), key_given: self.api_key.value().is_some() }
+    }
+}
+
+/// The value of an API key (a secret): it never prints, not even in debug output.
+#[derive(Clone, Default)]
+pub struct ApiKeyValue(Option<String>);
+
+impl ApiKeyValue {
+    /// Wrap a key (`None` or empty: no key).
+    #[must_use]
+    pub fn new(key: Option<String>) -> Self {
+        Self(key.filter(|k| !k.is_empty()))
+    }
+
+    pub(crate) fn value(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl std::fmt::Debug for ApiKeyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "ApiKeyValue(***)" } else { "ApiKeyValue(none)" })
+    }
+}
