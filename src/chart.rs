@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// Why a chart cannot be read.
 #[derive(Debug, thiserror::Error)]
-pub enum ChartError {
+pub(crate) enum ChartError {
     /// A file of the chart could not be read or parsed.
     #[error("{path}: {message}")]
     Read {
@@ -24,7 +24,7 @@ pub enum ChartError {
 
 /// A chart (with its subcharts) as far as its values go.
 #[derive(Debug, Clone)]
-pub struct Chart {
+pub(crate) struct Chart {
     /// `Chart.yaml` `name`.
     pub name: String,
     /// `Chart.yaml` `version`.
@@ -55,7 +55,7 @@ impl Chart {
     ///
     /// # Errors
     /// [`ChartError`] when `Chart.yaml`, `values.yaml` or a template cannot be read.
-    pub fn load(dir: &Path) -> Result<Self, ChartError> {
+    pub(crate) fn load(dir: &Path) -> Result<Self, ChartError> {
         let meta = yaml(&dir.join("Chart.yaml"))?;
         let values = if dir.join("values.yaml").is_file() { yaml(&dir.join("values.yaml"))? } else { Value::Null };
         let mut references = Vec::new();
@@ -92,7 +92,7 @@ impl Chart {
 
     /// Whether the chart reads the value at `path` (`["controller", "image", "tag"]`).
     #[must_use]
-    pub fn reads(&self, path: &[String]) -> bool {
+    pub(crate) fn reads(&self, path: &[String]) -> bool {
         let Some(first) = path.first() else { return true };
         if first == "global" || self.conditions.iter().any(|c| c.as_slice() == path) {
             return true;

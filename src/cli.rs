@@ -67,7 +67,7 @@ pub enum Command {
     Profiles,
     /// Print a shell completion script.
     Completions {
-        /// The shell.
+        /// The shell to print it for.
         shell: clap_complete::Shell,
     },
 }
@@ -118,7 +118,7 @@ pub enum Output {
 ///
 /// # Errors
 /// A message when the text is not a duration.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     crate::spec::syntax::parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 90s, 5m, 1h30m)"))
 }
 
@@ -277,7 +277,7 @@ pub struct RbacArgs {
 ///
 /// # Errors
 /// A message when either part is missing.
-pub fn parse_service_account(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_service_account(s: &str) -> Result<(String, String), String> {
     match s.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((ns.to_owned(), name.to_owned()))

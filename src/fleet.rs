@@ -236,7 +236,7 @@ pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderErro
 ///
 /// # Errors
 /// A [`RenderError`] when a template fails, or what `check` returns.
-pub fn render_checked<E: From<RenderError>>(
+pub(crate) fn render_checked<E: From<RenderError>>(
     fleet: &Fleet,
     renderer: &Renderer,
     progress: &dyn Progress,

@@ -10,18 +10,18 @@ use crate::embedded;
 
 /// Which container runtimes the starter's pools use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Runtimes {
+pub(crate) enum Runtimes {
     /// One runc pool.
     Runc,
     /// One Kata pool (and the kata layer).
     Kata,
-    /// Both.
+    /// One pool of each (and the kata layer).
     Both,
 }
 
 /// What to start from.
 #[derive(Debug, Clone)]
-pub struct Starter {
+pub(crate) struct Starter {
     /// The cluster's name (and the profile's).
     pub cluster: String,
     /// The pools' runtimes.
@@ -32,7 +32,7 @@ pub struct Starter {
 
 /// Why nothing was written.
 #[derive(Debug, thiserror::Error)]
-pub enum InitError {
+pub(crate) enum InitError {
     /// A file is in the way.
     #[error("{} exists; pass --force to overwrite it", .0.display())]
     Exists(PathBuf),
@@ -57,7 +57,7 @@ pub enum InitError {
 
 /// A file `init` writes, and whether it is a generated schema (refreshed whenever it is osbx's).
 #[derive(Debug, Clone)]
-pub struct File {
+pub(crate) struct File {
     /// Where.
     pub path: PathBuf,
     /// What.
@@ -87,7 +87,7 @@ fn schema_file(dir: &Path, name: &str, schema: &Value) -> File {
 ///
 /// # Errors
 /// [`InitError::Template`] when a starter fails to render.
-pub fn profile(path: &Path, s: &Starter) -> Result<Vec<File>, InitError> {
+pub(crate) fn profile(path: &Path, s: &Starter) -> Result<Vec<File>, InitError> {
     let runc = s.runtimes != Runtimes::Kata;
     let kata = s.runtimes != Runtimes::Runc;
     let deps: Vec<&str> = [kata.then_some("kata"), s.spire.then_some("spire-agents")].into_iter().flatten().collect();
@@ -105,7 +105,7 @@ pub fn profile(path: &Path, s: &Starter) -> Result<Vec<File>, InitError> {
 ///
 /// # Errors
 /// [`InitError::Template`] when a starter fails to render.
-pub fn fleet(path: &Path, s: &Starter) -> Result<Vec<File>, InitError> {
+pub(crate) fn fleet(path: &Path, s: &Starter) -> Result<Vec<File>, InitError> {
     let dir = path.parent().unwrap_or(Path::new(""));
     let mut files = profile(&dir.join("base.yaml"), s)?;
     let pool = if s.runtimes == Runtimes::Kata { "vm" } else { "pod" };
@@ -120,7 +120,7 @@ pub fn fleet(path: &Path, s: &Starter) -> Result<Vec<File>, InitError> {
 ///
 /// # Errors
 /// [`InitError::Exists`] for the first file in the way, [`InitError::Io`] when writing fails.
-pub fn write(files: &[File], force: bool) -> Result<(), InitError> {
+pub(crate) fn write(files: &[File], force: bool) -> Result<(), InitError> {
     for f in files {
         let ours = f.schema && std::fs::read_to_string(&f.path).is_ok_and(|t| t.contains("\"title\": \"osbx "));
         if f.path.exists() && !force && !ours {

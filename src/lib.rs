@@ -14,8 +14,8 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod changeset;
-pub mod chart;
+mod changeset;
+mod chart;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
@@ -23,19 +23,19 @@ pub mod components;
 pub mod deploy;
 mod embedded;
 pub mod fleet;
-pub mod init;
-pub mod lint;
-pub mod mark;
-pub mod merge;
-pub mod object;
+mod init;
+mod lint;
+mod mark;
+mod merge;
+mod object;
 pub mod printer;
 pub mod profile;
 pub mod progress;
 pub mod rbac;
 pub mod render;
-pub mod repo;
-pub mod spec;
-pub mod status;
+mod repo;
+mod spec;
+mod status;
 pub mod verify;
 
 pub use commands::run;

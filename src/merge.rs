@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// Merge `over` into `base`: objects key by key, lists of objects that all have a `name` by
 /// name (unmatched ones appended), anything else replaced; a null override changes nothing.
-pub fn merge(base: &mut Value, over: &Value) {
+pub(crate) fn merge(base: &mut Value, over: &Value) {
     match (base, over) {
         (_, Value::Null) => {}
         (Value::Object(b), Value::Object(o)) => {

@@ -19,7 +19,7 @@ pub struct Gvk {
     pub group: String,
     /// API version.
     pub version: String,
-    /// Kind.
+    /// Kind name (`Deployment`).
     pub kind: String,
 }
 
@@ -79,7 +79,7 @@ pub struct KnownKind {
     pub group: &'static str,
     /// API version.
     pub version: &'static str,
-    /// Kind.
+    /// Kind name (`Pod`).
     pub kind: &'static str,
 }
 
@@ -147,7 +147,7 @@ pub struct ObjectRef {
     /// Namespace (`None` for cluster-scoped objects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Name.
+    /// Object name (`metadata.name`).
     pub name: String,
 }
 

@@ -38,7 +38,7 @@ impl fmt::Display for Phase {
 /// Where a verify check is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckState {
-    /// Running.
+    /// Started, no verdict yet.
     Running,
     /// Finished with this outcome (`PASS`, `FAIL`, …; the worst of a check's ids), `good` when
     /// it passed or was skipped.

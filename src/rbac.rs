@@ -87,7 +87,7 @@ pub struct Options {
 /// `opts.prune`), and a verify run of every check through the service proxy with the API key
 /// read from the profile's Secret.
 #[must_use]
-pub fn operations(profile: &Profile, layers: &[Layer], opts: &Options) -> Vec<Operation> {
+pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) -> Vec<Operation> {
     let mut out = preflight::connecting();
     // Apply and verify review what they do before they write; diff when a read is refused.
     out.push(Operation::Review);
@@ -201,7 +201,7 @@ fn rules(grants: &Grants) -> Vec<Value> {
 
 /// The name of the roles and bindings: `osbx-<profile>-<cluster>-<purpose>`.
 #[must_use]
-pub fn role_name(profile: &Profile, purpose: Purpose) -> String {
+pub(crate) fn role_name(profile: &Profile, purpose: Purpose) -> String {
     let mut name = format!("osbx-{}-{}-{}", profile.name(), profile.cluster.name, purpose.name());
     name.truncate(253);
     name

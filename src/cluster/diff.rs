@@ -27,7 +27,7 @@ const NOISY_ANNOTATIONS: &[&str] = &[
 
 /// The object without server-owned fields.
 #[must_use]
-pub fn normalize(obj: &Value) -> Value {
+pub(crate) fn normalize(obj: &Value) -> Value {
     let mut v = obj.clone();
     if let Some(map) = v.as_object_mut() {
         map.remove("status");
@@ -55,7 +55,7 @@ fn is_secret(obj: &Value) -> bool {
 }
 
 /// Mask the values of a v1 Secret on both sides (either may be absent).
-pub fn mask_secrets(live: Option<&mut Value>, merged: Option<&mut Value>) {
+pub(crate) fn mask_secrets(live: Option<&mut Value>, merged: Option<&mut Value>) {
     let secret = live.as_deref().is_some_and(is_secret) || merged.as_deref().is_some_and(is_secret);
     if !secret {
         return;
@@ -92,20 +92,20 @@ pub fn mask_secrets(live: Option<&mut Value>, merged: Option<&mut Value>) {
 /// Whether the normalised objects differ (Flux's drift rule: labels, annotations and everything
 /// outside `metadata`/`status`).
 #[must_use]
-pub fn drifted(live: &Value, merged: &Value) -> bool {
+pub(crate) fn drifted(live: &Value, merged: &Value) -> bool {
     normalize(live) != normalize(merged)
 }
 
 /// YAML text of an object for display.
 #[must_use]
-pub fn to_yaml(obj: &Value) -> String {
+pub(crate) fn to_yaml(obj: &Value) -> String {
     let options = serde_saphyr::ser_options! { compact_list_indent: false, folded_wrap_chars: usize::MAX };
     serde_saphyr::to_string_with_options(obj, options).unwrap_or_else(|e| format!("# cannot show: {e}\n"))
 }
 
 /// Unified diff of the normalised, masked objects (`live` absent = created).
 #[must_use]
-pub fn unified(subject: &str, live: Option<&Value>, merged: &Value) -> String {
+pub(crate) fn unified(subject: &str, live: Option<&Value>, merged: &Value) -> String {
     let mut live = live.map(normalize);
     let mut merged = normalize(merged);
     mask_secrets(live.as_mut(), Some(&mut merged));

@@ -28,7 +28,7 @@ const ATTEMPTS: usize = 8;
 
 /// The inventory of one profile on one cluster.
 #[derive(Debug, Clone)]
-pub struct Inventory {
+pub(crate) struct Inventory {
     /// Its ConfigMap.
     pub config_map: ObjectRef,
     /// Every object osbx applied, and whether osbx created it (only such objects are ever
@@ -54,7 +54,7 @@ impl Inventory {
     /// The inventory ConfigMap of a profile on a cluster: `osbx-inventory-<profile>-<cluster>` in
     /// `namespace`.
     #[must_use]
-    pub fn config_map(namespace: &str, profile: &str, cluster: &str) -> ObjectRef {
+    pub(crate) fn config_map(namespace: &str, profile: &str, cluster: &str) -> ObjectRef {
         let mut name = format!("osbx-inventory-{profile}-{cluster}");
         name.truncate(253);
         KnownKind::CONFIG_MAP.object(Some(namespace), &name)
@@ -80,7 +80,7 @@ impl Inventory {
     ///
     /// # Errors
     /// [`ClusterError::Api`] when the read fails.
-    pub async fn load(cluster: &Cluster, config_map: ObjectRef) -> Result<Self, ClusterError> {
+    pub(crate) async fn load(cluster: &Cluster, config_map: ObjectRef) -> Result<Self, ClusterError> {
         let mut inventory = Self { config_map, entries: BTreeMap::new(), resource_version: None, changes: Vec::new() };
         inventory.reload(cluster).await?;
         Ok(inventory)
@@ -107,20 +107,20 @@ impl Inventory {
     }
 
     /// Record an applied object; an object osbx ever created stays marked as created.
-    pub fn record(&mut self, id: &ObjectRef, created: bool) {
+    pub(crate) fn record(&mut self, id: &ObjectRef, created: bool) {
         *self.entries.entry(id.clone()).or_default() |= created;
         self.changes.push((id.clone(), Some(created)));
     }
 
     /// Forget an object (after it was pruned).
-    pub fn forget(&mut self, id: &ObjectRef) {
+    pub(crate) fn forget(&mut self, id: &ObjectRef) {
         self.entries.remove(id);
         self.changes.push((id.clone(), None));
     }
 
     /// Entries osbx created that are not in `current`, in reverse apply order (for deletion).
     #[must_use]
-    pub fn stale(&self, current: &[ObjectRef]) -> Vec<ObjectRef> {
+    pub(crate) fn stale(&self, current: &[ObjectRef]) -> Vec<ObjectRef> {
         let mut stale: Vec<ObjectRef> = self
             .entries
             .iter()
@@ -141,7 +141,7 @@ impl Inventory {
     /// # Errors
     /// [`ClusterError::Api`] when a write fails, or [`ClusterError::Contended`] when the
     /// inventory kept changing under this run.
-    pub async fn write(&mut self, cluster: &Cluster) -> Result<(), ClusterError> {
+    pub(crate) async fn write(&mut self, cluster: &Cluster) -> Result<(), ClusterError> {
         for attempt in 0..ATTEMPTS {
             match self.try_write(cluster).await {
                 Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -189,14 +189,14 @@ impl Inventory {
 impl Inventory {
     /// Reading it ([`Inventory::load`]).
     #[must_use]
-    pub fn reading(config_map: &ObjectRef) -> Operation {
+    pub(crate) fn reading(config_map: &ObjectRef) -> Operation {
         Operation::Get(Objects::Named(config_map.clone()))
     }
 
     /// Writing it ([`Inventory::write`]): created when it does not exist, patched when it does
     /// (after a conflict it is read again: [`Self::reading`]).
     #[must_use]
-    pub fn writing(config_map: &ObjectRef) -> Operation {
+    pub(crate) fn writing(config_map: &ObjectRef) -> Operation {
         Operation::Apply { object: config_map.clone(), creates: true }
     }
 }

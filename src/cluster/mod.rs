@@ -5,16 +5,16 @@
 //! client for the whole run: one HTTP/2 connection (see `http2`), a QPS limit, a bound on
 //! requests in flight and request counters.
 
-pub mod diff;
+pub(crate) mod diff;
 mod http2;
-pub mod inventory;
-pub mod meter;
+pub(crate) mod inventory;
+pub(crate) mod meter;
 pub mod need;
-pub mod operation;
-pub mod preflight;
+pub(crate) mod operation;
+pub(crate) mod preflight;
 mod resolve;
-pub mod ssa;
-pub mod wait;
+pub(crate) mod ssa;
+pub(crate) mod wait;
 
 use std::path::PathBuf;
 use std::sync::Arc;

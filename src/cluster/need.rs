@@ -19,7 +19,7 @@ pub struct Need {
 pub enum Target {
     /// Objects of a kind.
     Objects {
-        /// The kind.
+        /// The kind the verb applies to (its group and plural name the RBAC resource).
         kind: Gvk,
         /// The namespace; `None`: a cluster-scoped kind, or every namespace (a namespace whose
         /// name is known only at run time, such as a verify run's probe namespace).

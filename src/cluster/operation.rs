@@ -54,7 +54,7 @@ pub enum Operation {
     /// Server-side apply of an object: `creates` when it may not exist yet (the apply creates
     /// it), else a change to one that exists.
     Apply {
-        /// The object.
+        /// The object applied.
         object: ObjectRef,
         /// Whether the apply may create it.
         creates: bool,
@@ -138,7 +138,7 @@ impl Operation {
 
 /// The permissions `operations` need, each once, in order.
 #[must_use]
-pub fn needs<'a>(operations: impl IntoIterator<Item = &'a Operation>) -> BTreeSet<Need> {
+pub(crate) fn needs<'a>(operations: impl IntoIterator<Item = &'a Operation>) -> BTreeSet<Need> {
     operations.into_iter().flat_map(Operation::needs).collect()
 }
 

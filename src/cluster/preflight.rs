@@ -21,7 +21,7 @@ use crate::object::{Gvk, KnownKind, ObjectRef};
 
 /// Why the run cannot start.
 #[derive(Debug, thiserror::Error)]
-pub enum PreflightError {
+pub(crate) enum PreflightError {
     /// The cluster does not answer or refuses the credentials.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -53,19 +53,19 @@ const DISCOVERY: [&str; 2] = ["/api", "/apis"];
 
 /// Connecting ([`warm_up`]): the server version and aggregated discovery.
 #[must_use]
-pub fn connecting() -> Vec<Operation> {
+pub(crate) fn connecting() -> Vec<Operation> {
     std::iter::once(VERSION).chain(DISCOVERY).map(Operation::Url).collect()
 }
 
 /// Reading the Flux namespace, which must exist before an apply ([`check`]).
 #[must_use]
-pub fn reading_flux_namespace(flux_ns: &str) -> Operation {
+pub(crate) fn reading_flux_namespace(flux_ns: &str) -> Operation {
     Operation::Get(Objects::Named(KnownKind::NAMESPACE.object(None, flux_ns)))
 }
 
 /// What preflight found.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub(crate) struct Report {
     /// Server version.
     pub version: String,
 }
@@ -77,7 +77,7 @@ pub struct Report {
 /// # Errors
 /// [`PreflightError::Cluster`]: unreachable, refused credentials, or failed discovery;
 /// [`PreflightError::Forbidden`] when the user may not read the version or discovery.
-pub async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
+pub(crate) async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError> {
     let version = match cluster.client.apiserver_version().await {
         Ok(v) => v.git_version,
         Err(e) if is_forbidden(&e) => return Err(forbidden("osbx", &Operation::Url(VERSION).needs())),
@@ -126,7 +126,7 @@ fn forbidden(run: &'static str, needs: &[Need]) -> PreflightError {
 ///
 /// # Errors
 /// [`PreflightError`] for the first failing check.
-pub async fn check(
+pub(crate) async fn check(
     cluster: &Cluster,
     used: &[ObjectRef],
     operations: &[Operation],
@@ -221,7 +221,11 @@ impl Key {
 /// # Errors
 /// [`PreflightError::Forbidden`] with every missing permission; [`PreflightError::Cluster`] when
 /// a review fails.
-pub async fn review(cluster: &Cluster, operations: &[Operation], run: &'static str) -> Result<(), PreflightError> {
+pub(crate) async fn review(
+    cluster: &Cluster,
+    operations: &[Operation],
+    run: &'static str,
+) -> Result<(), PreflightError> {
     let needs = operation::needs(operations);
     // Per review: the names asked for (`None`: any object).
     let mut keys: BTreeMap<Key, Option<BTreeSet<String>>> = BTreeMap::new();

@@ -21,7 +21,7 @@ use crate::object::{Gvk, Object, ObjectRef};
 
 /// FNV-1a over the object's JSON text: stable across runs and builds (not a security hash).
 #[must_use]
-pub fn applied_hash(desired: &Value) -> String {
+pub(crate) fn applied_hash(desired: &Value) -> String {
     let text = serde_json::to_string(desired).unwrap_or_default();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
@@ -46,7 +46,7 @@ fn with_hash(desired: &Value, hash: &str) -> Value {
 /// Whether every value in `want` is present and equal in `have` (extra fields in `have`, such as
 /// server defaults or other managers' fields, are fine).
 #[must_use]
-pub fn subset(want: &Value, have: &Value) -> bool {
+pub(crate) fn subset(want: &Value, have: &Value) -> bool {
     match (want, have) {
         (Value::Object(w), Value::Object(h)) => w.iter().all(|(k, v)| h.get(k).is_some_and(|hv| subset(v, hv))),
         (Value::Array(w), Value::Array(h)) => w.len() == h.len() && w.iter().zip(h).all(|(a, b)| subset(a, b)),
@@ -57,7 +57,7 @@ pub fn subset(want: &Value, have: &Value) -> bool {
 
 /// Whether the field manager `osbx` owns fields of a live object.
 #[must_use]
-pub fn managed_by_osbx(live: &Value) -> bool {
+pub(crate) fn managed_by_osbx(live: &Value) -> bool {
     live["metadata"]["managedFields"].as_array().is_some_and(|m| m.iter().any(|f| f["manager"] == FIELD_MANAGER))
 }
 
@@ -113,7 +113,7 @@ fn api_error(subject: &ObjectRef, action: &'static str, e: kube::Error) -> Apply
 
 /// The plan for one object.
 #[derive(Debug, Clone)]
-pub struct Planned {
+pub(crate) struct Planned {
     /// Identity.
     pub id: ObjectRef,
     /// The rendered object, as osbx sends it (with its applied hash).
@@ -135,13 +135,13 @@ impl Planned {
 
     /// Whether applying it writes anything.
     #[must_use]
-    pub fn writes(&self) -> bool {
+    pub(crate) fn writes(&self) -> bool {
         matches!(self.action, Action::Created | Action::Configured)
     }
 
     /// The change for the change set (with a diff when `with_diff`).
     #[must_use]
-    pub fn change(&self, with_diff: bool) -> Change {
+    pub(crate) fn change(&self, with_diff: bool) -> Change {
         let mut c = Change::new(self.id.clone(), self.action);
         c.reason.clone_from(&self.reason);
         if with_diff && self.writes() {
@@ -154,7 +154,7 @@ impl Planned {
 
 /// How to plan.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PlanOptions {
+pub(crate) struct PlanOptions {
     /// Dry-run objects that do not exist yet too (diff and `--dry-run` previews); apply skips it.
     pub dry_run_new: bool,
     /// Take ownership from other field managers.
@@ -172,11 +172,13 @@ fn params(force: bool, dry_run: bool) -> PatchParams {
     p
 }
 
-/// Plan one object; `prefetched` is its live state when a LIST already read it.
+/// Plan one object; `prefetched` is its live state when a LIST already read it (`Some(None)`:
+/// read, and absent), as the prefetch map's lookup gives it.
 ///
 /// # Errors
 /// [`ApplyError`] when the server refuses the dry-run or a read fails.
-pub async fn plan(
+#[allow(clippy::option_option)]
+pub(crate) async fn plan(
     cluster: &Cluster,
     object: &Object,
     opts: PlanOptions,
@@ -230,7 +232,7 @@ pub async fn plan(
 ///
 /// # Errors
 /// The first [`ApplyError`].
-pub async fn plan_all<'o>(
+pub(crate) async fn plan_all<'o>(
     cluster: &Cluster,
     objects: impl IntoIterator<Item = &'o Object>,
     opts: PlanOptions,
@@ -263,7 +265,7 @@ fn partition<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> (Vec<Vec<&'a Objec
 /// The reads of planning `ids` ([`plan_all`]): one LIST per kind and namespace with enough
 /// objects, a GET of each other object.
 #[must_use]
-pub fn reading<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<Operation> {
+pub(crate) fn reading<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<Operation> {
     let (lists, gets) = partition(ids);
     let lists = lists.into_iter().map(|g| Operation::List(g[0].gvk.clone(), g[0].namespace.clone()));
     lists.chain(gets.into_iter().map(|id| Operation::Get(Objects::Named(id.clone())))).collect()
@@ -271,14 +273,14 @@ pub fn reading<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<Operation> {
 
 /// The objects among `ids` that planning reads with a LIST rather than by name.
 #[must_use]
-pub fn listed<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<&'a ObjectRef> {
+pub(crate) fn listed<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<&'a ObjectRef> {
     partition(ids).0.into_iter().flatten().collect()
 }
 
 /// The write (or dry-run) of an object planned as `action`: a server-side apply that creates
 /// it, or one that changes it; nothing for the other actions.
 #[must_use]
-pub fn writing(id: &ObjectRef, action: Action) -> Option<Operation> {
+pub(crate) fn writing(id: &ObjectRef, action: Action) -> Option<Operation> {
     match action {
         Action::Created => Some(Operation::Apply { object: id.clone(), creates: true }),
         Action::Configured => Some(Operation::Apply { object: id.clone(), creates: false }),
@@ -288,7 +290,7 @@ pub fn writing(id: &ObjectRef, action: Action) -> Option<Operation> {
 
 /// Pruning an object ([`prune`]): reading it, then deleting it.
 #[must_use]
-pub fn pruning(id: &ObjectRef) -> [Operation; 2] {
+pub(crate) fn pruning(id: &ObjectRef) -> [Operation; 2] {
     [Operation::Get(Objects::Named(id.clone())), Operation::Delete(Objects::Named(id.clone()))]
 }
 
@@ -336,7 +338,7 @@ async fn prefetch(
 ///
 /// # Errors
 /// [`ApplyError`] when the server refuses the apply.
-pub async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool) -> Result<Option<String>, ApplyError> {
+pub(crate) async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool) -> Result<Option<String>, ApplyError> {
     if !p.writes() {
         return Ok(None);
     }
@@ -357,7 +359,7 @@ pub async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool) -> Res
 ///
 /// # Errors
 /// The first [`ApplyError`]; objects written before it stay written.
-pub async fn write_all(
+pub(crate) async fn write_all(
     cluster: &Cluster,
     planned: &[Planned],
     force_conflicts: bool,
@@ -376,7 +378,7 @@ pub async fn write_all(
 ///
 /// # Errors
 /// [`ApplyError`] when the read or the delete fails.
-pub async fn prune(cluster: &Cluster, id: &ObjectRef, dry_run: bool) -> Result<Option<Change>, ApplyError> {
+pub(crate) async fn prune(cluster: &Cluster, id: &ObjectRef, dry_run: bool) -> Result<Option<Change>, ApplyError> {
     let Some(live) = cluster.get(id).await? else { return Ok(None) };
     if !managed_by_osbx(&live) {
         let mut c = Change::new(id.clone(), Action::Skipped);

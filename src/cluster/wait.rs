@@ -16,7 +16,7 @@ use crate::status::{self, Status, StatusResult};
 
 /// How to wait.
 #[derive(Debug, Clone, Copy)]
-pub struct WaitOptions {
+pub(crate) struct WaitOptions {
     /// Poll interval.
     pub interval: Duration,
     /// Give up at this instant.
@@ -48,13 +48,13 @@ fn list(items: &[(ObjectRef, StatusResult)]) -> String {
 }
 
 /// An object's status and, when it exists, the object.
-pub type Observed = (StatusResult, Option<Value>);
+pub(crate) type Observed = (StatusResult, Option<Value>);
 
 /// Read one object and compute its status (404 → NotFound).
 ///
 /// # Errors
 /// [`ClusterError`] when the read fails for another reason.
-pub async fn status_of(cluster: &Cluster, r: &ObjectRef) -> Result<Observed, ClusterError> {
+pub(crate) async fn status_of(cluster: &Cluster, r: &ObjectRef) -> Result<Observed, ClusterError> {
     let Some(api) = cluster.resolver.api(r).await? else {
         return Ok((
             StatusResult { status: Status::NotFound, message: format!("kind {} is not served", r.gvk.kind) },
@@ -76,7 +76,7 @@ pub async fn status_of(cluster: &Cluster, r: &ObjectRef) -> Result<Observed, Clu
 /// # Errors
 /// [`WaitError::Failed`] on a failed object (with `fail_fast`), [`WaitError::Timeout`] at the
 /// deadline; both list every object that is not ready.
-pub async fn wait_for_set(
+pub(crate) async fn wait_for_set(
     cluster: &Cluster,
     refs: &[ObjectRef],
     opts: &WaitOptions,

@@ -16,7 +16,7 @@ use crate::verify;
 ///
 /// # Errors
 /// Preflight failures, refused applies and cluster errors (exit 2).
-pub fn run(settings: &ApplySettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
     let mut prepared = prepare(&settings.profile)?;

@@ -15,7 +15,7 @@ use crate::printer::Printer;
 ///
 /// # Errors
 /// Profile, render, connection or dry-run errors (exit 2).
-pub fn run(settings: &DiffSettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub(super) fn run(settings: &DiffSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
     let mut prepared = prepare(&settings.profile)?;

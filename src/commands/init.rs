@@ -10,7 +10,7 @@ use crate::printer::Printer;
 /// # Errors
 /// A file in the way (without `--force`) or a write that fails (exit 2; nothing is written
 /// when a file is in the way).
-pub fn run(settings: &InitSettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub(super) fn run(settings: &InitSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let files = if settings.fleet {
         init::fleet(&settings.file, &settings.starter)?
     } else {

@@ -13,7 +13,7 @@ use crate::render::Renderer;
 ///
 /// # Errors
 /// When the profile cannot be read or rendered at all (exit 2).
-pub fn run(settings: &LintSettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub(super) fn run(settings: &LintSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let renderer = Renderer::new(settings.templates.as_deref())?;
     let loaded = match &settings.source {
         Source::Fleet(path) => fleet::load(path, &printer.progress()).map(|f| f.members),

@@ -2,16 +2,16 @@
 //! resolved from the arguments in one place ([`settings`]); what several commands share is in
 //! [`session`], never in another command's module.
 
-pub mod apply;
-pub mod diff;
-pub mod init;
-pub mod lint;
-pub mod profiles;
-pub mod rbac;
-pub mod render;
-pub mod session;
-pub mod settings;
-pub mod verify;
+mod apply;
+mod diff;
+mod init;
+mod lint;
+mod profiles;
+mod rbac;
+mod render;
+mod session;
+mod settings;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -46,6 +46,7 @@ impl From<ExitStatus> for ExitCode {
 /// # Errors
 /// Any error the command reports; the caller prints it and exits 2.
 pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let printer = *printer;
     match cli.command {
         Command::Render(args) => render::run(&args.into(), printer),
         Command::Diff(args) => diff::run(&(&args).try_into()?, printer),

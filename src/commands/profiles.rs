@@ -6,7 +6,7 @@ use crate::profile::{DEFAULT_PROFILE, embedded_profiles};
 
 /// List embedded profiles, one per line: name, a `*` for the default, and the description.
 #[must_use]
-pub fn run(printer: &Printer) -> ExitStatus {
+pub(super) fn run(printer: Printer) -> ExitStatus {
     let profiles = embedded_profiles();
     let width = profiles.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     for (name, description) in profiles {

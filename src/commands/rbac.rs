@@ -10,7 +10,7 @@ use crate::rbac;
 ///
 /// # Errors
 /// Profile or render errors (exit 2).
-pub fn run(settings: &RbacSettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub(super) fn run(settings: &RbacSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let prepared = prepare(&settings.profile)?;
     let (profile, opts) = (&prepared.loaded.profile, &settings.rbac);
     let needs = rbac::needs(profile, &prepared.layers, opts);

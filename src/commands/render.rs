@@ -13,7 +13,7 @@ use crate::{fleet, lint, profile, repo};
 /// # Errors
 /// Any failure to load, render, write or commit; nothing is written when the profile or the
 /// templates are invalid.
-pub fn run(opts: &RenderSettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let renderer = Renderer::new(opts.templates.as_deref())?;
     let (rendered, name) = match &opts.source {
         Source::Profile(source) => {

@@ -14,7 +14,7 @@ use crate::render::Renderer;
 use crate::verify::{self, report, session::Session};
 
 /// The profile, rendered into layers.
-pub struct Prepared {
+pub(super) struct Prepared {
     /// The profile.
     pub loaded: LoadedProfile,
     /// Its layers in apply order.
@@ -25,7 +25,7 @@ pub struct Prepared {
 ///
 /// # Errors
 /// Profile, template or render errors.
-pub fn prepare(settings: &ProfileSettings) -> anyhow::Result<Prepared> {
+pub(super) fn prepare(settings: &ProfileSettings) -> anyhow::Result<Prepared> {
     // The templates compile while the profile loads.
     let (loaded, renderer) = std::thread::scope(|scope| {
         let renderer = scope.spawn(|| Renderer::new(settings.templates.as_deref()));
@@ -42,14 +42,14 @@ pub fn prepare(settings: &ProfileSettings) -> anyhow::Result<Prepared> {
 ///
 /// # Errors
 /// When the runtime cannot start.
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(super) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
 /// Connecting, started on `rt` so that it runs while the caller renders the profile: the
 /// kubeconfig, then the server version and discovery (see [`preflight::warm_up`]). Dropping the
 /// runtime (a profile error) abandons it.
-pub fn start_connect(
+pub(super) fn start_connect(
     rt: &tokio::runtime::Runtime,
     options: &ConnectOptions,
 ) -> tokio::task::JoinHandle<anyhow::Result<(Cluster, preflight::Report)>> {
@@ -65,12 +65,12 @@ pub fn start_connect(
 ///
 /// # Errors
 /// When the run cannot start, is interrupted or runs out of time (exit 2).
-pub async fn verify(
+pub(super) async fn verify(
     cluster: &Cluster,
     prepared: &Prepared,
     settings: &VerifyRunSettings,
     output: Output,
-    printer: &Printer,
+    printer: Printer,
 ) -> anyhow::Result<ExitStatus> {
     let flux_objects = deploy::flux_objects(&prepared.layers);
     let session = Session::start(cluster, &prepared.loaded.profile, flux_objects, settings.run.clone()).await?;

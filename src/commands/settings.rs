@@ -22,7 +22,7 @@ use crate::verify::{ApiKeyValue, Selection};
 
 /// Which profile, and which templates render it.
 #[derive(Debug, Clone)]
-pub struct ProfileSettings {
+pub(super) struct ProfileSettings {
     /// The profile.
     pub source: ProfileSource,
     /// Templates that replace embedded ones.
@@ -49,7 +49,7 @@ impl From<&ClusterArgs> for ConnectOptions {
 
 /// What to render: one profile or every cluster of a fleet.
 #[derive(Debug, Clone)]
-pub enum Source {
+pub(super) enum Source {
     /// One profile.
     Profile(ProfileSource),
     /// Every cluster of a fleet file.
@@ -58,7 +58,7 @@ pub enum Source {
 
 /// `osbx render`.
 #[derive(Debug, Clone)]
-pub struct RenderSettings {
+pub(super) struct RenderSettings {
     /// Which profile or fleet.
     pub source: Source,
     /// Repository root.
@@ -94,12 +94,12 @@ impl From<RenderArgs> for RenderSettings {
 
 /// `osbx init`.
 #[derive(Debug, Clone)]
-pub struct InitSettings {
+pub(super) struct InitSettings {
     /// The file to write.
     pub file: PathBuf,
-    /// The starter.
+    /// What the starter profile contains (cluster name, runtimes, SPIRE).
     pub starter: Starter,
-    /// A fleet.
+    /// Write a fleet file and its base profile instead of one profile.
     pub fleet: bool,
     /// Overwrite.
     pub force: bool,
@@ -127,8 +127,8 @@ impl From<&InitArgs> for InitSettings {
 
 /// `osbx diff`.
 #[derive(Debug, Clone)]
-pub struct DiffSettings {
-    /// The profile.
+pub(super) struct DiffSettings {
+    /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// The cluster.
     pub connect: ConnectOptions,
@@ -153,8 +153,8 @@ impl TryFrom<&DiffArgs> for DiffSettings {
 
 /// `osbx apply`.
 #[derive(Debug, Clone)]
-pub struct ApplySettings {
-    /// The profile.
+pub(super) struct ApplySettings {
+    /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// The cluster.
     pub connect: ConnectOptions,
@@ -197,8 +197,8 @@ impl TryFrom<&ApplyArgs> for ApplySettings {
 
 /// A verify run and its report (`osbx verify`, `osbx apply --verify`).
 #[derive(Debug, Clone)]
-pub struct VerifyRunSettings {
-    /// The run.
+pub(super) struct VerifyRunSettings {
+    /// Which checks, how the run reaches the Lifecycle API, its time limit.
     pub run: verify::Settings,
     /// Write a JUnit report here.
     pub junit: Option<PathBuf>,
@@ -220,8 +220,8 @@ impl VerifyRunSettings {
 
 /// `osbx verify`.
 #[derive(Debug, Clone)]
-pub struct VerifySettings {
-    /// The profile.
+pub(super) struct VerifySettings {
+    /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// The cluster.
     pub connect: ConnectOptions,
@@ -246,7 +246,7 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
 
 /// `osbx lint`.
 #[derive(Debug, Clone)]
-pub struct LintSettings {
+pub(super) struct LintSettings {
     /// Which profile or fleet.
     pub source: Source,
     /// Template overrides.
@@ -278,8 +278,8 @@ impl TryFrom<&LintArgs> for LintSettings {
 
 /// `osbx rbac`.
 #[derive(Debug, Clone)]
-pub struct RbacSettings {
-    /// The profile.
+pub(super) struct RbacSettings {
+    /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// What to print.
     pub rbac: rbac::Options,

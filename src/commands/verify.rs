@@ -9,7 +9,7 @@ use crate::printer::Printer;
 ///
 /// # Errors
 /// Bad input, an unreachable cluster, or an interrupted run (exit 2).
-pub fn run(settings: &VerifySettings, printer: &Printer) -> anyhow::Result<ExitStatus> {
+pub(super) fn run(settings: &VerifySettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
     let prepared = prepare(&settings.profile)?;

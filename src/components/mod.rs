@@ -13,8 +13,8 @@
 
 pub mod kata;
 pub mod opensandbox;
-pub mod pools;
-pub mod spire;
+pub(crate) mod pools;
+pub(crate) mod spire;
 
 use std::fmt;
 
@@ -53,7 +53,7 @@ pub struct Component {
 /// A Secret a component reads whose value the user supplies at apply time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Supplied {
-    /// The Secret.
+    /// The Secret, named by the profile.
     pub secret: ObjectRef,
     /// The key that holds the value.
     pub key: String,
@@ -119,7 +119,7 @@ sections! {
 }
 
 /// Every component, in the order their rules run and their views are built.
-pub static ALL: &[&Component] = &[
+pub(crate) static ALL: &[&Component] = &[
     &opensandbox::COMPONENT,
     &pools::COMPONENT,
     &kata::COMPONENT,

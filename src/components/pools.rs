@@ -14,7 +14,7 @@ use crate::spec::Violations;
 use crate::spec::values::Resources;
 
 /// The table entry of this component.
-pub static COMPONENT: Component = Component {
+pub(crate) static COMPONENT: Component = Component {
     name: "pools",
     about: "the OpenSandbox Pools",
     section: "pools",
@@ -26,11 +26,11 @@ pub static COMPONENT: Component = Component {
 };
 
 /// The OpenSandbox Pool, the kind this component renders (status, verify and lint read it).
-pub const POOL: KnownKind = KnownKind::new("sandbox.opensandbox.io", "v1alpha1", "Pool");
+pub(crate) const POOL: KnownKind = KnownKind::new("sandbox.opensandbox.io", "v1alpha1", "Pool");
 
 /// The Pool named `name`: Pools live in the OpenSandbox sandbox namespace.
 #[must_use]
-pub fn object(s: &Sections, name: &str) -> ObjectRef {
+pub(crate) fn object(s: &Sections, name: &str) -> ObjectRef {
     POOL.object(Some(&s.opensandbox.namespaces.sandbox), name)
 }
 
@@ -199,7 +199,7 @@ pub struct Pool {
     /// Main container volume mounts.
     #[serde(default)]
     pub volume_mounts: Option<Vec<Value>>,
-    /// Init containers.
+    /// Init containers (Kubernetes `Container` objects).
     #[serde(default)]
     pub init_containers: Option<Vec<Value>>,
     /// Pod volumes.

@@ -19,7 +19,7 @@ use crate::status::{self, Status};
 
 /// What an apply did.
 #[derive(Debug, Serialize)]
-pub struct ApplyReport {
+pub(crate) struct ApplyReport {
     /// Every object and its action.
     pub changes: ChangeSet,
     /// Readiness: `None` when not waited for, else whether everything became ready.
@@ -57,7 +57,7 @@ struct Run<'a> {
 ///
 /// # Errors
 /// [`DeployError`] when an object cannot be applied; the error names the object in flight.
-pub async fn execute(
+pub(crate) async fn execute(
     cluster: &Cluster,
     profile: &Profile,
     layers: &[Layer],

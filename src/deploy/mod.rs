@@ -15,8 +15,8 @@ mod plan;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use self::execute::{ApplyReport, execute};
-pub use self::plan::{ApplyOptions, Plan, Scope, operations, plan};
+pub(crate) use self::execute::execute;
+pub(crate) use self::plan::{ApplyOptions, Plan, Scope, operations, plan};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::inventory::Inventory;
 use crate::cluster::operation::{Objects, Operation};
@@ -47,7 +47,7 @@ pub fn ids(layers: &[Layer]) -> Vec<ObjectRef> {
 
 /// The Flux objects of `layers` (what `verify`'s `flux.layers` check reads).
 #[must_use]
-pub fn flux_objects(layers: &[Layer]) -> Vec<ObjectRef> {
+pub(crate) fn flux_objects(layers: &[Layer]) -> Vec<ObjectRef> {
     ids(layers).into_iter().filter(|id| id.gvk.is_flux()).collect()
 }
 
@@ -127,7 +127,7 @@ fn supplied(profile: &Profile) -> Vec<(String, Supplied)> {
 /// Add the Secrets the components read, holding `value` (the API key given to this run), to the
 /// layers that render those components, so that apply creates or rotates them like any other
 /// object (and diff masks them). The value is never part of the render, so it never reaches git.
-pub fn add_supplied_secrets(profile: &Profile, layers: &mut [Layer], value: &str) {
+pub(crate) fn add_supplied_secrets(profile: &Profile, layers: &mut [Layer], value: &str) {
     for (layer_name, supplied) in supplied(profile) {
         let Some(layer) = layers.iter_mut().find(|l| l.name == layer_name) else { continue };
         let mut data = BTreeMap::new();
@@ -178,7 +178,7 @@ pub fn inventory(profile: &Profile) -> ObjectRef {
 /// `stale`, reading any object of the rendered kinds in the rendered namespaces (what the
 /// inventory lists and the render no longer has, shown as to be pruned).
 #[must_use]
-pub fn diff_operations(profile: &Profile, layers: &[Layer], stale: bool) -> Vec<Operation> {
+pub(crate) fn diff_operations(profile: &Profile, layers: &[Layer], stale: bool) -> Vec<Operation> {
     let ids = kept(profile, layers);
     let mut out = ssa::reading(ids.iter());
     out.extend(ids.iter().filter_map(|id| ssa::writing(id, Action::Created)));

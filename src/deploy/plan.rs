@@ -14,9 +14,9 @@ use crate::cluster::ssa::{self, PlanOptions, Planned};
 use crate::object::{Gvk, ObjectRef};
 use crate::profile::Profile;
 
-/// Apply options.
+/// How an apply runs (`osbx apply` flags).
 #[derive(Debug, Clone, Copy)]
-pub struct ApplyOptions {
+pub(crate) struct ApplyOptions {
     /// Plan and print; write nothing.
     pub dry_run: bool,
     /// Delete objects osbx created before and no longer renders.
@@ -38,14 +38,14 @@ impl ApplyOptions {
 
     /// What the apply does beyond planning and writing the render.
     #[must_use]
-    pub fn scope(&self) -> Scope {
+    pub(crate) fn scope(&self) -> Scope {
         Scope { prune: self.prune, wait: self.wait && !self.dry_run }
     }
 }
 
 /// What an apply does beyond planning and writing the render: all its operations depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Scope {
+pub(crate) struct Scope {
     /// Deletes what osbx created before and no longer renders (`--prune`).
     pub prune: bool,
     /// Waits for readiness after each layer (not `--dry-run`, not `--wait=false`).
@@ -56,7 +56,7 @@ pub struct Scope {
 /// object whose kind the cluster serves (objects of kinds a layer's chart installs are planned
 /// when their layer comes).
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The inventory as it is on the cluster.
     pub previous: Inventory,
     /// The plan of each object, by identity.
@@ -72,7 +72,7 @@ impl Plan {
     /// external layers. An unchanged object needs nothing beyond the read that already happened,
     /// so a no-op apply reviews nothing.
     #[must_use]
-    pub fn operations(&self, profile: &Profile, layers: &[Layer], scope: Scope) -> Vec<Operation> {
+    pub(crate) fn operations(&self, profile: &Profile, layers: &[Layer], scope: Scope) -> Vec<Operation> {
         let mut out: Vec<Operation> = self.planned.values().filter_map(|p| ssa::writing(&p.id, p.action)).collect();
         if scope.prune {
             out.extend(self.previous.stale(&kept(profile, layers)).iter().flat_map(ssa::pruning));
@@ -105,7 +105,7 @@ fn waits(profile: &Profile, layers: &[Layer], only_listed: bool) -> Vec<Operatio
 /// from the inventory). `osbx rbac` turns it into roles; preflight reviews it all when a read is
 /// refused, to name everything that is missing at once.
 #[must_use]
-pub fn operations(profile: &Profile, layers: &[Layer], scope: Scope) -> Vec<Operation> {
+pub(crate) fn operations(profile: &Profile, layers: &[Layer], scope: Scope) -> Vec<Operation> {
     let ids = kept(profile, layers);
     let inventory = inventory(profile);
     let mut out = ssa::reading(ids.iter());
@@ -132,7 +132,7 @@ pub fn operations(profile: &Profile, layers: &[Layer], scope: Scope) -> Vec<Oper
 ///
 /// # Errors
 /// [`DeployError`] when a read or a dry-run fails.
-pub async fn plan(
+pub(crate) async fn plan(
     cluster: &Cluster,
     profile: &Profile,
     layers: &[Layer],

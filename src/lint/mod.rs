@@ -33,13 +33,13 @@ pub enum Severity {
 pub struct Finding {
     /// Stable rule id.
     pub id: &'static str,
-    /// Severity.
+    /// Whether it fails `lint` (and `render`) or only warns.
     pub severity: Severity,
     /// Profile file.
     pub file: String,
-    /// Line.
+    /// Line of the field in the profile file (1-based).
     pub line: usize,
-    /// Column.
+    /// Column of the field (1-based).
     pub column: usize,
     /// Field path.
     pub field: String,
@@ -86,7 +86,7 @@ impl Linter<'_> {
 
 /// What the rules may check the render against, beyond the profile.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// The Pool CRD the pinned chart installs (else known stale chart versions are checked from
     /// a table).
     pub pool_crd: Option<&'a Value>,
@@ -96,7 +96,7 @@ pub struct Inputs<'a> {
 
 /// Run every rule over a valid profile and its render.
 #[must_use]
-pub fn lint(loaded: &LoadedProfile, rendered: &Rendered, inputs: Inputs<'_>) -> Vec<Finding> {
+pub(crate) fn lint(loaded: &LoadedProfile, rendered: &Rendered, inputs: Inputs<'_>) -> Vec<Finding> {
     let mut l = Linter { loaded, out: Vec::new() };
     let objects = rendered.objects();
     secrets::api_key(&mut l);
@@ -115,13 +115,13 @@ pub fn lint(loaded: &LoadedProfile, rendered: &Rendered, inputs: Inputs<'_>) -> 
 /// Lint errors: `render` refuses to write.
 #[derive(Debug, thiserror::Error)]
 #[error("lint found errors; nothing written (run `osbx lint` for details):\n{}", .0.iter().map(|f| format!("  {f}")).collect::<Vec<_>>().join("\n"))]
-pub struct LintErrors(pub Vec<Finding>);
+pub(crate) struct LintErrors(pub Vec<Finding>);
 
 /// The gate `render` passes through: errors refuse the render, warnings are returned.
 ///
 /// # Errors
 /// [`LintErrors`] with every error found.
-pub fn gate(loaded: &LoadedProfile, rendered: &Rendered) -> Result<Vec<Finding>, LintErrors> {
+pub(crate) fn gate(loaded: &LoadedProfile, rendered: &Rendered) -> Result<Vec<Finding>, LintErrors> {
     let (errors, warnings): (Vec<Finding>, Vec<Finding>) =
         lint(loaded, rendered, Inputs::default()).into_iter().partition(|f| f.severity == Severity::Error);
     if errors.is_empty() { Ok(warnings) } else { Err(LintErrors(errors)) }
@@ -130,7 +130,7 @@ pub fn gate(loaded: &LoadedProfile, rendered: &Rendered) -> Result<Vec<Finding>,
 /// The same finding for many clusters of a fleet (one from the base profile) once, with the
 /// number of other clusters it applies to; in first-seen order.
 #[must_use]
-pub fn group(findings: &[Finding]) -> Vec<(&Finding, usize)> {
+pub(crate) fn group(findings: &[Finding]) -> Vec<(&Finding, usize)> {
     let mut groups: Vec<(&Finding, usize)> = Vec::new();
     for f in findings {
         match groups.iter_mut().find(|(g, _)| (g.id, &g.field, &g.message) == (f.id, &f.field, &f.message)) {

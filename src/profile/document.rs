@@ -17,9 +17,9 @@ use crate::spec::TargetCluster;
 use crate::spec::syntax::normalize_repo_path;
 
 /// The only `apiVersion` this build understands.
-pub const API_VERSION: &str = "osbx.dev/v1alpha1";
+pub(crate) const API_VERSION: &str = "osbx.dev/v1alpha1";
 /// The only `kind` this build understands.
-pub const KIND: &str = "Profile";
+pub(crate) const KIND: &str = "Profile";
 
 /// A whole profile document. Everything but the cluster's name and its pools has a default,
 /// pinned for the chart osbx pins: the smallest useful profile is `cluster: {name: …}` and
@@ -131,6 +131,7 @@ pub struct Metadata {
 /// One Flux Kustomization layer of the profile.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("required" = ["name"]))]
 pub struct LayerSpec {
     /// Kustomization name (also `clusters/<cluster>/apps/<name>.yaml`).
     pub name: String,

@@ -5,7 +5,7 @@
 //! errors are collected and returned together, each as `file:line:column: field: message`.
 
 mod document;
-pub mod validate;
+mod validate;
 mod verify;
 
 use std::fmt;
@@ -27,7 +27,7 @@ pub enum ProfileSource {
 }
 
 /// The embedded profile used when no `--profile` is given.
-pub const DEFAULT_PROFILE: &str = "default";
+pub(crate) const DEFAULT_PROFILE: &str = "default";
 
 impl ProfileSource {
     /// Resolve a `--profile` argument: an existing file or anything that looks like a path is a
@@ -112,7 +112,7 @@ impl ProfileError {
 /// A profile that passed validation, with where it came from.
 #[derive(Debug)]
 pub struct LoadedProfile {
-    /// The profile.
+    /// The document, with every default filled in.
     pub profile: Profile,
     /// The name shown in messages (`profiles/homelab.yaml` or the path given).
     pub origin: String,
@@ -162,7 +162,7 @@ impl LoadedProfile {
 
 /// Names and descriptions of the embedded profiles.
 #[must_use]
-pub fn embedded_profiles() -> Vec<(String, Option<String>)> {
+pub(crate) fn embedded_profiles() -> Vec<(String, Option<String>)> {
     embedded::profiles()
         .iter()
         .map(|(file, text)| {

@@ -12,7 +12,7 @@ use crate::spec::{Violation, Violations};
 
 /// Check a whole profile; an empty list means it is valid.
 #[must_use]
-pub fn validate(p: &Profile) -> Vec<Violation> {
+pub(super) fn validate(p: &Profile) -> Vec<Violation> {
     let mut v = Violations::default();
     if p.api_version != API_VERSION {
         v.push("apiVersion", format!("unsupported apiVersion {:?}: expected {API_VERSION:?}", p.api_version));

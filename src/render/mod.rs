@@ -21,7 +21,7 @@ use crate::object::Object;
 use crate::profile::LoadedProfile;
 
 /// The first line of every file osbx owns; a file without it is never overwritten unless forced.
-pub const MARKER: &str = "Managed by osbx";
+pub(crate) const MARKER: &str = "Managed by osbx";
 
 /// Why rendering failed.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum RenderError {
     /// A template directory given with `--templates` could not be read.
     #[error("cannot read templates from {path}: {source}")]
     Read {
-        /// The path.
+        /// The directory given.
         path: String,
         /// The I/O error.
         #[source]
@@ -110,7 +110,7 @@ pub struct RenderedObject {
     pub path: String,
     /// The layer it belongs to.
     pub layer: String,
-    /// The object.
+    /// The object with its identity.
     pub object: Object,
 }
 
@@ -288,7 +288,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// Prefix `content` with the ownership marker in the comment syntax of the file type.
 #[must_use]
-pub fn with_marker(path: &str, content: &str, profile: &str) -> String {
+pub(crate) fn with_marker(path: &str, content: &str, profile: &str) -> String {
     let note = format!("{MARKER} (profile {profile}): edit the profile and re-render, not this file.");
     if Path::new(path).extension().is_some_and(|e| e.eq_ignore_ascii_case("md")) {
         format!("<!-- {note} -->\n\n{content}")

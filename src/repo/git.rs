@@ -6,7 +6,7 @@ use git2::{Repository, Signature, Status, StatusOptions};
 
 /// Why a commit could not be made.
 #[derive(Debug, thiserror::Error)]
-pub enum GitError {
+pub(crate) enum GitError {
     /// `--out` is not inside a git work tree.
     #[error("{path} is not inside a git repository (run `git init` there, or drop --commit)")]
     NotARepo {
@@ -42,7 +42,7 @@ fn to_workdir(root: &Path, workdir: &Path, paths: &[String]) -> Vec<String> {
 ///
 /// # Errors
 /// [`GitError`] when `root` is not in a repository or libgit2 fails.
-pub fn staged_conflicts(root: &Path, ours: &[String]) -> Result<Vec<String>, GitError> {
+pub(crate) fn staged_conflicts(root: &Path, ours: &[String]) -> Result<Vec<String>, GitError> {
     let (repo, workdir) = open(root)?;
     let ours = to_workdir(root, &workdir, ours);
     let mut opts = StatusOptions::new();
@@ -69,7 +69,7 @@ pub fn staged_conflicts(root: &Path, ours: &[String]) -> Result<Vec<String>, Git
 ///
 /// # Errors
 /// [`GitError`] when libgit2 fails.
-pub fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<(git2::Oid, usize)>, GitError> {
+pub(crate) fn commit(root: &Path, paths: &[String], message: &str) -> Result<Option<(git2::Oid, usize)>, GitError> {
     if paths.is_empty() {
         return Ok(None);
     }
@@ -116,7 +116,7 @@ pub(super) fn at_head(root: &Path, rel: &str) -> Option<String> {
 
 /// What a Flux repository holds that Flux cannot see yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RepoState {
+pub(crate) struct RepoState {
     /// Work-tree paths with uncommitted changes (tracked files, and untracked ones).
     pub uncommitted: Vec<String>,
     /// Commits on the current branch that its upstream does not have, and the upstream's name.
@@ -125,7 +125,7 @@ pub struct RepoState {
 
 /// The state of the git repository containing `path`, or `None` when it is not in one.
 #[must_use]
-pub fn repo_state(path: &Path) -> Option<RepoState> {
+pub(crate) fn repo_state(path: &Path) -> Option<RepoState> {
     let repo = Repository::discover(path).ok()?;
     let mut opts = StatusOptions::new();
     opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false);

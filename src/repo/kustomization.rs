@@ -10,7 +10,7 @@ use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, StrInput, Structur
 
 /// Why an existing kustomization cannot be merged into.
 #[derive(Debug, thiserror::Error)]
-pub enum MergeError {
+pub(crate) enum MergeError {
     /// The file does not parse as YAML.
     #[error("{0}")]
     Parse(String),

@@ -19,16 +19,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub use git::{GitError, RepoState, commit, repo_state, staged_conflicts};
-pub use kustomization::MergeError;
+pub(crate) use git::{GitError, commit, repo_state, staged_conflicts};
+pub(crate) use kustomization::MergeError;
 use state::State;
-pub use write::{RepoLock, lock, write};
+pub(crate) use write::{lock, write};
 
 use crate::render::{ClusterIndex, RenderError, Rendered, Renderer, is_owned};
 
 /// Why the repository cannot be updated.
 #[derive(Debug, thiserror::Error)]
-pub enum RepoError {
+pub(crate) enum RepoError {
     /// Files at the target paths were not written by osbx.
     #[error(
         "refusing to overwrite files osbx does not own (no \"Managed by osbx\" marker):\n{}\nmove them away, or pass --force to adopt them",
@@ -38,7 +38,7 @@ pub enum RepoError {
     /// A target path is a directory, or its parent is a file.
     #[error("{path}: {reason}")]
     Blocked {
-        /// The path.
+        /// The repository path it concerns.
         path: String,
         /// Why.
         reason: String,
@@ -46,7 +46,7 @@ pub enum RepoError {
     /// The cluster kustomization cannot be merged into.
     #[error("{path}: cannot add or remove osbx's entries: {source}")]
     Merge {
-        /// The path.
+        /// The repository path it concerns.
         path: String,
         /// Why.
         #[source]
@@ -57,7 +57,7 @@ pub enum RepoError {
         "{path}: not a state osbx can read ({reason}); remove it to start afresh (osbx then deletes nothing it rendered before)"
     )]
     State {
-        /// The path.
+        /// The repository path it concerns.
         path: String,
         /// Why.
         reason: String,
@@ -65,7 +65,7 @@ pub enum RepoError {
     /// The journal of an interrupted render cannot be read.
     #[error("{path}: an interrupted render's journal osbx cannot read ({reason})")]
     Journal {
-        /// The path.
+        /// The repository path it concerns.
         path: String,
         /// Why.
         reason: String,
@@ -76,7 +76,7 @@ pub enum RepoError {
     /// An I/O error while reading or writing.
     #[error("{path}: {source}")]
     Io {
-        /// The path.
+        /// The repository path it concerns.
         path: String,
         /// The error.
         #[source]
@@ -90,7 +90,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RepoError + '_ {
 
 /// One staged file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileChange {
+pub(crate) struct FileChange {
     /// Repository-relative path.
     pub path: String,
     /// Current text, `None` when the file does not exist.
@@ -102,14 +102,14 @@ pub struct FileChange {
 impl FileChange {
     /// Whether writing it would change the disk.
     #[must_use]
-    pub fn changed(&self) -> bool {
+    pub(crate) fn changed(&self) -> bool {
         self.old != self.new
     }
 }
 
 /// Every file osbx writes or deletes for a render, compared with the disk.
 #[derive(Debug, Clone)]
-pub struct Staged {
+pub(crate) struct Staged {
     /// Repository root.
     pub root: PathBuf,
     /// All files (changed or not), in render order, then the deletions.
@@ -118,7 +118,7 @@ pub struct Staged {
 
 impl Staged {
     /// The files that differ from the disk.
-    pub fn changed(&self) -> impl Iterator<Item = &FileChange> {
+    pub(crate) fn changed(&self) -> impl Iterator<Item = &FileChange> {
         self.files.iter().filter(|f| f.changed())
     }
 }
@@ -131,7 +131,7 @@ impl Staged {
 /// edits in that shared file are yours to commit. The commit takes those that differ from HEAD,
 /// and nothing else.
 #[must_use]
-pub fn commit_paths(staged: &Staged, rendered: &Rendered) -> Vec<String> {
+pub(crate) fn commit_paths(staged: &Staged, rendered: &Rendered) -> Vec<String> {
     let root = &staged.root;
     let mut paths: BTreeSet<String> = staged.changed().map(|f| f.path.clone()).collect();
     let state_path = state::path(&rendered.source);
@@ -187,7 +187,7 @@ pub fn commit_paths(staged: &Staged, rendered: &Rendered) -> Vec<String> {
 ///
 /// # Errors
 /// [`RepoError`] when the journal cannot be read or a step fails.
-pub fn recover(root: &Path) -> Result<Option<String>, RepoError> {
+pub(crate) fn recover(root: &Path) -> Result<Option<String>, RepoError> {
     journal::recover(root)
 }
 
@@ -196,7 +196,7 @@ pub fn recover(root: &Path) -> Result<Option<String>, RepoError> {
 /// # Errors
 /// [`RepoError`] when a file cannot be read, a path is blocked, a cluster kustomization cannot
 /// be edited, or (unless `force`) a target file is not owned by osbx.
-pub fn stage(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool) -> Result<Staged, RepoError> {
+pub(crate) fn stage(root: &Path, rendered: &Rendered, renderer: &Renderer, force: bool) -> Result<Staged, RepoError> {
     let mut files = Vec::new();
     let mut foreign = Vec::new();
     for f in &rendered.files {

@@ -16,7 +16,7 @@ use crate::progress::Progress;
 /// dropped, or when the process dies; the directories [`lock`] created go again if they are still
 /// empty then (a render that failed leaves nothing behind).
 #[derive(Debug)]
-pub struct RepoLock {
+pub(crate) struct RepoLock {
     _dir: fs::File,
     created: Vec<PathBuf>,
 }
@@ -34,7 +34,7 @@ impl Drop for RepoLock {
 ///
 /// # Errors
 /// [`RepoError::Io`] when the directory cannot be created, opened or locked.
-pub fn lock(root: &Path) -> Result<RepoLock, RepoError> {
+pub(crate) fn lock(root: &Path) -> Result<RepoLock, RepoError> {
     let mut created = Vec::new();
     create_dirs(root, &mut created)?;
     let root = if root.as_os_str().is_empty() { Path::new(".") } else { root };
@@ -61,7 +61,7 @@ fn failpoint(step: usize) -> std::io::Result<()> {
 ///
 /// # Errors
 /// [`RepoError::Io`] naming the file that failed; the tree on disk is then unchanged.
-pub fn write(staged: &Staged, progress: &dyn Progress) -> Result<Vec<String>, RepoError> {
+pub(crate) fn write(staged: &Staged, progress: &dyn Progress) -> Result<Vec<String>, RepoError> {
     let root = &staged.root;
     let changed: Vec<&FileChange> = staged.changed().collect();
     if changed.is_empty() {

@@ -4,8 +4,8 @@
 
 mod cluster;
 mod locate;
-pub mod syntax;
-pub mod values;
+pub(crate) mod syntax;
+pub(crate) mod values;
 mod violations;
 
 pub use cluster::TargetCluster;

@@ -1,16 +1,16 @@
 //! The syntax of names, durations and repository paths, as Kubernetes and Flux define them.
 
 /// The units of a Flux duration (Go's `time.ParseDuration` without `ns`/`us`).
-pub const FLUX_UNITS: &[&str] = &["ms", "s", "m", "h"];
+pub(crate) const FLUX_UNITS: &[&str] = &["ms", "s", "m", "h"];
 
 /// The units Flux accepts for a Git timeout.
-pub const GIT_TIMEOUT_UNITS: &[&str] = &["ms", "s", "m"];
+pub(crate) const GIT_TIMEOUT_UNITS: &[&str] = &["ms", "s", "m"];
 
 /// Check a DNS-1123 label (namespaces, most object names).
 ///
 /// # Errors
 /// A short reason when `s` is not a label.
-pub fn check_dns_label(s: &str) -> Result<(), String> {
+pub(crate) fn check_dns_label(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty".into());
     }
@@ -30,7 +30,7 @@ pub fn check_dns_label(s: &str) -> Result<(), String> {
 ///
 /// # Errors
 /// A short reason when `s` is not a subdomain.
-pub fn check_dns_subdomain(s: &str) -> Result<(), String> {
+pub(crate) fn check_dns_subdomain(s: &str) -> Result<(), String> {
     if s.len() > 253 {
         return Err(format!("{s:?} is longer than 253 characters"));
     }
@@ -39,7 +39,7 @@ pub fn check_dns_subdomain(s: &str) -> Result<(), String> {
 
 /// Whether `s` is a Go/Flux duration made only of the given units (`1h30m`, `90s`, `1.5h`).
 #[must_use]
-pub fn is_duration(s: &str, units: &[&str]) -> bool {
+pub(crate) fn is_duration(s: &str, units: &[&str]) -> bool {
     let mut rest = s;
     if rest.is_empty() {
         return false;
@@ -72,7 +72,7 @@ pub fn is_duration(s: &str, units: &[&str]) -> bool {
 ///
 /// # Errors
 /// Why the path is not inside the repository.
-pub fn normalize_repo_path(raw: &str) -> Result<String, String> {
+pub(crate) fn normalize_repo_path(raw: &str) -> Result<String, String> {
     if raw.starts_with('/') || raw.contains('\\') {
         return Err("must be a relative path inside the repository".into());
     }
@@ -92,7 +92,7 @@ pub fn normalize_repo_path(raw: &str) -> Result<String, String> {
 
 /// Parse a Go/Flux duration (`90s`, `5m`, `1h30m`, `1.5h`, `500ms`).
 #[must_use]
-pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+pub(crate) fn parse_duration(s: &str) -> Option<std::time::Duration> {
     if !is_duration(s, FLUX_UNITS) {
         return None;
     }

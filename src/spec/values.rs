@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Resources {
-    /// Requests.
+    /// Requests by resource name (`cpu`, `memory`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub requests: BTreeMap<String, Quantity>,
-    /// Limits.
+    /// Limits by resource name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, Quantity>,
 }
@@ -62,7 +62,7 @@ impl<'de> Deserialize<'de> for Quantity {
 /// suffix (`Ki` … `Ei`), a decimal suffix (`n`, `u`, `m`, `k`, `M` … `E`) or an exponent
 /// (`e3`, `E-2`).
 #[must_use]
-pub fn is_quantity(s: &str) -> bool {
+pub(crate) fn is_quantity(s: &str) -> bool {
     let body = s.strip_prefix(['+', '-']).unwrap_or(s);
     let digits_end = body.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(body.len());
     let (number, suffix) = body.split_at(digits_end);
@@ -101,10 +101,10 @@ mod tests {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ImageRef {
-    /// Repository.
+    /// Image repository (default: the chart's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
-    /// Tag.
+    /// Image tag (default: the chart's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
 }

@@ -49,7 +49,7 @@ impl fmt::Display for Status {
 /// A status and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusResult {
-    /// The status.
+    /// Where the object is: Current, InProgress, Failed, ….
     pub status: Status,
     /// Why (the object's own message where it has one).
     pub message: String,
@@ -88,7 +88,7 @@ fn int(v: &Value) -> Option<i64> {
 
 /// Compute the status of an object (its JSON as returned by the API server).
 #[must_use]
-pub fn compute(obj: &Value) -> StatusResult {
+pub(crate) fn compute(obj: &Value) -> StatusResult {
     if !obj["metadata"]["deletionTimestamp"].is_null() {
         return result(Status::Terminating, "being deleted");
     }
@@ -248,19 +248,6 @@ fn pool(obj: &Value) -> StatusResult {
         return result(Status::InProgress, format!("available {available} < {want_available}"));
     }
     result(Status::Current, format!("total {total}, available {available}"))
-}
-
-/// The status of a set: any Failed → Failed; else any Unknown/NotFound/Terminating/InProgress
-/// → InProgress; all Current → Current.
-#[must_use]
-pub fn aggregate(statuses: &[Status]) -> Status {
-    if statuses.contains(&Status::Failed) {
-        Status::Failed
-    } else if statuses.iter().all(|s| *s == Status::Current) {
-        Status::Current
-    } else {
-        Status::InProgress
-    }
 }
 
 #[cfg(test)]

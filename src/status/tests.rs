@@ -171,11 +171,3 @@ fn table() {
         assert!(r.message.contains(fragment), "{case}: {:?} does not contain {fragment:?}", r.message);
     }
 }
-
-#[test]
-fn aggregates() {
-    assert_eq!(aggregate(&[Status::Current, Status::Current]), Status::Current);
-    assert_eq!(aggregate(&[Status::Current, Status::InProgress]), Status::InProgress);
-    assert_eq!(aggregate(&[Status::InProgress, Status::Failed]), Status::Failed);
-    assert_eq!(aggregate(&[]), Status::Current);
-}

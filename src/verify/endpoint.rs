@@ -28,7 +28,7 @@ pub enum Endpoint {
         client: Client,
         /// The proxy path prefix.
         base: String,
-        /// The key.
+        /// The API key sent with every request (`OPEN-SANDBOX-API-KEY`).
         key: ApiKeyValue,
     },
     /// A URL (`--server-url`).
@@ -37,7 +37,7 @@ pub enum Endpoint {
         http: reqwest::Client,
         /// Base URL without a trailing slash.
         base: String,
-        /// The key.
+        /// The API key sent with every request (`OPEN-SANDBOX-API-KEY`).
         key: ApiKeyValue,
         /// The run's client limits, which requests to the URL keep too.
         limits: Arc<Limits>,
@@ -78,7 +78,7 @@ fn proxied(service: &str, port: u16) -> String {
 /// API: through the service proxy, each a [`Operation::Proxy`] (the service named
 /// `<service>:<port>` as in the request path); at a URL, none against the cluster.
 #[must_use]
-pub fn requests(profile: &Profile, reach: Reach, methods: &[http::Method]) -> Vec<Operation> {
+pub(crate) fn requests(profile: &Profile, reach: Reach, methods: &[http::Method]) -> Vec<Operation> {
     if reach.direct {
         return Vec::new();
     }
@@ -91,7 +91,7 @@ pub fn requests(profile: &Profile, reach: Reach, methods: &[http::Method]) -> Ve
 /// Reading the API key ([`api_key`]): the Secret the profile names, unless the run was given a
 /// key or the profile has an inline one.
 #[must_use]
-pub fn reading_key(profile: &Profile, reach: Reach) -> Vec<Operation> {
+pub(crate) fn reading_key(profile: &Profile, reach: Reach) -> Vec<Operation> {
     let os = &profile.sections.opensandbox;
     match os.api_key_secret() {
         Some(s) if !reach.key_given && os.server.api_key.inline.is_none() => {

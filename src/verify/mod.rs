@@ -7,13 +7,13 @@
 //! per run; everything a run creates is deleted at the end (also on Ctrl-C), and a run first
 //! sweeps what an interrupted run left.
 
-pub mod checks;
-pub mod endpoint;
+pub(crate) mod checks;
+pub(crate) mod endpoint;
 pub mod probe;
-pub mod report;
+pub(crate) mod report;
 mod scripts;
-pub mod session;
-pub mod settings;
+pub(crate) mod session;
+pub(crate) mod settings;
 
 use std::time::{Duration, Instant};
 
@@ -124,16 +124,16 @@ pub struct CheckResult {
     pub started_ms: u64,
     /// Wall time.
     pub duration_ms: u64,
-    /// The verdict.
+    /// Its outcome, evidence, diagnosis and fix.
     #[serde(flatten)]
     pub verdict: Verdict,
 }
 
 /// Everything a check may use.
 pub struct Ctx {
-    /// The cluster.
+    /// The cluster under test (the run's one client).
     pub cluster: Cluster,
-    /// The profile.
+    /// The profile the platform was rendered from.
     pub profile: Profile,
     /// This run.
     pub run: probe::Run,
@@ -223,6 +223,6 @@ fn millis(d: Duration) -> u64 {
 
 /// Whether every result passed (skips allowed).
 #[must_use]
-pub fn all_passed(results: &[CheckResult]) -> bool {
+pub(crate) fn all_passed(results: &[CheckResult]) -> bool {
     results.iter().all(|r| matches!(r.verdict.outcome, Outcome::Pass | Outcome::Skip))
 }

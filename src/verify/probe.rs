@@ -13,13 +13,13 @@ use crate::cluster::{Cluster, ClusterError};
 use crate::object::KnownKind;
 
 /// Label on everything a verify run creates.
-pub const MANAGED_BY: (&str, &str) = (crate::mark::MANAGED_BY, "osbx-verify");
+pub(crate) const MANAGED_BY: (&str, &str) = (crate::mark::MANAGED_BY, "osbx-verify");
 /// Label with the run id.
-pub const RUN_LABEL: &str = "osbx.io/run-id";
+pub(crate) const RUN_LABEL: &str = "osbx.io/run-id";
 /// Label with the probe kind (for diagnosis, and for the test stand-in).
-pub const PROBE_LABEL: &str = "osbx.io/probe";
+pub(crate) const PROBE_LABEL: &str = "osbx.io/probe";
 /// Annotation: after this Unix time the run is over and anything left of it may be swept.
-pub const EXPIRES: &str = "osbx.io/expires";
+pub(crate) const EXPIRES: &str = "osbx.io/expires";
 
 /// One verify run.
 #[derive(Debug, Clone)]
@@ -162,7 +162,7 @@ pub async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[String]
 /// (probe namespaces are named per run), delete labelled pods and service accounts in any
 /// namespace (the run's, an expired run's) and list them in `extra_namespaces`.
 #[must_use]
-pub fn run_operations(extra_namespaces: &[String]) -> Vec<Operation> {
+pub(crate) fn run_operations(extra_namespaces: &[String]) -> Vec<Operation> {
     let namespace = KnownKind::NAMESPACE.gvk();
     let mut out = vec![
         Operation::Create(namespace.clone(), None),
@@ -178,10 +178,10 @@ pub fn run_operations(extra_namespaces: &[String]) -> Vec<Operation> {
 
 /// How a probe pod ended.
 #[derive(Debug, Clone)]
-pub enum ProbeEnd {
+pub(crate) enum ProbeEnd {
     /// Its container terminated.
     Terminated {
-        /// Exit code.
+        /// The container's exit code.
         exit_code: i32,
         /// Termination message (or the log tail with `FallbackToLogsOnError`).
         message: String,
@@ -207,7 +207,7 @@ pub fn pod(run: &Run, name: &str, probe: &str, spec: &Value) -> Value {
 ///
 /// # Errors
 /// [`ClusterError`] when the pod cannot be created or read.
-pub async fn run_pod(cluster: &Cluster, pod: &Value, timeout: Duration) -> Result<ProbeEnd, ClusterError> {
+pub(crate) async fn run_pod(cluster: &Cluster, pod: &Value, timeout: Duration) -> Result<ProbeEnd, ClusterError> {
     let (ns, name) = create_pod(cluster, pod).await?;
     wait_terminated(cluster, &ns, &name, timeout).await
 }
@@ -248,7 +248,7 @@ fn already_exists(e: &kube::Error) -> bool {
 ///
 /// # Errors
 /// [`ClusterError`] when the pod cannot be read.
-pub async fn wait_terminated(
+pub(crate) async fn wait_terminated(
     cluster: &Cluster,
     ns: &str,
     name: &str,
@@ -300,7 +300,7 @@ pub async fn wait_terminated(
 ///
 /// # Errors
 /// [`ClusterError`] when the pod cannot be read.
-pub async fn wait_running(
+pub(crate) async fn wait_running(
     cluster: &Cluster,
     ns: &str,
     name: &str,
@@ -374,7 +374,7 @@ pub async fn attempts(cluster: &Cluster, ns: &str, name: &str) -> Result<(Attemp
 }
 
 /// Why a pod is not done: the scheduling condition, container waiting states, Warning events.
-pub async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
+pub(crate) async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
     let mut parts = Vec::new();
     let status = pod.status.clone().unwrap_or_default();
     parts.push(format!("phase {}", status.phase.unwrap_or_else(|| "Pending".into())));
@@ -418,6 +418,6 @@ pub async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
 
 /// The last line of a termination message that parses as a JSON object.
 #[must_use]
-pub fn json_line(message: &str) -> Option<Value> {
+pub(crate) fn json_line(message: &str) -> Option<Value> {
     message.lines().rev().find_map(|l| serde_json::from_str::<Value>(l.trim()).ok().filter(Value::is_object))
 }

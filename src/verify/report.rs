@@ -12,7 +12,7 @@ fn seconds(ms: u64) -> f64 {
 
 /// The summary line: `Ready` only when every check passed (skips allowed).
 #[must_use]
-pub fn summary(results: &[CheckResult]) -> String {
+pub(crate) fn summary(results: &[CheckResult]) -> String {
     if all_passed(results) {
         return "Ready".to_owned();
     }
@@ -27,7 +27,7 @@ pub fn summary(results: &[CheckResult]) -> String {
 
 /// Table rows: check, result, duration, evidence; then the diagnosis and fix of each failure.
 #[must_use]
-pub fn table(results: &[CheckResult]) -> Vec<String> {
+pub(crate) fn table(results: &[CheckResult]) -> Vec<String> {
     let id_w = results.iter().map(|r| r.id.len()).max().unwrap_or(5).max(5);
     let mut lines = vec![format!("{:<id_w$}  {:<6} {:>8}  EVIDENCE", "CHECK", "RESULT", "TIME")];
     for r in results {
@@ -50,7 +50,7 @@ pub fn table(results: &[CheckResult]) -> Vec<String> {
 
 /// The requests a run made.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct Requests {
+pub(crate) struct Requests {
     /// To the Kubernetes API (the Lifecycle API through the service proxy included).
     pub api: crate::cluster::RequestCounts,
     /// To the Lifecycle API at `--server-url` (absent through the service proxy).
@@ -60,7 +60,7 @@ pub struct Requests {
 
 /// The JSON report.
 #[must_use]
-pub fn json(run_id: &str, results: &[CheckResult], requests: &Requests) -> serde_json::Value {
+pub(crate) fn json(run_id: &str, results: &[CheckResult], requests: &Requests) -> serde_json::Value {
     json!({"run": run_id, "ready": all_passed(results), "summary": summary(results), "checks": results,
            "requests": requests})
 }
@@ -81,7 +81,7 @@ fn xml(s: &str) -> String {
 
 /// JUnit XML: one testcase per check; the failure message is the diagnosis.
 #[must_use]
-pub fn junit(results: &[CheckResult]) -> String {
+pub(crate) fn junit(results: &[CheckResult]) -> String {
     let count = |o| results.iter().filter(|r| r.verdict.outcome == o).count();
     let total: f64 = results.iter().map(|r| seconds(r.duration_ms)).sum();
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");

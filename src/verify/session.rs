@@ -18,7 +18,7 @@ use crate::progress::Progress;
 
 /// Why a verify run could not finish.
 #[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
+pub(crate) enum VerifyError {
     /// The cluster refused or failed a request the run needs.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -42,7 +42,7 @@ pub enum VerifyError {
 }
 
 /// A run whose probe namespace exists.
-pub struct Session {
+pub(crate) struct Session {
     ctx: Ctx,
     settings: Settings,
     flux_objects: Vec<ObjectRef>,
@@ -60,7 +60,7 @@ impl Session {
     /// # Errors
     /// [`VerifyError`] when a permission is missing, the namespace cannot be created or the
     /// endpoint is unusable.
-    pub async fn start(
+    pub(crate) async fn start(
         cluster: &Cluster,
         profile: &Profile,
         flux_objects: Vec<ObjectRef>,
@@ -92,19 +92,19 @@ impl Session {
 
     /// This run's id.
     #[must_use]
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.ctx.run.id
     }
 
     /// Where this run reaches the Lifecycle API (a clone shares its request counts).
     #[must_use]
-    pub fn endpoint(&self) -> &Endpoint {
+    pub(crate) fn endpoint(&self) -> &Endpoint {
         &self.ctx.endpoint
     }
 
     /// This run's probe namespace.
     #[must_use]
-    pub fn namespace(&self) -> &str {
+    pub(crate) fn namespace(&self) -> &str {
         &self.ctx.run.namespace
     }
 
@@ -113,7 +113,7 @@ impl Session {
     ///
     /// # Errors
     /// [`VerifyError::Interrupted`] or [`VerifyError::TimedOut`].
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         progress: &dyn Progress,
         interrupted: impl Future<Output = ()>,
@@ -142,7 +142,7 @@ fn extra_namespaces(profile: &Profile) -> Vec<String> {
 /// Everything a run of the `selection` that reaches the platform as `reach` does: its
 /// namespace, sweep and cleanup, and what each selected check does ([`super::Check::operations`]).
 #[must_use]
-pub fn operations(
+pub(crate) fn operations(
     profile: &Profile,
     flux_objects: &[ObjectRef],
     selection: &Selection,

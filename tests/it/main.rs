@@ -7,6 +7,7 @@ mod builder;
 mod charts;
 mod cli;
 mod cluster;
+mod docs;
 mod e2e;
 mod examples;
 mod fleet;

@@ -14,7 +14,7 @@ use crate::spec::Violations;
 pub mod shim;
 
 /// The table entry of this component.
-pub static COMPONENT: Component = Component {
+pub(crate) static COMPONENT: Component = Component {
     name: "kata",
     about: "kata-deploy (RuntimeClasses and the Kata runtime on the nodes)",
     section: "kata",
@@ -26,7 +26,7 @@ pub static COMPONENT: Component = Component {
 };
 
 /// The shim osbx enables unless the profile names others: Cloud Hypervisor with runtime-rs.
-pub const DEFAULT_SHIM: &str = "clh-runtime-rs";
+pub(crate) const DEFAULT_SHIM: &str = "clh-runtime-rs";
 
 /// The shims each kata-deploy chart version osbx knows defines (the keys of its values'
 /// `shims`): a shim the chart does not know installs nothing, and pools naming its RuntimeClass
@@ -77,7 +77,7 @@ pub fn runtime_class(shim: &str) -> String {
 
 /// The RuntimeClass a Kata pool uses unless it names another: that of [`DEFAULT_SHIM`].
 #[must_use]
-pub fn default_runtime_class() -> String {
+pub(crate) fn default_runtime_class() -> String {
     runtime_class(DEFAULT_SHIM)
 }
 

@@ -17,11 +17,11 @@ use std::fmt;
 pub enum Vmm {
     /// QEMU (`qemu-system-*`).
     Qemu,
-    /// Cloud Hypervisor.
+    /// Cloud Hypervisor (`cloud-hypervisor`, with its HTTP API on a Unix socket).
     CloudHypervisor,
     /// Dragonball, built into the runtime-rs shim.
     Dragonball,
-    /// Firecracker.
+    /// Firecracker (its guest RAM is private memory: no shared-memory check applies).
     Firecracker,
     /// OpenVMM (Azure).
     OpenVmm,
@@ -116,7 +116,7 @@ impl Shim {
 }
 
 /// Every shim kata-deploy 4.1.0 installs, with its VMM and runtime.
-pub const SHIMS: &[Shim] = &[
+pub(crate) const SHIMS: &[Shim] = &[
     shim("clh", Vmm::CloudHypervisor, Runtime::Go, false),
     shim("clh-azure", Vmm::CloudHypervisor, Runtime::Go, false),
     shim("clh-runtime-rs", Vmm::CloudHypervisor, Runtime::Rust, false),
@@ -151,13 +151,13 @@ const fn shim(name: &'static str, vmm: Vmm, runtime: Runtime, confidential: bool
 
 /// A shim by name.
 #[must_use]
-pub fn by_name(name: &str) -> Option<&'static Shim> {
+pub(crate) fn by_name(name: &str) -> Option<&'static Shim> {
     SHIMS.iter().find(|s| s.name == name)
 }
 
 /// The shim behind a RuntimeClass kata-deploy created (`kata-<shim>`).
 #[must_use]
-pub fn of_class(class: &str) -> Option<&'static Shim> {
+pub(crate) fn of_class(class: &str) -> Option<&'static Shim> {
     class.strip_prefix("kata-").and_then(by_name)
 }
 

@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServerConfig {
-    /// `[server]`.
+    /// `[server]`: where the server listens, its sandbox time limit.
     pub server: ServerTable,
-    /// `[log]`.
+    /// `[log]`: the server's log level.
     pub log: LogTable,
-    /// `[runtime]`.
+    /// `[runtime]`: the runtime type and the execd image.
     pub runtime: RuntimeTable,
     /// `[kubernetes]` (`namespace` comes from `namespaces.sandbox`).
     pub kubernetes: KubernetesTable,
@@ -42,7 +42,7 @@ impl Default for ServerTable {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct LogTable {
-    /// Level.
+    /// Log level (`INFO`, `DEBUG`, …).
     pub level: String,
 }
 
@@ -53,12 +53,12 @@ impl Default for LogTable {
 }
 
 /// The registry of OpenSandbox's images.
-pub const REGISTRY: &str = "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox";
+pub(crate) const REGISTRY: &str = "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox";
 
 /// The execd release osbx pins: injected by the server into template-mode sandboxes, and
 /// installed by the pools' default init container.
 #[must_use]
-pub fn execd_image() -> String {
+pub(crate) fn execd_image() -> String {
     format!("{REGISTRY}/execd:v1.0.22")
 }
 

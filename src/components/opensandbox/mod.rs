@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
 
-pub use self::config::*;
+pub(crate) use self::config::*;
 pub use self::extra::CHART_FACTS;
-pub use self::release::*;
+pub(crate) use self::release::*;
 use super::{Component, Sections, Site, Supplied};
 use crate::object::{KnownKind, ObjectRef};
 use crate::spec::Violations;
@@ -20,7 +20,7 @@ use crate::spec::syntax::GIT_TIMEOUT_UNITS;
 use crate::spec::values::{ImageRef, Resources};
 
 /// The table entry of this component.
-pub static COMPONENT: Component = Component {
+pub(crate) static COMPONENT: Component = Component {
     name: "opensandbox",
     about: "namespaces, chart GitRepository, values ConfigMap, HelmRelease and README",
     section: "opensandbox",
@@ -33,7 +33,7 @@ pub static COMPONENT: Component = Component {
 
 /// A sandbox as the controller holds it: created by the server (in `namespaces.sandbox`), from a
 /// pool or a template. The chart installs its CRD.
-pub const BATCH_SANDBOX: KnownKind = KnownKind::new("sandbox.opensandbox.io", "v1alpha1", "BatchSandbox");
+pub(crate) const BATCH_SANDBOX: KnownKind = KnownKind::new("sandbox.opensandbox.io", "v1alpha1", "BatchSandbox");
 
 /// The OpenSandbox installation.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
@@ -153,7 +153,7 @@ pub struct Controller {
     pub replicas: Option<i64>,
     /// Metrics endpoint.
     pub metrics: Option<Metrics>,
-    /// Resources.
+    /// The controller container's requests and limits.
     pub resources: Option<Resources>,
     /// The host's containerd socket for snapshots (`controller.snapshot.containerdSocketPath`).
     /// Empty, the chart passes no `--containerd-socket-path`: controller v0.2.0 does not define
@@ -182,7 +182,7 @@ pub struct Metrics {
     pub enabled: bool,
     /// Serve them over HTTPS.
     pub secure: bool,
-    /// Port.
+    /// Port the metrics are served on.
     pub port: i64,
 }
 

@@ -90,6 +90,8 @@ pub enum ReconcileStrategy {
 }
 
 /// The Flux HelmRelease.
+// `releaseName` is Flux's field name.
+#[allow(clippy::struct_field_names)]
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Release {

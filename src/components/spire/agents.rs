@@ -9,7 +9,7 @@ use crate::components::{Component, Sections, Site};
 use crate::spec::Violations;
 
 /// The table entry of this component.
-pub static COMPONENT: Component = Component {
+pub(crate) static COMPONENT: Component = Component {
     name: "spire-agents",
     about: "SPIRE agents and the SPIFFE CSI driver",
     section: "spire",

@@ -2,8 +2,8 @@
 //! the SPIFFE CSI driver, joined to an existing SPIRE server: no second trust root) and
 //! `spire-smoke` (the fixture whose identity `osbx verify` checks, `spire.smoke`).
 
-pub mod agents;
-pub mod smoke;
+pub(crate) mod agents;
+pub(crate) mod smoke;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -166,7 +166,7 @@ impl Default for HelmChart {
 pub struct SpireServer {
     /// Host name or address.
     pub address: String,
-    /// Port.
+    /// Port of the server's agent API.
     pub port: i64,
 }
 

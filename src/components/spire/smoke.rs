@@ -13,7 +13,7 @@ use crate::object::KnownKind;
 use crate::spec::Violations;
 
 /// The table entry of this component.
-pub static COMPONENT: Component = Component {
+pub(crate) static COMPONENT: Component = Component {
     name: "spire-smoke",
     about: "the SPIFFE smoke fixture (namespace, ServiceAccount, ClusterSPIFFEID)",
     section: "spire",
@@ -26,15 +26,15 @@ pub static COMPONENT: Component = Component {
 
 /// spire-controller-manager's ClusterSPIFFEID, the kind of the smoke identity this component
 /// renders (verify reads it to explain a missing identity).
-pub const CLUSTER_SPIFFE_ID: KnownKind = KnownKind::new("spire.spiffe.io", "v1alpha1", "ClusterSPIFFEID");
+pub(crate) const CLUSTER_SPIFFE_ID: KnownKind = KnownKind::new("spire.spiffe.io", "v1alpha1", "ClusterSPIFFEID");
 
 /// The SPIFFE smoke fixture.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct SpireSmoke {
-    /// Namespace.
+    /// Namespace of the fixture (the SPIFFE probes run there).
     pub namespace: String,
-    /// ServiceAccount.
+    /// The ServiceAccount the identity is given to, and no other.
     pub service_account: String,
     /// ClusterSPIFFEID name.
     pub name: String,

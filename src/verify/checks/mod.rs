@@ -19,7 +19,7 @@ use crate::profile::Profile;
 
 /// Every check for a profile, in report order.
 #[must_use]
-pub fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<Box<dyn Check>> {
+pub(crate) fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<Box<dyn Check>> {
     let mut checks: Vec<Box<dyn Check>> = vec![
         Box::new(flux::Layers { objects: flux_objects }),
         Box::new(nodes::NodesReady),

@@ -50,13 +50,11 @@ impl Graph {
     }
 
     /// The strongly connected components with more than one module, each sorted.
-    pub fn cycles(&self, keep: impl Fn(&Module, &Module) -> bool) -> Vec<Vec<Module>> {
+    pub fn cycles(&self) -> Vec<Vec<Module>> {
         let nodes: Vec<&Module> = self.edges.keys().collect();
         let index: BTreeMap<&Module, usize> = nodes.iter().enumerate().map(|(i, m)| (*m, i)).collect();
-        let succ: Vec<Vec<usize>> = nodes
-            .iter()
-            .map(|m| self.edges[*m].iter().filter(|t| keep(m, t)).filter_map(|t| index.get(t).copied()).collect())
-            .collect();
+        let succ: Vec<Vec<usize>> =
+            nodes.iter().map(|m| self.edges[*m].iter().filter_map(|t| index.get(t).copied()).collect()).collect();
         tarjan(&succ)
             .into_iter()
             .filter(|c| c.len() > 1)
@@ -175,11 +173,7 @@ impl Names<'_> {
                 }
             }
         };
-        if first == "crate" || first == "self" {
-            base.extend(rest.iter().cloned());
-        } else if self.aliases.contains_key(first.as_str()) || base.len() > self.module.len() {
-            base.extend(rest.iter().cloned());
-        }
+        base.extend(rest.iter().cloned());
         Some(base)
     }
 
@@ -193,8 +187,8 @@ impl Names<'_> {
         }
     }
 
-    fn path(&mut self, segments: Vec<String>) {
-        if let Some(full) = self.resolve(&segments) {
+    fn path(&mut self, segments: &[String]) {
+        if let Some(full) = self.resolve(segments) {
             self.note(&full);
         }
     }
@@ -202,18 +196,7 @@ impl Names<'_> {
 
 impl<'ast> Visit<'ast> for Names<'_> {
     fn visit_item(&mut self, i: &'ast syn::Item) {
-        let attrs = match i {
-            syn::Item::Mod(m) => &m.attrs,
-            syn::Item::Fn(f) => &f.attrs,
-            syn::Item::Impl(x) => &x.attrs,
-            syn::Item::Use(u) => &u.attrs,
-            syn::Item::Const(c) => &c.attrs,
-            syn::Item::Static(s) => &s.attrs,
-            syn::Item::Struct(s) => &s.attrs,
-            syn::Item::Enum(e) => &e.attrs,
-            _ => return syn::visit::visit_item(self, i),
-        };
-        if is_test(attrs) {
+        if item_attrs(i).is_some_and(|a| is_test(a)) {
             return;
         }
         if let syn::Item::Use(u) = i {
@@ -230,7 +213,7 @@ impl<'ast> Visit<'ast> for Names<'_> {
     }
 
     fn visit_path(&mut self, p: &'ast syn::Path) {
-        self.path(p.segments.iter().map(|s| s.ident.to_string()).collect());
+        self.path(&p.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>());
         syn::visit::visit_path(self, p);
     }
 
@@ -240,28 +223,10 @@ impl<'ast> Visit<'ast> for Names<'_> {
         let mut colons = 0;
         let flush = |run: &mut Vec<String>, this: &mut Self| {
             if run.len() > 1 {
-                this.path(std::mem::take(run));
+                this.path(run);
             }
             run.clear();
         };
-        fn flat(ts: proc_macro2::TokenStream, out: &mut Vec<proc_macro2::TokenTree>) {
-            for t in ts {
-                match t {
-                    proc_macro2::TokenTree::Group(g) => {
-                        out.push(proc_macro2::TokenTree::Punct(proc_macro2::Punct::new(
-                            ',',
-                            proc_macro2::Spacing::Alone,
-                        )));
-                        flat(g.stream(), out);
-                        out.push(proc_macro2::TokenTree::Punct(proc_macro2::Punct::new(
-                            ',',
-                            proc_macro2::Spacing::Alone,
-                        )));
-                    }
-                    t => out.push(t),
-                }
-            }
-        }
         let mut tokens = Vec::new();
         flat(m.tokens.clone(), &mut tokens);
         for t in tokens {
@@ -282,6 +247,204 @@ impl<'ast> Visit<'ast> for Names<'_> {
         }
         flush(&mut run, self);
         syn::visit::visit_macro(self, m);
+    }
+}
+
+/// The tokens of a macro call, flattened, with a `,` where each group opens and closes (so a
+/// path never runs across a bracket).
+fn flat(ts: proc_macro2::TokenStream, out: &mut Vec<proc_macro2::TokenTree>) {
+    let comma = || proc_macro2::TokenTree::Punct(proc_macro2::Punct::new(',', proc_macro2::Spacing::Alone));
+    for t in ts {
+        match t {
+            proc_macro2::TokenTree::Group(g) => {
+                out.push(comma());
+                flat(g.stream(), out);
+                out.push(comma());
+            }
+            t => out.push(t),
+        }
+    }
+}
+
+/// `pub` items (functions, types, constants, traits, modules, re-exports and the functions and
+/// constants of impls) and the `pub` fields of `pub` structs of a file, test code left out.
+pub fn count_pub(file: &syn::File) -> (usize, usize) {
+    #[derive(Default)]
+    struct Count(usize, usize);
+    impl<'ast> Visit<'ast> for Count {
+        fn visit_item(&mut self, i: &'ast syn::Item) {
+            if item_attrs(i).is_some_and(|a| is_test(a)) {
+                return;
+            }
+            let vis = match i {
+                syn::Item::Fn(x) => Some(&x.vis),
+                syn::Item::Struct(x) => Some(&x.vis),
+                syn::Item::Enum(x) => Some(&x.vis),
+                syn::Item::Const(x) => Some(&x.vis),
+                syn::Item::Static(x) => Some(&x.vis),
+                syn::Item::Type(x) => Some(&x.vis),
+                syn::Item::Trait(x) => Some(&x.vis),
+                syn::Item::Mod(x) => Some(&x.vis),
+                syn::Item::Use(x) => Some(&x.vis),
+                _ => None,
+            };
+            if vis.is_some_and(|v| matches!(v, syn::Visibility::Public(_))) {
+                self.0 += 1;
+            }
+            syn::visit::visit_item(self, i);
+        }
+        fn visit_impl_item(&mut self, i: &'ast syn::ImplItem) {
+            let vis = match i {
+                syn::ImplItem::Fn(x) => Some(&x.vis),
+                syn::ImplItem::Const(x) => Some(&x.vis),
+                _ => None,
+            };
+            if vis.is_some_and(|v| matches!(v, syn::Visibility::Public(_))) {
+                self.0 += 1;
+            }
+        }
+        fn visit_item_struct(&mut self, s: &'ast syn::ItemStruct) {
+            // A `pub` field of a struct that is not `pub` is only as visible as its struct.
+            if matches!(s.vis, syn::Visibility::Public(_)) {
+                self.1 += s.fields.iter().filter(|f| matches!(f.vis, syn::Visibility::Public(_))).count();
+            }
+        }
+    }
+    let mut c = Count::default();
+    c.visit_file(file);
+    (c.0, c.1)
+}
+
+/// The functions of a file that derive a permission: build a `Need { … }` or call one of its
+/// constructors (`Need::on(…)`). Permissions are derived in one place only.
+pub fn count_permission_fns(file: &syn::File) -> usize {
+    /// Whether the code below builds a `Need`.
+    #[derive(Default)]
+    struct Builds(bool);
+    impl<'ast> Visit<'ast> for Builds {
+        fn visit_expr_struct(&mut self, e: &'ast syn::ExprStruct) {
+            self.0 |= e.path.segments.last().is_some_and(|s| s.ident == "Need");
+            syn::visit::visit_expr_struct(self, e);
+        }
+        fn visit_expr_call(&mut self, e: &'ast syn::ExprCall) {
+            if let syn::Expr::Path(p) = &*e.func {
+                let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+                self.0 |= segs.len() >= 2 && segs[segs.len() - 2] == "Need" && segs[segs.len() - 1] != "plural";
+            }
+            syn::visit::visit_expr_call(self, e);
+        }
+    }
+    #[derive(Default)]
+    struct Count(usize);
+    impl<'ast> Visit<'ast> for Count {
+        fn visit_item(&mut self, i: &'ast syn::Item) {
+            if item_attrs(i).is_some_and(|a| is_test(a)) {
+                return;
+            }
+            if let syn::Item::Fn(f) = i {
+                let mut b = Builds::default();
+                b.visit_block(&f.block);
+                self.0 += usize::from(b.0);
+                return;
+            }
+            syn::visit::visit_item(self, i);
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            let mut b = Builds::default();
+            b.visit_block(&f.block);
+            self.0 += usize::from(b.0);
+        }
+    }
+    let mut c = Count::default();
+    c.visit_file(file);
+    c.0
+}
+
+/// The doc comments of a file that say only their item's name (`/// Namespace.` on
+/// `namespace`, `/// The verdict.` on `verdict`): name and text.
+pub fn name_only_docs(file: &syn::File) -> Vec<(String, String)> {
+    fn doc(attrs: &[syn::Attribute]) -> Option<String> {
+        let lines: Vec<String> = attrs
+            .iter()
+            .filter(|a| a.path().is_ident("doc"))
+            .filter_map(|a| match &a.meta {
+                syn::Meta::NameValue(nv) => match &nv.value {
+                    syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value().trim().to_owned()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        (!lines.is_empty()).then(|| lines.join(" "))
+    }
+    fn squash(s: &str) -> String {
+        s.chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_ascii_lowercase()
+    }
+    fn only_name(ident: &str, text: &str) -> bool {
+        let t = text.trim().trim_end_matches('.').replace('`', "");
+        let t = ["The ", "the ", "A ", "An "].iter().find_map(|p| t.strip_prefix(p)).unwrap_or(&t);
+        !t.is_empty() && squash(t) == squash(ident)
+    }
+    #[derive(Default)]
+    struct Find(Vec<(String, String)>);
+    impl Find {
+        fn check(&mut self, ident: &syn::Ident, attrs: &[syn::Attribute]) {
+            if let Some(text) = doc(attrs)
+                && only_name(&ident.to_string(), &text)
+            {
+                self.0.push((ident.to_string(), text));
+            }
+        }
+    }
+    impl<'ast> Visit<'ast> for Find {
+        fn visit_item(&mut self, i: &'ast syn::Item) {
+            if item_attrs(i).is_some_and(|a| is_test(a)) {
+                return;
+            }
+            let named = match i {
+                syn::Item::Fn(x) => Some((&x.sig.ident, &x.attrs)),
+                syn::Item::Struct(x) => Some((&x.ident, &x.attrs)),
+                syn::Item::Enum(x) => Some((&x.ident, &x.attrs)),
+                syn::Item::Const(x) => Some((&x.ident, &x.attrs)),
+                syn::Item::Static(x) => Some((&x.ident, &x.attrs)),
+                syn::Item::Type(x) => Some((&x.ident, &x.attrs)),
+                syn::Item::Trait(x) => Some((&x.ident, &x.attrs)),
+                _ => None,
+            };
+            if let Some((ident, attrs)) = named {
+                self.check(ident, attrs);
+            }
+            syn::visit::visit_item(self, i);
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            self.check(&f.sig.ident, &f.attrs);
+        }
+        fn visit_field(&mut self, f: &'ast syn::Field) {
+            if let Some(ident) = &f.ident {
+                self.check(ident, &f.attrs);
+            }
+        }
+        fn visit_variant(&mut self, v: &'ast syn::Variant) {
+            self.check(&v.ident, &v.attrs);
+            syn::visit::visit_variant(self, v);
+        }
+    }
+    let mut f = Find::default();
+    f.visit_file(file);
+    f.0
+}
+
+fn item_attrs(i: &syn::Item) -> Option<&Vec<syn::Attribute>> {
+    match i {
+        syn::Item::Mod(m) => Some(&m.attrs),
+        syn::Item::Fn(f) => Some(&f.attrs),
+        syn::Item::Impl(x) => Some(&x.attrs),
+        syn::Item::Use(u) => Some(&u.attrs),
+        syn::Item::Const(c) => Some(&c.attrs),
+        syn::Item::Static(s) => Some(&s.attrs),
+        syn::Item::Struct(s) => Some(&s.attrs),
+        syn::Item::Enum(e) => Some(&e.attrs),
+        _ => None,
     }
 }
 

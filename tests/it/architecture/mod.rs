@@ -1,5 +1,6 @@
-//! The architecture, measured: the import graph of `src/` has no cycles and no import runs back
-//! up the layers CONTRIBUTING.md draws; `pub` means reachable from outside the crate.
+//! The architecture, measured (CONTRIBUTING.md's "Layers" and "Architecture, measured"): the
+//! import graph of `src/` has no cycle between the modules of one directory, no import runs back
+//! up the layers CONTRIBUTING.md lists, and the counts recorded there are the tree's.
 
 mod graph;
 
@@ -9,9 +10,10 @@ use graph::{Graph, Module, show};
 
 use crate::support::root;
 
-/// Sibling cycles: for every module with children, the graph among its children (each with its
-/// descendants folded in) must have no cycle.
-fn sibling_cycles(g: &Graph) -> Vec<(Module, Vec<Module>)> {
+/// The cycles between the modules of one directory: for every module with children, the graph
+/// among its children (each with its descendants folded in). Edges between a module and its
+/// own parent are a module using its namespace, not a cycle.
+fn sibling_cycles(g: &Graph) -> Vec<String> {
     let parents: BTreeSet<Module> =
         g.edges.keys().filter(|m| !m.is_empty()).map(|m| m[..m.len() - 1].to_vec()).collect();
     let mut out = Vec::new();
@@ -21,50 +23,111 @@ fn sibling_cycles(g: &Graph) -> Vec<(Module, Vec<Module>)> {
         let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
         for (a, targets) in &g.edges {
             let Some(ca) = child_of(a) else { continue };
-            edges.entry(ca.clone()).or_default();
-            for t in targets {
-                if let Some(ct) = child_of(t)
-                    && ct != ca
-                {
-                    edges.entry(ca.clone()).or_default().insert(ct);
-                }
-            }
+            let entry = edges.entry(ca.clone()).or_default();
+            entry.extend(targets.iter().filter_map(child_of).filter(|ct| *ct != ca));
         }
         let folded = Graph { edges, files: BTreeMap::new() };
-        for c in folded.cycles(|_, _| true) {
-            out.push((p.clone(), c));
+        for c in folded.cycles() {
+            out.push(c.iter().map(|m| show(m)).collect::<Vec<_>>().join(" ⇄ "));
+        }
+    }
+    out
+}
+
+/// The layers CONTRIBUTING.md lists, top first: each top-level module with its rank (higher
+/// layers have higher ranks).
+fn layers() -> BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(root().join("CONTRIBUTING.md")).unwrap();
+    let block = text.split("<!-- layers -->").nth(1).expect("CONTRIBUTING.md has a <!-- layers --> block");
+    let lines: Vec<&str> =
+        block.lines().skip_while(|l| !l.starts_with("```")).skip(1).take_while(|l| !l.starts_with("```")).collect();
+    let mut out = BTreeMap::new();
+    for (i, line) in lines.iter().enumerate() {
+        for m in line.split_whitespace() {
+            assert!(out.insert(m.to_owned(), lines.len() - i).is_none(), "{m} is listed twice");
+        }
+    }
+    out
+}
+
+/// The imports from one top-level module into another, folded.
+fn top_level(g: &Graph) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for (a, targets) in &g.edges {
+        for t in targets {
+            if let (Some(x), Some(y)) = (a.first(), t.first())
+                && x != y
+            {
+                out.insert((x.clone(), y.clone()));
+            }
         }
     }
     out
 }
 
 #[test]
-fn report() {
+fn no_module_cycles() {
+    let cycles = sibling_cycles(&Graph::read(&root().join("src")));
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn no_import_runs_back_up_the_layers() {
     let g = Graph::read(&root().join("src"));
-    for (p, c) in sibling_cycles(&g) {
-        println!("cycle under {}: {}", show(&p), c.iter().map(|m| show(m)).collect::<Vec<_>>().join(" ⇄ "));
+    let ranks = layers();
+    let modules: BTreeSet<String> = g.edges.keys().filter_map(|m| m.first().cloned()).collect();
+    let unlisted: Vec<&String> = modules.iter().filter(|m| !ranks.contains_key(*m)).collect();
+    assert!(unlisted.is_empty(), "top-level modules missing from CONTRIBUTING.md's layers: {unlisted:?}");
+    let gone: Vec<&String> = ranks.keys().filter(|m| !modules.contains(*m)).collect();
+    assert!(gone.is_empty(), "CONTRIBUTING.md's layers list modules that do not exist: {gone:?}");
+    let up: Vec<String> =
+        top_level(&g).into_iter().filter(|(a, b)| ranks[a] <= ranks[b]).map(|(a, b)| format!("{a} → {b}")).collect();
+    assert!(up.is_empty(), "imports that do not run down the layers:\n{}", up.join("\n"));
+}
+
+/// The `pub` items and fields of the crate (`pub(crate)` and narrower left out).
+fn pub_items(src: &std::path::Path) -> (usize, usize) {
+    let g = Graph::read(src);
+    let (mut items, mut fields) = (0, 0);
+    for file in g.files.values() {
+        let (i, f) = graph::count_pub(file);
+        items += i;
+        fields += f;
     }
-    let mut top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (a, ts) in &g.edges {
-        for t in ts {
-            if let (Some(x), Some(y)) = (a.first(), t.first())
-                && x != y
-            {
-                top.entry(x.clone()).or_default().insert(y.clone());
-            }
+    (items, fields)
+}
+
+#[test]
+fn the_recorded_measures_are_the_tree_s() {
+    let g = Graph::read(&root().join("src"));
+    let (items, fields) = pub_items(&root().join("src"));
+    let text = std::fs::read_to_string(root().join("CONTRIBUTING.md")).unwrap();
+    let row = |name: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("CONTRIBUTING.md has no `| {name} |` row"))
+            .split('|')
+            .nth(3)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(row("import cycles"), sibling_cycles(&g).len().to_string());
+    assert_eq!(row("`pub` items (and fields)"), format!("{items} ({fields})"));
+    let needs = g.files.values().map(graph::count_permission_fns).sum::<usize>();
+    assert_eq!(row("places that derive a permission"), needs.to_string());
+}
+
+/// Doc comments that say only the item's name (`/// Namespace.` on `namespace`) either say
+/// something or go.
+#[test]
+fn no_doc_comment_only_repeats_its_name() {
+    let g = Graph::read(&root().join("src"));
+    let mut bare = Vec::new();
+    for (m, file) in &g.files {
+        for (name, doc) in graph::name_only_docs(file) {
+            bare.push(format!("{}: {name}: /// {doc}", show(m)));
         }
     }
-    for (a, ts) in top {
-        println!("{a} -> {}", ts.into_iter().collect::<Vec<_>>().join(", "));
-    }
-    let mut back = 0;
-    for (a, ts) in &g.edges {
-        for t in ts {
-            if a.starts_with(t) {
-                back += 1;
-                println!("back to parent: {} -> {}", show(a), show(t));
-            }
-        }
-    }
-    println!("{back}");
+    assert!(bare.is_empty(), "{} doc comments only repeat the name:\n{}", bare.len(), bare.join("\n"));
 }
