@@ -126,11 +126,25 @@ pub(crate) struct Planned {
     pub action: Action,
     /// Why it is skipped.
     pub reason: Option<String>,
+    /// The fields it changes are owned only by Flux's applier, applying this same render from
+    /// git: the write takes them over ([`FLUX_APPLIER`]).
+    pub takes_over_flux: bool,
+}
+
+/// The field manager of Flux's kustomize-controller, which applies the render osbx writes to git
+/// (and forces its own writes). A conflict with it alone is the same render applied twice, with
+/// the server's defaults inside a list both sides own whole (a LimitRange's `limits`): osbx takes
+/// those fields, as Flux would take them back. A conflict with any other manager stops the apply.
+const FLUX_APPLIER: &str = "kustomize-controller";
+
+/// The managers a conflict message names (`conflict with "kustomize-controller": .spec.limits`).
+fn conflicting_managers(message: &str) -> Vec<&str> {
+    message.split("with \"").skip(1).filter_map(|rest| rest.split('"').next()).collect()
 }
 
 impl Planned {
     fn new(id: ObjectRef, desired: Value, action: Action) -> Self {
-        Self { id, desired, live: None, merged: None, action, reason: None }
+        Self { id, desired, live: None, merged: None, action, reason: None, takes_over_flux: false }
     }
 
     /// Whether applying it writes anything.
@@ -211,7 +225,16 @@ pub(crate) async fn plan(
         return Ok(Planned::new(id, desired, Action::Created));
     }
     // Without --force-conflicts the dry-run reports conflicts before anything is written.
-    let merged = match api.patch(&id.name, &params(opts.force_conflicts, true), &Patch::Apply(&desired)).await {
+    let mut takes_over_flux = false;
+    let mut answer = api.patch(&id.name, &params(opts.force_conflicts, true), &Patch::Apply(&desired)).await;
+    if let Err(kube::Error::Api(s)) = &answer
+        && s.code == 409
+        && conflicting_managers(&s.message).iter().all(|m| *m == FLUX_APPLIER)
+    {
+        takes_over_flux = true;
+        answer = api.patch(&id.name, &params(true, true), &Patch::Apply(&desired)).await;
+    }
+    let merged = match answer {
         Ok(m) => serde_json::to_value(m).unwrap_or(Value::Null),
         // A new object in a namespace this same plan creates: nothing to compare, shown as rendered.
         Err(kube::Error::Api(s)) if live.is_none() && s.code == 404 && s.message.starts_with("namespaces ") => {
@@ -224,7 +247,7 @@ pub(crate) async fn plan(
         Some(l) if super::diff::drifted(l, &merged) => Action::Configured,
         Some(_) => Action::Unchanged,
     };
-    Ok(Planned { live, merged: Some(merged), ..Planned::new(id, desired, action) })
+    Ok(Planned { live, merged: Some(merged), takes_over_flux, ..Planned::new(id, desired, action) })
 }
 
 /// Plan many objects concurrently (bounded); results keep the input order. Every live object is
@@ -348,7 +371,7 @@ pub(crate) async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool)
         message: "kind is no longer served".into(),
     })?;
     let request = kube::core::Request::new(api.resource_url())
-        .patch(&p.id.name, &params(force_conflicts, false), &Patch::Apply(&p.desired))
+        .patch(&p.id.name, &params(force_conflicts || p.takes_over_flux, false), &Patch::Apply(&p.desired))
         .map_err(|e| api_error(&p.id, "apply", kube::Error::BuildRequest(e)))?;
     let stored = cluster.client.request_text(request).await.map_err(|e| api_error(&p.id, "apply", e))?;
     Ok(Some(stored))
@@ -396,4 +419,15 @@ pub(crate) async fn prune(cluster: &Cluster, id: &ObjectRef, dry_run: bool) -> R
         }
     }
     Ok(Some(Change::new(id.clone(), Action::Deleted)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn conflicts_name_their_managers() {
+        let one = "Apply failed with 1 conflict: conflict with \"kustomize-controller\": .spec.limits";
+        assert_eq!(super::conflicting_managers(one), ["kustomize-controller"]);
+        let two = "Apply failed with 2 conflicts: conflicts with \"kustomize-controller\":\n- .spec.a\nconflicts with \"ops-team\":\n- .spec.b";
+        assert_eq!(super::conflicting_managers(two), ["kustomize-controller", "ops-team"]);
+    }
 }

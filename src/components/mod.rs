@@ -14,6 +14,7 @@
 pub mod kata;
 pub mod opensandbox;
 pub(crate) mod pools;
+pub(crate) mod sandbox_quota;
 pub(crate) mod spire;
 
 use std::fmt;
@@ -116,6 +117,8 @@ sections! {
     "kata" => kata: Option<kata::Kata>,
     /// SPIRE agents and the smoke identity, for `spire-agents` and `spire-smoke` layers.
     "spire" => spire: Option<spire::Spire>,
+    /// What the sandboxes may take together, for a `sandbox-quota` layer.
+    "sandboxQuota" => sandbox_quota: Option<sandbox_quota::SandboxQuota>,
 }
 
 /// Every component, in the order their rules run and their views are built.
@@ -125,6 +128,7 @@ pub(crate) static ALL: &[&Component] = &[
     &kata::COMPONENT,
     &spire::agents::COMPONENT,
     &spire::smoke::COMPONENT,
+    &sandbox_quota::COMPONENT,
 ];
 
 /// The component with this name.

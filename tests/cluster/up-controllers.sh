@@ -46,12 +46,13 @@ detach "$dir/githttp.log" "$dir/githttp.pid" "${run_env[@]}" python3 "$here/gith
 # The controllers a cluster of fake Nodes needs. node-lifecycle-controller removes the
 # node.kubernetes.io/not-ready taint the apiserver puts on every new Node (without it, nothing is
 # ever scheduled); kwok renews the Nodes' leases. No node IPAM, no endpoints (pod IPs are loopback
-# addresses, which Endpoints reject).
+# addresses, which Endpoints reject). The resource quota controller keeps a ResourceQuota's usage,
+# without which the API server admits no pod in its namespace (the sandbox-quota component).
 kcm_controllers=node-lifecycle-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller
 kcm_controllers+=,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller
 kcm_controllers+=,deployment-controller,replicaset-controller,statefulset-controller,daemonset-controller
 kcm_controllers+=,job-controller,cronjob-controller,ttl-after-finished-controller,disruption-controller
-kcm_controllers+=,garbage-collector-controller,pod-garbage-collector-controller
+kcm_controllers+=,garbage-collector-controller,pod-garbage-collector-controller,resourcequota-controller
 detach "$dir/kube-controller-manager.log" "$dir/kube-controller-manager.pid" "${run_env[@]}" \
   "$dir/bin/kube-controller-manager" \
   --kubeconfig="$dir/kubeconfig" --leader-elect=false \

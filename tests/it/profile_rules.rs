@@ -311,3 +311,35 @@ fn homelab_verifies_the_reference_smoke_identity() {
         ("spire-smoke", "spire-smoke", "spiffe://ddupan.top/sandbox/smoke", Some("sandbox-spire-smoke"))
     );
 }
+
+/// The `sandbox-quota` component: its layer needs its section, the section names a limit, and a
+/// compute quota needs container defaults (or the pools' resources), else every pod is refused.
+#[test]
+fn sandbox_quota_rules() {
+    let layer = |section: &str| {
+        with("  - name: kata\n    external: true\n", "  - name: kata\n    component: sandbox-quota\n")
+            .replace("    dependsOn: [kata]\n", "")
+            + section
+    };
+    assert_eq!(
+        error_of(&layer("")),
+        "9:5: layers[0].component: a sandbox-quota layer needs a top-level `sandboxQuota` section"
+    );
+    assert_eq!(
+        error_of(&layer("sandboxQuota:\n  hard: {}\n")),
+        "35:3: sandboxQuota.hard: name at least one limit (e.g. pods: 50, requests.cpu: \"20\")"
+    );
+    // A pool template without resources (the default one has them).
+    let compute = error_of(
+        &layer("sandboxQuota:\n  hard: {pods: 10, requests.cpu: \"4\"}\n")
+            .replace("pools:\n  items:", "pools:\n  defaults: {command: [sleep]}\n  items:"),
+    );
+    assert!(compute.contains("sandboxQuota.containerDefaults: the quota names requests.cpu"), "{compute}");
+    assert!(compute.contains("every sandbox pod would be refused"), "{compute}");
+    let bad = error_of(&layer("sandboxQuota:\n  hard: {pods: lots}\n"));
+    assert!(bad.contains("\"lots\" is not a Kubernetes quantity"), "{bad}");
+    // Defaults (or the pools' own resources) make a compute quota valid.
+    let ok =
+        layer("sandboxQuota:\n  hard: {pods: 10, requests.cpu: \"4\"}\n  containerDefaults: {requests: {cpu: 100m}}\n");
+    profile::parse("p.yaml", ok).unwrap();
+}

@@ -20,6 +20,7 @@ mod flux;
 mod full_loop;
 mod git;
 mod git_changes;
+mod quota;
 mod renamed;
 mod world;
 
