@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Print a benchmark profile whose namespaces start with $1 (e.g. `o` or `k`): the homelab layout
-# with 60 pools; bench/templates adds 133 ConfigMaps, for 200 objects in all.
+# with 60 pools; bench/templates adds 133 ConfigMaps, for 200 objects in all (BENCH_OBJECTS=N:
+# N objects in all, the rest ConfigMaps too). BENCH_CHANGE=N changes the first N ConfigMaps.
 set -euo pipefail
 p=$1
 cat <<YAML
@@ -20,7 +21,7 @@ opensandbox:
     apiKey: {secretRef: {name: api-key}}
     config: {runtime: {execdImage: example.com/execd:v1.0.22}, kubernetes: {sandboxCreateTimeoutSeconds: 180}}
   readme:
-    notes: ["bench run ${BENCH_CHANGE:-0}"]
+    notes: ["bench run ${BENCH_CHANGE:-0}", "configmaps $(( ${BENCH_OBJECTS:-200} - 67 ))"]
 pools:
   defaults: {image: example.com/sandbox:v1, command: [sleep, infinity]}
   items:

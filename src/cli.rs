@@ -43,6 +43,14 @@ pub enum Command {
     /// Exit status: 0 every check passed, 1 a check failed or could not reach a verdict,
     /// 2 error (bad input, unreachable cluster, interrupted).
     Verify(VerifyArgs),
+    /// Bring a fleet's change to its clusters wave by wave (the fleet file's `rollout.waves`),
+    /// each wave committed only after every cluster of the one before it reconciled and passed
+    /// the acceptance checks.
+    ///
+    /// Exit status: 0 every wave passed (with --dry-run: the plan was printed), 1 a gate failed
+    /// or Flux did not reconcile in time (later waves untouched), 2 error (bad input, unreachable
+    /// cluster, missing permission, git refusal).
+    Rollout(RolloutArgs),
     /// Check a profile against domain rules (also run by `render`).
     ///
     /// Exit status: 0 clean (warnings allowed), 1 errors found, 2 could not lint.
@@ -216,6 +224,57 @@ pub struct VerifyArgs {
     pub output: Output,
 }
 
+/// `osbx rollout` arguments.
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    /// The fleet file (its `rollout.waves` order the clusters; each cluster names its
+    /// kubeconfig `context`).
+    #[arg(long)]
+    pub fleet: PathBuf,
+    /// The Flux repository's work tree the waves are committed in.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// Directory of templates that replace embedded ones with the same relative path.
+    #[arg(long, env = "OSBX_TEMPLATES")]
+    pub templates: Option<PathBuf>,
+    /// Push each wave's commit (`git push` in the repository) before waiting for Flux.
+    #[arg(long)]
+    pub push: bool,
+    /// Start at the last committed wave (verified again) instead of the first.
+    #[arg(long)]
+    pub resume: bool,
+    /// Print the waves, what each changes and which are committed; write and reach nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// How long Flux may take to reconcile a wave's commit on one cluster, e.g. 10m.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Kubeconfig file of the clusters that name none in the fleet file.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Client-side limit of requests per second, per cluster.
+    #[arg(long, default_value_t = 1000)]
+    pub qps: u32,
+    /// Requests in flight at most, per cluster.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Timeout of each request, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: std::time::Duration,
+    /// Run only these checks on each cluster (ids or prefixes); repeatable or comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Skip these checks (ids or prefixes); repeatable or comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub skip: Vec<String>,
+    /// Time limit of each cluster's verify run, e.g. 15m.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub verify_timeout: std::time::Duration,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
 /// `osbx lint` arguments.
 #[derive(Debug, Args)]
 pub struct LintArgs {
@@ -247,7 +306,9 @@ pub enum RbacFor {
     Diff,
     /// `osbx verify`.
     Verify,
-    /// All three, and `osbx apply --verify`.
+    /// `osbx rollout`, on the cluster of this profile (a fleet member).
+    Rollout,
+    /// All four, and `osbx apply --verify`.
     #[default]
     All,
 }

@@ -34,6 +34,7 @@ pub mod progress;
 pub mod rbac;
 pub mod render;
 mod repo;
+mod rollout;
 mod spec;
 mod status;
 pub mod verify;

@@ -187,6 +187,8 @@ pub struct ProgressView {
     layers: std::sync::Mutex<Vec<(String, indicatif::ProgressBar)>>,
     /// Counted tasks: their bar on a terminal (`None` otherwise), once started.
     counters: std::sync::Mutex<Vec<(String, Option<indicatif::ProgressBar>)>>,
+    /// A rollout's clusters, by line, and the kind of state each was last shown in.
+    clusters: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl ProgressView {
@@ -199,6 +201,7 @@ impl ProgressView {
             bars,
             layers: std::sync::Mutex::new(Vec::new()),
             counters: std::sync::Mutex::new(Vec::new()),
+            clusters: std::sync::Mutex::default(),
         }
     }
 
@@ -348,6 +351,50 @@ impl crate::progress::Progress for ProgressView {
                 self.line(&format!("{} {task}: {done}/{total}", self.style(Style::new().cyan()).apply_to("►")));
             }
             None => {}
+        }
+    }
+
+    fn wave(&self, wave: &str, clusters: &[String], commit: Option<&str>) {
+        let glyph = self.style(Style::new().cyan()).apply_to("►");
+        let what = match commit {
+            None => "committing".to_owned(),
+            Some("") => "committed already".to_owned(),
+            Some(c) => format!("committed {}", &c[..c.len().min(12)]),
+        };
+        self.line(&format!("{glyph} wave {wave} ({}): {what}", clusters.join(", ")));
+    }
+
+    fn cluster(&self, wave: &str, cluster: &str, state: &crate::progress::ClusterState) {
+        use crate::progress::ClusterState;
+        let unit = format!("{cluster} ({wave})");
+        let (kind, text) = match state {
+            ClusterState::Reconciling(what) => ("reconciling", format!("reconciling: {what}")),
+            ClusterState::Verifying(what) if what.is_empty() => ("verifying", "verifying".to_owned()),
+            ClusterState::Verifying(what) => ("verifying", format!("verifying: {what}")),
+            ClusterState::Passed => ("passed", "passed".to_owned()),
+            ClusterState::Failed(why) => ("failed", format!("failed: {why}")),
+        };
+        let done = matches!(state, ClusterState::Passed | ClusterState::Failed(_));
+        let good = matches!(state, ClusterState::Passed);
+        let glyph = match (done, good) {
+            (true, true) => self.style(Style::new().green()).apply_to("✔"),
+            (true, false) => self.style(Style::new().red()).apply_to("✗"),
+            _ => self.style(Style::new().cyan()).apply_to("►"),
+        };
+        if let Some(bar) = self.bar(&unit) {
+            if done {
+                bar.finish_with_message(format!("{glyph} {text}"));
+            } else {
+                bar.set_message(text);
+            }
+            return;
+        }
+        // Without a terminal: one line when the cluster's state changes kind.
+        let Ok(mut seen) = self.clusters.lock() else { return };
+        if seen.get(&unit).map(String::as_str) != Some(kind) || done {
+            seen.insert(unit.clone(), kind.to_owned());
+            drop(seen);
+            self.line(&format!("{glyph} {unit}: {text}"));
         }
     }
 

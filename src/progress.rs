@@ -50,6 +50,19 @@ pub enum CheckState {
     },
 }
 
+/// Where a cluster of a rollout's wave is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterState {
+    /// Waiting for Flux to reconcile the wave's commit (what it waits on now).
+    Reconciling(String),
+    /// Running the acceptance checks (the check that just finished, when one did).
+    Verifying(String),
+    /// Reconciled and every check passed.
+    Passed,
+    /// Stopped here: why.
+    Failed(String),
+}
+
 /// Receiver of progress events. Every method has an empty default.
 pub trait Progress: Sync {
     /// A layer enters a phase.
@@ -60,6 +73,11 @@ pub trait Progress: Sync {
     fn status(&self, _object: &ObjectRef, _status: &StatusResult) {}
     /// A warning worth showing.
     fn warn(&self, _message: &str) {}
+    /// A rollout's wave is being committed (`commit: None`) or was (with its commit, or
+    /// `Some("")` when there was nothing to commit).
+    fn wave(&self, _wave: &str, _clusters: &[String], _commit: Option<&str>) {}
+    /// A cluster of a rollout's wave reached a state.
+    fn cluster(&self, _wave: &str, _cluster: &str, _state: &ClusterState) {}
     /// A counted task (rendering a fleet's clusters, writing files) reached `done` of `total`;
     /// `done == total` ends it.
     fn count(&self, _task: &str, _done: usize, _total: usize) {}

@@ -20,6 +20,7 @@ use crate::cluster::preflight;
 use crate::deploy::{self, Layer, Scope};
 use crate::object::KnownKind;
 use crate::profile::Profile;
+use crate::rollout;
 use crate::verify::session;
 use crate::verify::{Reach, Selection};
 
@@ -32,7 +33,10 @@ pub enum Purpose {
     Diff,
     /// `osbx verify` (every check, the Lifecycle API through the service proxy).
     Verify,
-    /// All three (and `apply --verify`).
+    /// `osbx rollout` on one cluster of a fleet: Flux's root source asked to fetch, the
+    /// rendered objects waited for, every check.
+    Rollout,
+    /// All four (and `apply --verify`).
     All,
 }
 
@@ -44,6 +48,7 @@ impl Purpose {
             Purpose::Apply => "apply",
             Purpose::Diff => "diff",
             Purpose::Verify => "verify",
+            Purpose::Rollout => "rollout",
             Purpose::All => "all",
         }
     }
@@ -100,6 +105,11 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
     if opts.purpose.covers(Purpose::Verify) {
         let flux_objects = deploy::flux_objects(layers);
         out.extend(session::operations(profile, &flux_objects, &Selection::default(), Reach::default()));
+    }
+    if opts.purpose.covers(Purpose::Rollout) {
+        let objects = deploy::ids(layers);
+        let flux_objects = deploy::flux_objects(layers);
+        out.extend(rollout::operations(profile, &objects, &flux_objects, &Selection::default(), Reach::default()));
     }
     out
 }
@@ -311,8 +321,9 @@ mod tests {
         let rules = cluster["rules"].as_array().unwrap();
         let get = json!({"apiGroups": [""], "resources": ["namespaces"],
             "resourceNames": ["flux-system", "opensandbox", "opensandbox-system"], "verbs": ["get"]});
+        // Waits read, then watch, what the apply wrote.
         let patch = json!({"apiGroups": [""], "resources": ["namespaces"],
-            "resourceNames": ["opensandbox", "opensandbox-system"], "verbs": ["patch"]});
+            "resourceNames": ["opensandbox", "opensandbox-system"], "verbs": ["watch", "patch"]});
         assert!(rules.contains(&get) && rules.contains(&patch), "{cluster}");
         assert_eq!(rule(cluster, "namespaces", false)["verbs"], json!(["create"]));
         let system = role(&objects, "Role", Some("opensandbox-system"));
@@ -345,12 +356,12 @@ mod tests {
         let objects = objects("default", Purpose::Apply, true);
         let sandbox = role(&objects, "Role", Some("opensandbox"));
         assert_eq!(rule(sandbox, "pools", false)["verbs"], json!(["get", "create", "delete"]));
-        assert_eq!(rule(sandbox, "pools", true)["verbs"], json!(["patch"]));
+        assert_eq!(rule(sandbox, "pools", true)["verbs"], json!(["watch", "patch"]));
     }
 
     #[test]
     fn discovery_and_access_reviews_are_in_every_cluster_role() {
-        for purpose in [Purpose::Apply, Purpose::Diff, Purpose::Verify, Purpose::All] {
+        for purpose in [Purpose::Apply, Purpose::Diff, Purpose::Verify, Purpose::Rollout, Purpose::All] {
             let objects = objects("runc-only", purpose, false);
             let cluster = role(&objects, "ClusterRole", None);
             let rules = cluster["rules"].as_array().unwrap();

@@ -16,6 +16,10 @@
 //! repeated create is refused as existing (the inventory then reads and retries; a verify run
 //! takes its own namespace or probe pod, known by its run label, as created), and a repeated
 //! delete finds the object gone.
+//!
+//! Watches are the one exception: a watch request (kube marks it) streams its body as events
+//! arrive, without the request deadline (the watch's own `timeoutSeconds` ends it) and without
+//! the retry (the waiter re-reads and watches again), on the same connection.
 
 use std::time::Duration;
 
@@ -26,7 +30,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::Config;
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
-use tower::util::BoxService;
+use tower::util::{BoxCloneService, BoxService};
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 
 /// The boxed service both stacks produce.
@@ -57,6 +61,16 @@ pub(super) fn builder(config: Config, timeout: Duration) -> Result<ClientBuilder
     };
     let connector = https.enable_all_versions().wrap_connector(tcp);
     let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
+    let buffered = ServiceBuilder::new()
+        .layer(tower::timeout::TimeoutLayer::new(timeout))
+        .layer(tower::retry::RetryLayer::new(ConnectionLost { retries: 3 }))
+        .service(hyper.clone().map_err(BoxError::from).and_then(read_body))
+        .map_response(|res: Response<Full<Bytes>>| {
+            res.map(|body| Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
+        });
+    let streaming = hyper.map_err(BoxError::from).map_response(|res: Response<hyper::body::Incoming>| {
+        res.map(|body| Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
+    });
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
@@ -66,17 +80,39 @@ pub(super) fn builder(config: Config, timeout: Duration) -> Result<ClientBuilder
         )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
-        .layer(tower::timeout::TimeoutLayer::new(timeout))
-        .layer(tower::retry::RetryLayer::new(ConnectionLost { retries: 3 }))
-        .service(hyper.map_err(BoxError::from).and_then(read_body))
-        .map_response(|res: Response<Full<Bytes>>| {
-            res.map(|body| Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
-        })
+        .service(Watches { buffered: BoxCloneService::new(buffered), streaming: BoxCloneService::new(streaming) })
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace))
 }
 
-/// Read a response's whole body: osbx makes no streaming requests (no watch, no logs), and a body
+type Inner = BoxCloneService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
+/// Sends watch requests (which kube marks with the extension `"watch"`) to `streaming`, every
+/// other request to `buffered`.
+#[derive(Clone)]
+struct Watches {
+    buffered: Inner,
+    streaming: Inner,
+}
+
+impl tower::Service<Request<Body>> for Watches {
+    type Response = Response<Box<DynBody>>;
+    type Error = BoxError;
+    type Future = tower::util::Oneshot<Inner, Request<Body>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
+        // Both inner services are cloned per request and made ready by `oneshot`.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let watch = req.extensions().get::<&'static str>().is_some_and(|kind| *kind == "watch");
+        let inner = if watch { self.streaming.clone() } else { self.buffered.clone() };
+        inner.oneshot(req)
+    }
+}
+
+/// Read a response's whole body: osbx streams only watches, and a body
 /// read inside the request's deadline and its retry is bounded by the one and retried by the
 /// other when the connection goes away part-way.
 async fn read_body(res: Response<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, BoxError> {

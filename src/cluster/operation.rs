@@ -59,13 +59,15 @@ pub enum Operation {
         /// Whether the apply may create it.
         creates: bool,
     },
+    /// Merge-patch an object osbx does not own (asking Flux to reconcile now).
+    Patch(ObjectRef),
     /// Create objects of a kind in a namespace (POST; the name is in the body).
     Create(Gvk, Option<String>),
     /// Delete objects by name.
     Delete(Objects),
     /// Delete the objects of a kind that carry a label, in a namespace (`None`: every namespace).
     DeleteLabelled(Gvk, Option<String>),
-    /// Wait for an object's readiness: read it until it is ready.
+    /// Wait for an object's readiness: read it, then watch it until it is ready.
     Wait(ObjectRef),
     /// Run a probe pod in a namespace (`None`: the run's own, named only when it starts) and
     /// read how it ended and why: its status, log and events.
@@ -105,10 +107,14 @@ impl Operation {
                 let patch = named("patch", &object);
                 if *creates { vec![Need { verb: "create", target: object.target(false) }, patch] } else { vec![patch] }
             }
+            Operation::Patch(object) => vec![named("patch", &Objects::Named(object.clone()))],
             Operation::Create(kind, namespace) => vec![any("create", kind, namespace)],
             Operation::Delete(objects) => vec![named("delete", objects)],
             Operation::DeleteLabelled(kind, namespace) => vec![any("deletecollection", kind, namespace)],
-            Operation::Wait(object) => vec![named("get", &Objects::Named(object.clone()))],
+            Operation::Wait(object) => {
+                let object = Objects::Named(object.clone());
+                vec![named("get", &object), named("watch", &object)]
+            }
             Operation::Probe(namespace) => vec![
                 any("create", &KnownKind::POD.gvk(), namespace),
                 any("get", &KnownKind::POD.gvk(), namespace),

@@ -294,12 +294,6 @@ pub(crate) fn reading<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<Opera
     lists.chain(gets.into_iter().map(|id| Operation::Get(Objects::Named(id.clone())))).collect()
 }
 
-/// The objects among `ids` that planning reads with a LIST rather than by name.
-#[must_use]
-pub(crate) fn listed<'a>(ids: impl Iterator<Item = &'a ObjectRef>) -> Vec<&'a ObjectRef> {
-    partition(ids).0.into_iter().flatten().collect()
-}
-
 /// The write (or dry-run) of an object planned as `action`: a server-side apply that creates
 /// it, or one that changes it; nothing for the other actions.
 #[must_use]

@@ -30,8 +30,11 @@ pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<Exi
         Source::Fleet(path) => {
             let progress = printer.progress();
             let fleet = fleet::load(path, &progress)?;
+            // Layers stay where the repository has them when their files do not change.
+            let source = crate::render::Source { kind: "fleet", name: fleet.name.clone() };
+            let current = fleet::Current::new(repo::rendered_before(&opts.out, &source)?);
             let mut warnings = Vec::new();
-            let rendered = fleet::render_checked(&fleet, &renderer, &progress, |m, r| {
+            let rendered = fleet::render_checked(&fleet, &renderer, &current, &progress, |m, r| {
                 warnings.extend(lint::gate(m, r)?);
                 Ok::<_, anyhow::Error>(())
             })?;

@@ -103,7 +103,7 @@ pub(super) async fn verify(
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn interrupted() {
+pub(super) async fn interrupted() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

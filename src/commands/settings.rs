@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::chart::Chart;
 use crate::cli::{
     ApplyArgs, ClusterArgs, DiffArgs, InitArgs, LintArgs, Output, ProfileArgs, RbacArgs, RbacFor, RenderArgs,
-    RuntimeArg, VerifyArgs, VerifyFlags,
+    RolloutArgs, RuntimeArg, VerifyArgs, VerifyFlags,
 };
 use crate::cluster::ConnectOptions;
 use crate::deploy::ApplyOptions;
@@ -244,6 +244,50 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
     }
 }
 
+/// `osbx rollout`.
+#[derive(Debug, Clone)]
+pub(super) struct RolloutSettings {
+    /// The fleet file.
+    pub fleet: PathBuf,
+    /// Templates that replace embedded ones.
+    pub templates: Option<PathBuf>,
+    /// How to roll out.
+    pub rollout: crate::rollout::Settings,
+    /// Output format.
+    pub output: Output,
+}
+
+impl From<&RolloutArgs> for RolloutSettings {
+    fn from(a: &RolloutArgs) -> Self {
+        Self {
+            fleet: a.fleet.clone(),
+            templates: a.templates.clone(),
+            rollout: crate::rollout::Settings {
+                repo: a.repo.clone(),
+                push: a.push,
+                resume: a.resume,
+                dry_run: a.dry_run,
+                connect: ConnectOptions {
+                    kubeconfig: a.kubeconfig.clone(),
+                    context: None,
+                    qps: a.qps,
+                    concurrency: a.concurrency,
+                    request_timeout: a.request_timeout,
+                },
+                timeout: a.timeout,
+                // Each cluster's key is read from the Secret its profile names.
+                verify: verify::Settings {
+                    selection: Selection { only: a.only.clone(), skip: a.skip.clone() },
+                    server_url: None,
+                    api_key: ApiKeyValue::default(),
+                    timeout: a.verify_timeout,
+                },
+            },
+            output: a.output,
+        }
+    }
+}
+
 /// `osbx lint`.
 #[derive(Debug, Clone)]
 pub(super) struct LintSettings {
@@ -295,6 +339,7 @@ impl From<&RbacArgs> for RbacSettings {
                     RbacFor::Apply => Purpose::Apply,
                     RbacFor::Diff => Purpose::Diff,
                     RbacFor::Verify => Purpose::Verify,
+                    RbacFor::Rollout => Purpose::Rollout,
                     RbacFor::All => Purpose::All,
                 },
                 prune: a.prune,

@@ -25,7 +25,7 @@ pub(crate) struct ApplyOptions {
     pub wait: bool,
     /// Overall readiness deadline.
     pub timeout: Duration,
-    /// Poll interval while waiting.
+    /// While waiting, how often a kind the server does not serve yet is looked up again.
     pub interval: Duration,
     /// Take ownership of fields other managers own.
     pub force_conflicts: bool,
@@ -67,10 +67,9 @@ impl Plan {
     /// The writes of this plan and what comes with them, reviewed before the first write: the
     /// server-side apply of each new or changed object ([`ssa::writing`]); when pruning, reading
     /// and deleting what the inventory holds and the render no longer has; the inventory
-    /// ConfigMap with any write. When the apply then waits, also the waits the plan's own reads
-    /// did not cover: objects the plan read with one LIST, and the Flux Kustomizations of
-    /// external layers. An unchanged object needs nothing beyond the read that already happened,
-    /// so a no-op apply reviews nothing.
+    /// ConfigMap with any write. When the apply then waits, also the waits: every object (read,
+    /// then watched) and the Flux Kustomizations of external layers. A no-op apply reviews
+    /// nothing: what it waits for is already ready when first read, and is not watched.
     #[must_use]
     pub(crate) fn operations(&self, profile: &Profile, layers: &[Layer], scope: Scope) -> Vec<Operation> {
         let mut out: Vec<Operation> = self.planned.values().filter_map(|p| ssa::writing(&p.id, p.action)).collect();
@@ -81,7 +80,7 @@ impl Plan {
         if !out.is_empty() || later {
             out.push(Inventory::writing(&self.previous.config_map));
             if scope.wait {
-                out.extend(waits(profile, layers, true));
+                out.extend(waits(profile, layers, ids(layers)));
             }
         }
         out
@@ -89,13 +88,10 @@ impl Plan {
 }
 
 /// The waits (readiness of each layer's objects, and first of the external layers it depends
-/// on): each object (`only_listed`: only those the plan reads with a LIST, the others being read
-/// by name already) and each external layer's Kustomization.
-fn waits(profile: &Profile, layers: &[Layer], only_listed: bool) -> Vec<Operation> {
-    let ids = ids(layers);
-    let objects = if only_listed { ssa::listed(ids.iter()) } else { ids.iter().collect() };
+/// on): each of `objects` and each external layer's Kustomization.
+fn waits(profile: &Profile, layers: &[Layer], objects: Vec<ObjectRef>) -> Vec<Operation> {
     let deps = layers.iter().flat_map(|l| &l.external_deps).map(|d| flux_kustomization(profile, d));
-    objects.into_iter().cloned().chain(deps).map(Operation::Wait).collect()
+    objects.into_iter().chain(deps).map(Operation::Wait).collect()
 }
 
 /// Everything an apply of `layers` can do, whatever the cluster holds: the plan's reads,
@@ -114,7 +110,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], scope: Scope) -> V
     out.push(Inventory::writing(&inventory));
     out.push(preflight::reading_flux_namespace(&profile.cluster.flux_namespace));
     if scope.wait {
-        out.extend(waits(profile, layers, false));
+        out.extend(waits(profile, layers, ids.clone()));
     }
     if scope.prune {
         let kinds: BTreeSet<(&Gvk, Option<&String>)> = ids.iter().map(|id| (&id.gvk, id.namespace.as_ref())).collect();

@@ -149,3 +149,35 @@ pub(crate) fn repo_state(path: &Path) -> Option<RepoState> {
     })();
     Some(RepoState { uncommitted, unpushed })
 }
+
+/// The commit at HEAD of the repository containing `root`.
+///
+/// # Errors
+/// [`GitError`] when there is no repository or no commit yet.
+pub(crate) fn head(root: &Path) -> Result<String, GitError> {
+    let (repo, _) = open(root)?;
+    Ok(repo.head()?.peel_to_commit()?.id().to_string())
+}
+
+/// Whether any of `paths` (`root`-relative) differs from HEAD in the work tree.
+#[must_use]
+pub(crate) fn uncommitted(root: &Path, paths: &[String]) -> bool {
+    let Ok((repo, workdir)) = open(root) else { return false };
+    let paths = to_workdir(root, &workdir, paths);
+    paths.iter().any(|p| repo.status_file(Path::new(p)).is_ok_and(|s| !s.is_empty() && s != Status::IGNORED))
+}
+
+/// `git push` in the repository containing `root`: the user's git, with its remotes,
+/// credentials and hooks, pushes the current branch to its upstream.
+///
+/// # Errors
+/// What git said, when it failed or could not run.
+pub(crate) fn push(root: &Path) -> Result<(), String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["push", "--quiet"])
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
+}

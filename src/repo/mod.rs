@@ -19,12 +19,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub(crate) use git::{GitError, commit, repo_state, staged_conflicts};
+pub(crate) use git::{GitError, commit, head, push, repo_state, staged_conflicts, uncommitted};
 pub(crate) use kustomization::MergeError;
 use state::State;
 pub(crate) use write::{lock, write};
 
-use crate::render::{ClusterIndex, RenderError, Rendered, Renderer, is_owned};
+use crate::render::{ClusterIndex, RenderError, Rendered, Renderer, Source, is_owned};
 
 /// Why the repository cannot be updated.
 #[derive(Debug, thiserror::Error)]
@@ -189,6 +189,24 @@ pub(crate) fn commit_paths(staged: &Staged, rendered: &Rendered) -> Vec<String> 
 /// [`RepoError`] when the journal cannot be read or a step fails.
 pub(crate) fn recover(root: &Path) -> Result<Option<String>, RepoError> {
     journal::recover(root)
+}
+
+/// The files `source` rendered into the repository at `root` before (by its state), with their
+/// content now; files that are gone or no longer osbx's are left out.
+///
+/// # Errors
+/// [`RepoError`] when the state or a file cannot be read.
+pub(crate) fn rendered_before(root: &Path, source: &Source) -> Result<BTreeMap<String, String>, RepoError> {
+    let state_path = state::path(source);
+    let Some(text) = read_existing(root, &state_path)?.filter(|t| is_owned(t)) else { return Ok(BTreeMap::new()) };
+    let state = State::parse(&text).map_err(|reason| RepoError::State { path: state_path.clone(), reason })?;
+    let mut out = BTreeMap::new();
+    for path in state.files {
+        if let Some(content) = read_existing(root, &path)?.filter(|t| is_owned(t)) {
+            out.insert(path, content);
+        }
+    }
+    Ok(out)
 }
 
 /// Compare a render with the repository at `root`.

@@ -97,7 +97,16 @@ pub(crate) fn compute(obj: &Value) -> StatusResult {
     if let (Some(g), Some(o)) = (generation, observed)
         && o != g
     {
-        return result(Status::InProgress, format!("generation {g} not yet observed (observed {o})"));
+        let waiting = format!("generation {g} not yet observed (observed {o})");
+        // A controller that records observedGeneration only on success (Flux's) may have
+        // reported this generation's failure in its Ready condition already.
+        let ready =
+            condition(obj, "Ready").filter(|c| int(&c["observedGeneration"]) == Some(g) && c["status"] == "False");
+        return match ready {
+            Some(_) if let Some(failed) = terminal_ready(obj) => result(Status::Failed, failed),
+            Some(c) => result(Status::InProgress, format!("{waiting}: {}", c["message"].as_str().unwrap_or_default())),
+            None => result(Status::InProgress, waiting),
+        };
     }
     let gvk = Gvk::of(obj).unwrap_or_else(|_| Gvk::new("", "", ""));
     if gvk.is_flux()

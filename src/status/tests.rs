@@ -171,3 +171,20 @@ fn table() {
         assert!(r.message.contains(fragment), "{case}: {:?} does not contain {fragment:?}", r.message);
     }
 }
+
+#[test]
+fn a_failed_first_reconcile_says_why() {
+    let k = |reason: &str| {
+        serde_saphyr::from_str::<Value>(&format!("apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {{name: a, generation: 1}}\n\
+                    status: {{observedGeneration: -1, conditions: [{{type: Ready, status: 'False', reason: {reason}, observedGeneration: 1, message: 'kustomize build failed: no kustomization.yaml'}}]}}"))
+        .unwrap()
+    };
+    let failed = compute(&k("BuildFailed"));
+    assert_eq!(
+        (failed.status, failed.message.as_str()),
+        (Status::Failed, "BuildFailed: kustomize build failed: no kustomization.yaml")
+    );
+    let waiting = compute(&k("ArtifactFailed"));
+    assert_eq!(waiting.status, Status::InProgress);
+    assert!(waiting.message.ends_with(": kustomize build failed: no kustomization.yaml"), "{}", waiting.message);
+}

@@ -22,6 +22,7 @@ mod git;
 mod git_changes;
 mod quota;
 mod renamed;
+mod rollout;
 mod world;
 
 use std::time::SystemTime;

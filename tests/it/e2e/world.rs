@@ -262,7 +262,7 @@ pub async fn apply_object(client: &Client, obj: &Value) {
 }
 
 /// A kwok Node for the Kata pool and the chart's Deployments, and the Kata RuntimeClass.
-async fn node_and_runtime_class(client: &Client) {
+pub(super) async fn node_and_runtime_class(client: &Client) {
     let capacity = json!({"cpu": "32", "memory": "256Gi", "pods": "110"});
     let handler =
         |name: &str| json!({"name": name, "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}});

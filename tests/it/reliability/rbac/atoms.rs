@@ -158,8 +158,8 @@ pub(super) fn names_denial(stderr: &str, (line, name): &(String, Option<String>)
 }
 
 /// Prove each of `atoms` needed, one at a time: without it, `apply --dry-run` on a cluster where
-/// the profile was never applied (so it needs every write an apply makes) or `verify` (every
-/// check) stops in preflight and names it.
+/// the profile was never applied (so it needs every write an apply makes; a `watch`, which only
+/// an apply's waits use: `apply`) or `verify` (every check) stops in preflight and names it.
 pub(super) async fn prove(world: &World, discovery: &Discovery, objects: &[Value], atoms: &[Atom]) {
     let (client, user) = (&world.client, USER);
     for atom in atoms {
@@ -167,7 +167,10 @@ pub(super) async fn prove(world: &World, discovery: &Discovery, objects: &[Value
         apply(client, &without(role, atom)).await;
         settle(client, user, role, atom, false).await;
         let expected = denial(role, atom, namespaced(discovery, atom));
-        let mut out = world.osbx(&["apply", "--dry-run"], true).await;
+        // A dry run does not wait; what only the waits use (watch) is proven by an apply, which
+        // preflight stops before its first write all the same.
+        let apply_args: &[&str] = if atom.verb == "watch" { &["apply"] } else { &["apply", "--dry-run"] };
+        let mut out = world.osbx(apply_args, true).await;
         if out.status.code() == Some(0) {
             out = world.osbx(&["verify"], false).await;
         }

@@ -7,8 +7,19 @@
 //! clusters is written once at its path and shared. When clusters differ, the largest group of
 //! identical clusters keeps the layer's path and every other variant gets `<path>-<cluster>`
 //! (its first cluster), so changing one cluster's overrides changes only that cluster's files.
+//! A layer's files stay where they are when their content does not change (see [`layout`]).
+//!
+//! `rollout.waves` orders the clusters for `osbx rollout` ([`waves`]); each cluster names the
+//! kubeconfig context (and file) it is reached with.
 
-use std::collections::{BTreeMap, HashMap};
+mod layout;
+mod waves;
+
+pub use layout::render;
+pub(crate) use layout::{Current, render_checked, render_wave};
+pub use waves::Wave;
+
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -18,8 +29,7 @@ use serde_json::Value;
 
 use crate::merge::merge;
 use crate::profile::{self, Diagnostic, LoadedProfile, Locations, ProfileError, ProfileSource};
-use crate::progress::{Progress, Silent};
-use crate::render::{RenderError, Rendered, Renderer};
+use crate::progress::Progress;
 
 /// A fleet: many clusters from one base profile, each with its own overrides.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -35,6 +45,10 @@ struct FleetDoc {
     base: String,
     /// The clusters (at least one).
     clusters: Vec<Member>,
+    /// How `osbx rollout` brings a change to the clusters: its waves (default: one wave of
+    /// every cluster).
+    #[serde(default)]
+    rollout: Option<waves::RolloutSpec>,
 }
 
 /// Fleet metadata.
@@ -59,6 +73,25 @@ struct Member {
     #[serde(default)]
     #[schemars(with = "serde_json::Map<String, Value>")]
     overrides: Value,
+    /// Labels, for the selectors of `rollout.waves`.
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    /// The kubeconfig context `osbx rollout` reaches the cluster with (default: its name).
+    #[serde(default)]
+    context: Option<String>,
+    /// The kubeconfig file with that context, relative to the fleet file (default: `--kubeconfig`,
+    /// then `KUBECONFIG`, then `~/.kube/config`).
+    #[serde(default)]
+    kubeconfig: Option<String>,
+}
+
+/// How `osbx rollout` reaches a cluster of the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    /// The kubeconfig context.
+    pub context: String,
+    /// The kubeconfig file, when the fleet names one (resolved against the fleet file).
+    pub kubeconfig: Option<std::path::PathBuf>,
 }
 
 /// The JSON Schema of the fleet document (draft 2020-12).
@@ -78,6 +111,18 @@ pub struct Fleet {
     pub description: Option<String>,
     /// The clusters, in fleet order.
     pub members: Vec<LoadedProfile>,
+    /// How each cluster is reached, in fleet order.
+    pub reach: Vec<Reach>,
+    /// The rollout's waves.
+    pub waves: Vec<Wave>,
+}
+
+impl Fleet {
+    /// The index of the cluster named `name`.
+    #[must_use]
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.profile.cluster.name == name)
+    }
 }
 
 /// Load a fleet file and every cluster's profile, counting them on `progress`.
@@ -122,6 +167,15 @@ pub fn load(path: &Path, progress: &dyn Progress) -> Result<Fleet, ProfileError>
             problems.push(diag(&format!("clusters[{i}].overrides"), "must be a mapping of profile fields".into()));
         }
     }
+    let labelled: Vec<(String, BTreeMap<String, String>)> =
+        doc.clusters.iter().map(|m| (m.name.clone(), m.labels.clone())).collect();
+    let waves = match waves::resolve(doc.rollout.as_ref(), &labelled) {
+        Ok(w) => w,
+        Err(found) => {
+            problems.extend(found.into_iter().map(|(field, message)| diag(&field, message)));
+            Vec::new()
+        }
+    };
     if !problems.is_empty() {
         return Err(ProfileError::Invalid(problems));
     }
@@ -153,7 +207,16 @@ pub fn load(path: &Path, progress: &dyn Progress) -> Result<Fleet, ProfileError>
     if !all.is_empty() {
         return Err(ProfileError::Invalid(all));
     }
-    Ok(Fleet { name: doc.metadata.name, description: doc.metadata.description, members })
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let reach = doc
+        .clusters
+        .iter()
+        .map(|m| Reach {
+            context: m.context.clone().unwrap_or_else(|| m.name.clone()),
+            kubeconfig: m.kubeconfig.as_ref().map(|k| dir.join(k)),
+        })
+        .collect();
+    Ok(Fleet { name: doc.metadata.name, description: doc.metadata.description, members, reach, waves })
 }
 
 /// Point a diagnostic of a merged profile at the override that set the field, else at the base.
@@ -220,137 +283,4 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
             items.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>())).collect();
         handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     })
-}
-
-/// Render every cluster, sharing identical layers.
-///
-/// # Errors
-/// [`RenderError`] when a template fails.
-pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderError> {
-    render_checked(fleet, renderer, &Silent, |_, _| Ok(()))
-}
-
-/// [`render`], calling `check` with each cluster's own render (at its layers' usual paths)
-/// before anything else; the first error from `check` stops the render. Counts the clusters
-/// rendered and checked on `progress`.
-///
-/// # Errors
-/// A [`RenderError`] when a template fails, or what `check` returns.
-pub(crate) fn render_checked<E: From<RenderError>>(
-    fleet: &Fleet,
-    renderer: &Renderer,
-    progress: &dyn Progress,
-    mut check: impl FnMut(&LoadedProfile, &Rendered) -> Result<(), E>,
-) -> Result<Rendered, E> {
-    // First pass: what each cluster's layers contain, independent of where they are written.
-    let first_pass: Vec<Rendered> =
-        par_map_counted(&fleet.members, "rendering clusters", progress, |m| renderer.render(m))
-            .into_iter()
-            .collect::<Result<_, _>>()?;
-    let total = fleet.members.len();
-    progress.count("checking clusters", 0, total);
-    for (i, (m, rendered)) in fleet.members.iter().zip(&first_pass).enumerate() {
-        check(m, rendered)?;
-        progress.count("checking clusters", i + 1, total);
-    }
-    let chosen = layer_paths(fleet, &first_pass);
-    let base_paths: BTreeMap<&str, String> = fleet
-        .members
-        .iter()
-        .flat_map(|m| m.profile.layers.iter().filter(|l| !l.external))
-        .map(|l| (l.name.as_str(), l.repo_path()))
-        .collect();
-    // Second pass: clusters whose layers moved render again at their paths.
-    let moved: Vec<usize> = (0..fleet.members.len())
-        .filter(|&i| {
-            let m = &fleet.members[i];
-            m.profile.layers.iter().filter(|l| !l.external).any(|l| {
-                chosen.get(&(l.name.clone(), m.profile.cluster.name.clone())).map(String::as_str)
-                    != base_paths.get(l.name.as_str()).map(String::as_str)
-            })
-        })
-        .collect();
-    let mut again: BTreeMap<usize, Rendered> = moved
-        .iter()
-        .copied()
-        .zip(par_map_counted(&moved, "rendering layer variants", progress, |&i| {
-            renderer.render(&fleet.members[i].clone_with_layer_paths(&chosen))
-        }))
-        .map(|(i, r)| r.map(|r| (i, r)))
-        .collect::<Result<_, _>>()?;
-    // Shared files are written once.
-    let source = crate::render::Source { kind: "fleet", name: fleet.name.clone() };
-    let mut out = Rendered { source, files: Vec::new(), clusters: Vec::new() };
-    let mut written: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, first) in first_pass.into_iter().enumerate() {
-        // A cluster whose layers all stay at their paths renders exactly as in the first pass.
-        let rendered = again.remove(&i).unwrap_or(first);
-        for f in rendered.files {
-            if let Some(&i) = written.get(&f.path) {
-                debug_assert_eq!(out.files[i].content, f.content, "shared layer file {} differs", f.path);
-                continue;
-            }
-            written.insert(f.path.clone(), out.files.len());
-            out.files.push(f);
-        }
-        out.clusters.extend(rendered.clusters);
-    }
-    Ok(out)
-}
-
-/// A layer's path and its variants: the clusters of each distinct content, in order of first
-/// appearance, and an index from content (relative path, text of each file) to variant.
-type Variants<'a> = (String, Vec<Vec<&'a str>>, HashMap<Vec<(&'a str, &'a str)>, usize>);
-
-/// Where each (layer, cluster) is written: clusters whose layer files are identical share a
-/// path; the largest group keeps the layer's own path, every other variant gets
-/// `<path>-<first cluster of the variant>`.
-fn layer_paths(fleet: &Fleet, first_pass: &[Rendered]) -> BTreeMap<(String, String), String> {
-    let mut variants: BTreeMap<&str, Variants<'_>> = BTreeMap::new();
-    for (m, rendered) in fleet.members.iter().zip(first_pass) {
-        for layer in m.profile.layers.iter().filter(|l| !l.external) {
-            let path = layer.repo_path();
-            let prefix = format!("{path}/");
-            let mut files: Vec<(&str, &str)> = rendered
-                .files
-                .iter()
-                .filter_map(|f| f.path.strip_prefix(&prefix).map(|rel| (rel, f.content.as_str())))
-                .collect();
-            files.sort_unstable();
-            let (_, groups, index) =
-                variants.entry(layer.name.as_str()).or_insert_with(|| (path, Vec::new(), HashMap::new()));
-            let at = *index.entry(files).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-            groups[at].push(m.profile.cluster.name.as_str());
-        }
-    }
-    let mut chosen = BTreeMap::new();
-    for (layer, (base, groups, _)) in variants {
-        let keeper = (0..groups.len())
-            .max_by_key(|i| (groups[*i].len(), std::cmp::Reverse(groups[*i].iter().min().copied())))
-            .unwrap_or(0);
-        for (i, group) in groups.iter().enumerate() {
-            let first = group.iter().min().copied().unwrap_or_default();
-            let path = if i == keeper { base.clone() } else { format!("{base}-{first}") };
-            for cluster in group {
-                chosen.insert((layer.to_owned(), (*cluster).to_owned()), path.clone());
-            }
-        }
-    }
-    chosen
-}
-
-impl LoadedProfile {
-    /// A copy whose rendered layers are written at the paths chosen for this cluster.
-    fn clone_with_layer_paths(&self, chosen: &BTreeMap<(String, String), String>) -> LoadedProfile {
-        let mut profile = self.profile.clone();
-        for layer in profile.layers.iter_mut().filter(|l| !l.external) {
-            if let Some(path) = chosen.get(&(layer.name.clone(), self.profile.cluster.name.clone())) {
-                layer.path = Some(path.clone());
-            }
-        }
-        LoadedProfile { profile, origin: self.origin.clone(), text: self.text.clone(), locations: Locations::default() }
-    }
 }

@@ -1,0 +1,522 @@
+//! `osbx rollout`: bring a fleet's change to its clusters wave by wave, each wave gated by the
+//! acceptance checks.
+//!
+//! For each wave in order: the clusters of this and earlier waves are rendered as the fleet file
+//! says, every later cluster is kept as the repository holds it ([`fleet::render_wave`]), and
+//! the result is committed (one commit per wave, naming it) and pushed when asked. Then every
+//! cluster of the wave, at most `maxParallel` at once: Flux reconciles the commit (the root
+//! source at it, the Kustomizations having applied it, everything Ready at its generation:
+//! [`flux::reconciled`]), then `verify` runs on it. A failed gate stops the rollout before the
+//! next wave, naming the cluster, the check and its evidence.
+//!
+//! Nothing is remembered outside the repository. A wave whose render changes nothing is
+//! committed already; since a wave is committed only after the one before it passed, every
+//! committed wave but the last passed too. `resume` starts at that last committed wave (verifying
+//! it again) instead of the first; a rerun without it verifies every wave again and commits only
+//! what is not committed, so an interrupted rollout converges either way, with no cluster
+//! skipped or changed twice. Before the first commit, every cluster of every wave is reached and
+//! everything the rollout will do there is reviewed, so that a cluster it cannot reach or
+//! a permission it lacks stops it before anything is written.
+
+mod flux;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt};
+use serde::Serialize;
+
+use crate::cluster::operation::Operation;
+use crate::cluster::preflight::{self, PreflightError};
+use crate::cluster::wait::{self, WaitError, WaitOptions};
+use crate::cluster::{Cluster, ClusterError, ConnectOptions};
+use crate::deploy;
+use crate::fleet::{self, Fleet};
+use crate::object::ObjectRef;
+use crate::profile::LoadedProfile;
+use crate::progress::{ClusterState, Progress};
+use crate::render::{RenderError, Rendered, Renderer, Source};
+use crate::repo::{self, GitError, RepoError};
+use crate::verify::session::{Session, VerifyError};
+use crate::verify::{self, CheckResult, Outcome};
+
+/// How to roll out.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The Flux repository's work tree.
+    pub repo: PathBuf,
+    /// Push each wave's commit (`git push` in the repository).
+    pub push: bool,
+    /// Start at the last committed wave instead of the first.
+    pub resume: bool,
+    /// Say what would be done; write and reach nothing.
+    pub dry_run: bool,
+    /// How to reach each cluster, beside its context and kubeconfig from the fleet file.
+    pub connect: ConnectOptions,
+    /// How long Flux may take to reconcile a wave's commit on one cluster.
+    pub timeout: Duration,
+    /// The acceptance checks of each cluster.
+    pub verify: verify::Settings,
+}
+
+/// Why a rollout could not go on (exit 2); a failed gate is not an error but a [`Report`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RolloutError {
+    /// A template failed.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// The repository could not be read or written.
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    /// git refused.
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// `git push` failed.
+    #[error("git push in {repo}: {reason}")]
+    Push {
+        /// The repository.
+        repo: String,
+        /// What git said.
+        reason: String,
+    },
+    /// A cluster could not be reached or read.
+    #[error("cluster {cluster}: {source}")]
+    Cluster {
+        /// The fleet's cluster.
+        cluster: String,
+        /// Why.
+        #[source]
+        source: ClusterError,
+    },
+    /// The user may not do everything the rollout needs on a cluster (nothing was written).
+    #[error("cluster {cluster}: {source}")]
+    Preflight {
+        /// The fleet's cluster.
+        cluster: String,
+        /// What is missing.
+        #[source]
+        source: PreflightError,
+    },
+    /// A cluster's verify run could not finish (interrupted, out of time).
+    #[error("cluster {cluster}: {source}")]
+    Verify {
+        /// The fleet's cluster.
+        cluster: String,
+        /// Why.
+        #[source]
+        source: VerifyError,
+    },
+}
+
+/// Where a wave is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum WaveState {
+    /// Committed by an earlier run and not checked again by this one.
+    Committed,
+    /// Not reached (by a dry run, or after a failed gate).
+    Pending,
+    /// Every cluster reconciled its commit and passed.
+    Passed,
+    /// A cluster did not reconcile in time, or failed a check.
+    Failed,
+}
+
+/// One cluster of a wave, after its gate.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ClusterReport {
+    /// The fleet's cluster.
+    pub cluster: String,
+    /// Whether it reconciled the commit and passed every check.
+    pub passed: bool,
+    /// How long Flux took to reconcile the commit, from when this cluster's wait began.
+    pub reconciled_ms: Option<u64>,
+    /// How long the checks took.
+    pub verify_ms: Option<u64>,
+    /// Why it did not pass: the first failing check and its evidence, or why Flux did not get
+    /// there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// Every check's result.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResult>,
+}
+
+/// Why a cluster did not pass its gate.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Failure {
+    /// The failing check's id (`kata.guest-kernel`), or `flux.reconcile` when Flux did not
+    /// reconcile the commit in time.
+    pub check: String,
+    /// What was observed.
+    pub evidence: String,
+    /// Why, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<String>,
+}
+
+/// One wave of the rollout.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct WaveReport {
+    /// Its name.
+    pub name: String,
+    /// Its clusters.
+    pub clusters: Vec<String>,
+    /// Where it is.
+    pub state: WaveState,
+    /// The commit this run made for it (`None`: nothing to commit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The files it changes (in a dry run: would change).
+    pub files: usize,
+    /// Its clusters' gates.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ClusterReport>,
+}
+
+/// What a rollout did.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Report {
+    /// The fleet's name (`metadata.name`).
+    pub fleet: String,
+    /// Every wave, in order.
+    pub waves: Vec<WaveReport>,
+    /// Whether every wave passed (a dry run: whether there is nothing to roll out).
+    pub completed: bool,
+}
+
+impl Report {
+    /// The first failing cluster: wave, cluster and why.
+    #[must_use]
+    pub(crate) fn stopped_at(&self) -> Option<(&str, &str, &Failure)> {
+        self.waves.iter().find_map(|w| {
+            w.results.iter().find_map(|c| c.failure.as_ref().map(|f| (w.name.as_str(), c.cluster.as_str(), f)))
+        })
+    }
+}
+
+/// A future that resolves when the run is interrupted (Ctrl-C, SIGTERM).
+pub(crate) type Interrupt = dyn Fn() -> BoxFuture<'static, ()> + Sync;
+
+/// A cluster as the rollout reaches it.
+struct Target<'f> {
+    member: &'f LoadedProfile,
+    /// Every object its render holds.
+    objects: Vec<ObjectRef>,
+    /// Its Flux objects.
+    flux: Vec<ObjectRef>,
+    cluster: Option<Cluster>,
+}
+
+/// Roll out `fleet` (its file as it is now) into the repository `settings.repo`.
+///
+/// # Errors
+/// [`RolloutError`] when the repository cannot be rendered into or committed, a cluster cannot
+/// be reached, or a permission is missing; a failed gate is a [`Report`] whose `completed` is
+/// false.
+pub(crate) async fn run(
+    fleet: &Fleet,
+    renderer: &Renderer,
+    settings: &Settings,
+    progress: &dyn Progress,
+    interrupted: &Interrupt,
+) -> Result<Report, RolloutError> {
+    let source = Source { kind: "fleet", name: fleet.name.clone() };
+    let root = settings.repo.as_path();
+    // What each wave's render would change in the repository as it is now: a wave without
+    // changes is committed already, and so is every wave before it.
+    let mut files = Vec::new();
+    let mut previous: Option<Rendered> = None;
+    let mut first_pending = fleet.waves.len();
+    for (k, _) in fleet.waves.iter().enumerate() {
+        let rendered = wave_render(fleet, renderer, root, &source, k)?;
+        let staged = repo::stage(root, &rendered, renderer, false)?;
+        let uncommitted = repo::uncommitted(root, &repo::commit_paths(&staged, &rendered));
+        let changes = staged.changed().count();
+        if (changes > 0 || uncommitted) && first_pending == fleet.waves.len() {
+            first_pending = k;
+        }
+        files.push(previous.as_ref().map_or(changes, |p| changed_between(p, &rendered)));
+        previous = Some(rendered);
+    }
+    let start = if settings.resume { first_pending.saturating_sub(1) } else { 0 };
+    let mut report = Report {
+        fleet: fleet.name.clone(),
+        waves: fleet
+            .waves
+            .iter()
+            .zip(&files)
+            .enumerate()
+            .map(|(k, (w, files))| WaveReport {
+                name: w.name.clone(),
+                clusters: w.clusters.clone(),
+                state: if k < first_pending { WaveState::Committed } else { WaveState::Pending },
+                commit: None,
+                files: *files,
+                results: Vec::new(),
+            })
+            .collect(),
+        completed: first_pending == fleet.waves.len(),
+    };
+    if settings.dry_run {
+        return Ok(report);
+    }
+    let targets = reach_all(fleet, renderer, settings, start).await?;
+    for k in start..fleet.waves.len() {
+        let wave = &fleet.waves[k];
+        progress.wave(&wave.name, &wave.clusters, None);
+        let commit = commit_wave(fleet, renderer, settings, &source, k)?;
+        progress.wave(&wave.name, &wave.clusters, Some(commit.as_deref().unwrap_or_default()));
+        let sha = match &commit {
+            Some(sha) => sha.clone(),
+            None => repo::head(root)?,
+        };
+        report.waves[k].commit = commit;
+        let gates = stream::iter(wave.clusters.iter().map(|c| {
+            let target = targets.iter().find(|t| t.member.profile.cluster.name == *c);
+            let sha = sha.clone();
+            async move {
+                match target {
+                    Some(t) => gate(&wave.name, t, &sha, settings, progress, interrupted).await,
+                    None => Ok(ClusterReport::failed(c, "flux.reconcile", "not in the fleet".into())),
+                }
+            }
+        }))
+        .buffer_unordered(wave.max_parallel.max(1))
+        .collect::<Vec<_>>()
+        .await;
+        let mut results = gates.into_iter().collect::<Result<Vec<_>, _>>()?;
+        results.sort_by_key(|r| wave.clusters.iter().position(|c| *c == r.cluster));
+        let passed = results.iter().all(|r| r.passed);
+        report.waves[k].results = results;
+        report.waves[k].state = if passed { WaveState::Passed } else { WaveState::Failed };
+        if !passed {
+            report.completed = false;
+            return Ok(report);
+        }
+    }
+    report.completed = true;
+    Ok(report)
+}
+
+/// The render of wave `k` over the repository as it is now.
+fn wave_render(
+    fleet: &Fleet,
+    renderer: &Renderer,
+    root: &Path,
+    source: &Source,
+    k: usize,
+) -> Result<Rendered, RolloutError> {
+    let current = fleet::Current::new(repo::rendered_before(root, source)?);
+    let reached: BTreeSet<String> = fleet.waves[..=k].iter().flat_map(|w| w.clusters.iter().cloned()).collect();
+    Ok(fleet::render_wave(fleet, renderer, &current, &reached, |_, _| Ok::<_, RenderError>(()))?)
+}
+
+/// How many files differ between two renders (changed, added or gone).
+fn changed_between(a: &Rendered, b: &Rendered) -> usize {
+    let map = |r: &Rendered| {
+        r.files.iter().map(|f| (f.path.clone(), f.content.clone())).collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (a, b) = (map(a), map(b));
+    let paths: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    paths.into_iter().filter(|p| a.get(*p) != b.get(*p)).count()
+}
+
+/// Write and commit wave `k` (and push it); returns the commit, or `None` when the repository
+/// holds the wave's render at HEAD already.
+fn commit_wave(
+    fleet: &Fleet,
+    renderer: &Renderer,
+    settings: &Settings,
+    source: &Source,
+    k: usize,
+) -> Result<Option<String>, RolloutError> {
+    let root = settings.repo.as_path();
+    let wave = &fleet.waves[k];
+    let _lock = repo::lock(root)?;
+    repo::recover(root)?;
+    let rendered = wave_render(fleet, renderer, root, source, k)?;
+    let staged = repo::stage(root, &rendered, renderer, false)?;
+    let ours = repo::commit_paths(&staged, &rendered);
+    if staged.changed().next().is_some() {
+        repo::write(&staged, &crate::progress::Silent)?;
+    }
+    let message = format!("osbx rollout {}: wave {} ({})", fleet.name, wave.name, wave.clusters.join(", "));
+    let commit = repo::commit(root, &ours, &message)?;
+    // A commit an interrupted run made and did not push is pushed now.
+    let unpushed = repo::repo_state(root).is_some_and(|s| s.unpushed.is_some());
+    if settings.push && (commit.is_some() || unpushed) {
+        repo::push(root).map_err(|reason| RolloutError::Push { repo: root.display().to_string(), reason })?;
+    }
+    Ok(commit.map(|(id, _)| id.to_string()))
+}
+
+/// Reach every cluster of the waves from `start` on and review what the rollout will do there,
+/// before anything is written.
+async fn reach_all<'f>(
+    fleet: &'f Fleet,
+    renderer: &Renderer,
+    settings: &Settings,
+    start: usize,
+) -> Result<Vec<Target<'f>>, RolloutError> {
+    let names: BTreeSet<&str> =
+        fleet.waves[start..].iter().flat_map(|w| w.clusters.iter().map(String::as_str)).collect();
+    let mut targets = Vec::new();
+    for (member, reach) in fleet.members.iter().zip(&fleet.reach) {
+        if !names.contains(member.profile.cluster.name.as_str()) {
+            continue;
+        }
+        let rendered = renderer.render(member)?;
+        let layers = deploy::layers(&member.profile, &rendered);
+        targets.push((member, reach, deploy::ids(&layers), deploy::flux_objects(&layers)));
+    }
+    let reached = futures::future::join_all(targets.into_iter().map(|(member, reach, objects, flux)| async move {
+        let name = member.profile.cluster.name.clone();
+        let options = ConnectOptions {
+            kubeconfig: reach.kubeconfig.clone().or_else(|| settings.connect.kubeconfig.clone()),
+            context: Some(reach.context.clone()),
+            ..settings.connect.clone()
+        };
+        let cluster = Cluster::connect(&options)
+            .await
+            .map_err(|source| RolloutError::Cluster { cluster: name.clone(), source })?;
+        preflight::warm_up(&cluster)
+            .await
+            .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
+        let ops = operations(&member.profile, &objects, &flux, &settings.verify.selection, settings.verify.reach());
+        preflight::review(&cluster, &ops, "this rollout")
+            .await
+            .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
+        Ok::<_, RolloutError>(Target { member, objects, flux, cluster: Some(cluster) })
+    }))
+    .await;
+    reached.into_iter().collect()
+}
+
+/// Everything a rollout does on one cluster whose render holds `objects` (`flux` its Flux
+/// objects): ask the root source to fetch, wait for the Flux objects and then every object, and
+/// run the `selection` of checks.
+#[must_use]
+pub(crate) fn operations(
+    profile: &crate::profile::Profile,
+    objects: &[ObjectRef],
+    flux: &[ObjectRef],
+    selection: &verify::Selection,
+    reach: verify::Reach,
+) -> Vec<Operation> {
+    let mut ops: Vec<Operation> = vec![Operation::Review];
+    ops.extend(flux::operations(profile, flux));
+    ops.extend(objects.iter().cloned().map(Operation::Wait));
+    ops.extend(verify::session::operations(profile, flux, selection, reach));
+    ops
+}
+
+impl ClusterReport {
+    fn failed(cluster: &str, check: &str, evidence: String) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            passed: false,
+            reconciled_ms: None,
+            verify_ms: None,
+            failure: Some(Failure { check: check.to_owned(), evidence, diagnosis: None }),
+            checks: Vec::new(),
+        }
+    }
+}
+
+/// Progress of one cluster's gate, as its own line.
+struct Line<'a> {
+    wave: &'a str,
+    cluster: &'a str,
+    inner: &'a dyn Progress,
+}
+
+impl Progress for Line<'_> {
+    fn status(&self, object: &ObjectRef, status: &crate::status::StatusResult) {
+        let what = format!("{object} {}: {}", status.status, status.message);
+        self.inner.cluster(self.wave, self.cluster, &ClusterState::Reconciling(what));
+    }
+
+    fn check(&self, check: &str, state: &crate::progress::CheckState) {
+        if let crate::progress::CheckState::Finished { outcome, .. } = state {
+            self.inner.cluster(self.wave, self.cluster, &ClusterState::Verifying(format!("{check}: {outcome}")));
+        }
+    }
+
+    fn warn(&self, message: &str) {
+        self.inner.warn(&format!("{}: {message}", self.cluster));
+    }
+}
+
+/// One cluster's gate: Flux reconciles `sha`, then every selected check passes.
+async fn gate(
+    wave: &str,
+    target: &Target<'_>,
+    sha: &str,
+    settings: &Settings,
+    progress: &dyn Progress,
+    interrupted: &Interrupt,
+) -> Result<ClusterReport, RolloutError> {
+    let name = target.member.profile.cluster.name.clone();
+    let Some(cluster) = target.cluster.as_ref() else {
+        return Ok(ClusterReport::failed(&name, "flux.reconcile", "not reached".into()));
+    };
+    let line = Line { wave, cluster: &name, inner: progress };
+    progress.cluster(wave, &name, &ClusterState::Reconciling(format!("commit {}", &sha[..sha.len().min(12)])));
+    let started = Instant::now();
+    let profile = &target.member.profile;
+    match flux::reconciled(cluster, profile, &target.flux, sha, settings.timeout, &line).await {
+        Ok(()) => {}
+        Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name, source }),
+        Err(e) => {
+            let report = ClusterReport::failed(&name, "flux.reconcile", e.to_string());
+            progress.cluster(wave, &name, &ClusterState::Failed(format!("Flux did not reconcile {sha}: {e}")));
+            return Ok(report);
+        }
+    }
+    let reconciled_ms = millis(started.elapsed());
+    // What Flux applied settles (a controller fills the Pools), up to the same time limit; the
+    // checks then run whatever the state, and say what is not right.
+    let settle =
+        WaitOptions { interval: Duration::from_secs(2), deadline: Instant::now() + settings.timeout, fail_fast: false };
+    match wait::wait_for_set(cluster, &target.objects, &settle, &line).await {
+        Ok(()) | Err(WaitError::Timeout(_) | WaitError::Failed(_)) => {}
+        Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name, source }),
+    }
+    progress.cluster(wave, &name, &ClusterState::Verifying(String::new()));
+    let checking = Instant::now();
+    let session = Session::start(cluster, profile, target.flux.clone(), settings.verify.clone())
+        .await
+        .map_err(|e| verify_error(&name, e))?;
+    let results = session.run(&line, interrupted()).await.map_err(|e| verify_error(&name, e))?;
+    let failure = results.iter().find(|r| !matches!(r.verdict.outcome, Outcome::Pass | Outcome::Skip)).map(|r| {
+        Failure { check: r.id.clone(), evidence: r.verdict.evidence.clone(), diagnosis: r.verdict.diagnosis.clone() }
+    });
+    let state = match &failure {
+        None => ClusterState::Passed,
+        Some(f) => ClusterState::Failed(format!("{}: {}", f.check, f.evidence)),
+    };
+    progress.cluster(wave, &name, &state);
+    Ok(ClusterReport {
+        cluster: name,
+        passed: failure.is_none(),
+        reconciled_ms: Some(reconciled_ms),
+        verify_ms: Some(millis(checking.elapsed())),
+        failure,
+        checks: results,
+    })
+}
+
+fn verify_error(cluster: &str, e: VerifyError) -> RolloutError {
+    match e {
+        VerifyError::Cluster(source) => RolloutError::Cluster { cluster: cluster.to_owned(), source },
+        VerifyError::Preflight(source) => RolloutError::Preflight { cluster: cluster.to_owned(), source },
+        source => RolloutError::Verify { cluster: cluster.to_owned(), source },
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

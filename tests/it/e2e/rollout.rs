@@ -1,0 +1,395 @@
+//! `osbx rollout` across three real planes, each with the real Flux controllers syncing one
+//! Flux repository (on the first plane's git server) at its own `clusters/<name>/` path: a
+//! healthy rollout goes wave by wave; a change that breaks one cluster's gate stops before the
+//! next wave and `--resume` after the fix completes it; a rollout killed mid-wave converges when
+//! run again, with no cluster skipped or changed twice.
+//!
+//! The three scenarios share the planes (starting three planes with their controllers takes
+//! most of a minute), one scenario at a time; each makes its own change to the fleet's base
+//! profile, so every wave has something to roll out whatever ran before. The gate runs the
+//! checks these planes can pass (`flux.layers`, `nodes.ready`, `opensandbox.pools`: the chart's
+//! server runs on a kwok node, so its Lifecycle API is not there to call).
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use serde_json::{Value, json};
+
+use super::git::{self, FluxRepo};
+use super::world::{ControllerPlane, apply_object, node_and_runtime_class};
+use super::{KEY, SERIAL, bench};
+use crate::cluster;
+use crate::support::outputs;
+
+/// The clusters, in fleet order, and their waves.
+const CLUSTERS: [&str; 3] = ["lab-a", "lab-b", "lab-c"];
+/// The checks the gate runs.
+const GATE: &str = "flux.layers,nodes.ready,opensandbox.pools";
+
+/// Three planes, one Flux repository, the fleet file and its base profile.
+struct FleetWorld {
+    planes: Vec<ControllerPlane>,
+    flux: FluxRepo,
+    work: tempfile::TempDir,
+    /// The base profile (the embedded default, its chart source on loopback).
+    base: Value,
+    /// Per-cluster overrides.
+    overrides: Vec<Value>,
+}
+
+/// The shared world, and how many of the scenarios are still to run (the last one drops it).
+static WORLD: tokio::sync::Mutex<Option<FleetWorld>> = tokio::sync::Mutex::const_new(None);
+static LEFT: AtomicUsize = AtomicUsize::new(3);
+
+impl FleetWorld {
+    async fn start() -> Self {
+        let started = Instant::now();
+        let planes: Vec<ControllerPlane> = futures::future::join_all(
+            (0..3).map(|_| async { tokio::task::spawn_blocking(ControllerPlane::start).await.unwrap() }),
+        )
+        .await;
+        // Clients are made per scenario: each test has its own runtime, which a client's
+        // connection task belongs to.
+        let mut clients = Vec::new();
+        for plane in &planes {
+            let client = cluster::client_for(&plane.kubeconfig).await;
+            node_and_runtime_class(&client).await;
+            clients.push(client);
+        }
+        let work = tempfile::Builder::new().prefix("osbx-e2e-fleet-").tempdir().unwrap();
+        let chart_url = git::publish_chart(&planes[0], work.path());
+        let (_, text) = osbx::profile::embedded_text("default").unwrap();
+        let mut base: Value = serde_saphyr::from_str(&text).unwrap();
+        base["opensandbox"]["source"]["url"] = json!(chart_url);
+        base["verify"] = json!({"probeDeadlineSeconds": 10});
+        // `flux bootstrap` of each cluster at its own path, the API key Secret created by hand
+        // (osbx never writes it to git).
+        let flux = FluxRepo::init(&planes[0], work.path());
+        for (name, client) in CLUSTERS.iter().zip(&clients) {
+            let sync = gotk_sync(&flux.url, name);
+            crate::support::write(&flux.dir, &format!("clusters/{name}/flux-system/gotk-sync.yaml"), &sync);
+            crate::support::write(
+                &flux.dir,
+                &format!("clusters/{name}/flux-system/kustomization.yaml"),
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - gotk-sync.yaml\n",
+            );
+            for ns in ["flux-system", "opensandbox-system"] {
+                apply_object(client, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+            }
+            let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "opensandbox-api-key", "namespace": "opensandbox-system"},
+                "stringData": {"api-key": KEY}});
+            apply_object(client, &secret).await;
+        }
+        flux.commit_all("flux bootstrap");
+        flux.push();
+        for (name, client) in CLUSTERS.iter().zip(&clients) {
+            for doc in gotk_sync(&flux.url, name).split("\n---\n") {
+                apply_object(client, &serde_saphyr::from_str::<Value>(doc).unwrap()).await;
+            }
+        }
+        bench("rollout", "world_ready", started.elapsed().as_secs_f64());
+        Self { planes, flux, work, base, overrides: vec![Value::Null; 3] }
+    }
+
+    fn fleet_path(&self) -> PathBuf {
+        self.work.path().join("fleet.yaml")
+    }
+
+    /// Write the fleet file and its base profile.
+    fn write(&self) {
+        std::fs::write(self.work.path().join("base.yaml"), serde_saphyr::to_string(&self.base).unwrap()).unwrap();
+        let clusters: Vec<Value> = CLUSTERS
+            .iter()
+            .zip(&self.planes)
+            .zip(&self.overrides)
+            .map(|((name, plane), overrides)| {
+                json!({"name": name, "context": "osbx-test", "kubeconfig": plane.kubeconfig, "overrides": overrides,
+                       "labels": {"tier": if *name == "lab-a" { "canary" } else { "main" }}})
+            })
+            .collect();
+        let fleet = json!({
+            "apiVersion": "osbx.dev/v1alpha1", "kind": "Fleet", "metadata": {"name": "labs"},
+            "base": "base.yaml", "clusters": clusters,
+            "rollout": {"waves": [
+                {"name": "canary", "selector": {"matchLabels": {"tier": "canary"}}},
+                {"name": "second", "clusters": ["lab-b"]},
+                {"name": "rest", "selector": {}, "maxParallel": 1},
+            ]},
+        });
+        std::fs::write(self.fleet_path(), serde_saphyr::to_string(&fleet).unwrap()).unwrap();
+    }
+
+    /// `osbx rollout --push` with the gate's checks and `extra`, as a process; its output.
+    async fn rollout(&self, extra: &[&str]) -> Output {
+        let child = self.spawn_rollout(extra);
+        tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap()
+    }
+
+    fn spawn_rollout(&self, extra: &[&str]) -> std::process::Child {
+        self.write();
+        let fleet = self.fleet_path().display().to_string();
+        let repo = self.flux.dir.display().to_string();
+        let mut args =
+            vec!["rollout", "--fleet", &fleet, "--repo", &repo, "--push", "--only", GATE, "--timeout", "60s"];
+        args.extend_from_slice(extra);
+        // A process of its own (the kill scenario kills it), with the environment `osbx()` sets.
+        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("osbx"));
+        cmd.env_remove("OSBX_PROFILE").env_remove("OSBX_TEMPLATES").env("OSBX_COLOR", "never");
+        cmd.args(&args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    }
+
+    /// The subject lines of the Flux repository's commits, newest first.
+    fn log(&self) -> Vec<String> {
+        git::git(&self.flux.dir, &["log", "--format=%s"]).lines().map(str::to_owned).collect()
+    }
+
+    /// The newest commit whose subject names `wave`.
+    fn commit_of(&self, wave: &str) -> String {
+        let log = git::git(&self.flux.dir, &["log", "--format=%H %s"]);
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!(": wave {wave} ")))
+            .unwrap_or_else(|| panic!("no commit of wave {wave}:\n{log}"));
+        line.split(' ').next().unwrap().to_owned()
+    }
+
+    /// Assert that each cluster applied the commit of its wave (later commits reach a cluster
+    /// only when its Flux is next asked, and change nothing of it).
+    async fn assert_applied_their_waves(&self) {
+        let commits = [self.commit_of("canary"), self.commit_of("second"), self.commit_of("rest")];
+        for ((name, revisions), commit) in CLUSTERS.iter().zip(self.applied().await).zip(commits) {
+            for rev in revisions {
+                assert!(rev.ends_with(&commit), "{name} applied {rev}, not its wave's {commit}");
+            }
+        }
+    }
+
+    /// The revision each cluster's layer Kustomizations last applied.
+    async fn applied(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        for plane in &self.planes {
+            let client: Client = cluster::client_for(&plane.kubeconfig).await;
+            let client = &client;
+            let mut revisions = Vec::new();
+            for layer in ["opensandbox", "opensandbox-pools"] {
+                let k =
+                    super::flux::get(client, "kustomize.toolkit.fluxcd.io/v1", "Kustomization", "flux-system", layer)
+                        .await;
+                revisions.push(k.map_or_else(String::new, |k| {
+                    k["status"]["lastAppliedRevision"].as_str().unwrap_or("").to_owned()
+                }));
+            }
+            out.push(revisions);
+        }
+        out
+    }
+}
+
+/// `flux bootstrap`'s sync objects for cluster `name`: the repository, and the root
+/// Kustomization at `./clusters/<name>`. The source interval is long: nothing reaches a cluster
+/// until it is asked to reconcile (as `osbx rollout` does).
+fn gotk_sync(flux_url: &str, name: &str) -> String {
+    format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  name: flux-system\n  namespace: flux-system\n\
+         spec:\n  interval: 1h\n  ref:\n    branch: main\n  url: {flux_url}\n---\n\
+         apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: flux-system\n  namespace: flux-system\n\
+         spec:\n  interval: 10m\n  path: ./clusters/{name}\n  prune: true\n  sourceRef:\n    kind: GitRepository\n    name: flux-system\n"
+    )
+}
+
+/// The world (started by the first scenario), held for one scenario.
+async fn world() -> tokio::sync::MutexGuard<'static, Option<FleetWorld>> {
+    let mut guard = WORLD.lock().await;
+    if guard.is_none() {
+        *guard = Some(FleetWorld::start().await);
+    }
+    guard
+}
+
+/// After a scenario: the last one stops the planes.
+fn done(guard: &mut tokio::sync::MutexGuard<'static, Option<FleetWorld>>) {
+    if LEFT.fetch_sub(1, Ordering::SeqCst) == 1 {
+        guard.take();
+    }
+}
+
+/// The rollout's JSON report.
+fn report(out: &Output) -> Value {
+    let (stdout, stderr) = outputs(out);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("rollout JSON: {e}\n{stdout}\n{stderr}"))
+}
+
+/// Each wave's state.
+fn states(report: &Value) -> Vec<(String, String)> {
+    report["waves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["name"].as_str().unwrap().to_owned(), w["state"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// A change to every cluster: the runc pool's `poolMax`, a value no other scenario uses.
+fn bump_pool(w: &mut FleetWorld, pool_max: i64) {
+    let pools = w.base["pools"]["items"].as_array_mut().unwrap();
+    let pod = pools.iter_mut().find(|p| p["name"] == "pod").unwrap();
+    pod["capacity"]["poolMax"] = json!(pool_max);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_rollout_goes_wave_by_wave() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let mut guard = world().await;
+    let w = guard.as_mut().unwrap();
+    bump_pool(w, 11);
+    let before = w.log().len();
+    let started = Instant::now();
+    let out = w.rollout(&["-o", "json"]).await;
+    let took = started.elapsed();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains(KEY) && !stderr.contains(KEY), "the API key was printed");
+    let r = report(&out);
+    assert_eq!(
+        states(&r),
+        [("canary".into(), "passed".into()), ("second".into(), "passed".into()), ("rest".into(), "passed".into())]
+    );
+    // One commit per wave, naming it, in wave order.
+    let log = w.log();
+    assert_eq!(log.len() - before, 3, "{log:?}");
+    assert!(log[2].starts_with("osbx rollout labs: wave canary (lab-a)"), "{log:?}");
+    assert!(log[1].starts_with("osbx rollout labs: wave second (lab-b)"), "{log:?}");
+    assert!(log[0].starts_with("osbx rollout labs: wave rest (lab-c)"), "{log:?}");
+    // Every cluster applied its wave's commit, and every gate ran its checks.
+    w.assert_applied_their_waves().await;
+    for wave in r["waves"].as_array().unwrap() {
+        for c in wave["results"].as_array().unwrap() {
+            let ids: Vec<&str> = c["checks"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+            assert_eq!(ids, ["flux.layers", "nodes.ready", "opensandbox.pools"], "{c}");
+        }
+    }
+    // Rollout overhead: osbx's wall time minus Flux's own reconcile time, per cluster.
+    let flux_ms: u64 = r["waves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["results"].as_array().unwrap().iter().map(|c| c["reconciled_ms"].as_u64().unwrap()))
+        .sum();
+    let verify_ms: u64 = r["waves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["results"].as_array().unwrap().iter().map(|c| c["verify_ms"].as_u64().unwrap()))
+        .sum();
+    bench("rollout", "three_waves_wall", took.as_secs_f64());
+    #[allow(clippy::cast_precision_loss)]
+    bench("rollout", "verify_sum", verify_ms as f64 / 1000.0);
+    #[allow(clippy::cast_precision_loss)]
+    bench("rollout", "flux_reconcile_sum", flux_ms as f64 / 1000.0);
+    done(&mut guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let mut guard = world().await;
+    let w = guard.as_mut().unwrap();
+    bump_pool(w, 12);
+    // lab-b's pods can be placed on no node: Flux applies its Pools, they never hold capacity.
+    w.overrides[1] = json!({"pools": {"defaults": {"nodeSelector": {"osbx.dev/no-such-node": "true"}}}});
+    let out = w.rollout(&["-o", "json"]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let r = report(&out);
+    assert_eq!(
+        states(&r),
+        [("canary".into(), "passed".into()), ("second".into(), "failed".into()), ("rest".into(), "pending".into())]
+    );
+    let failed = &r["waves"][1]["results"][0];
+    assert_eq!(
+        (failed["cluster"].as_str(), failed["failure"]["check"].as_str()),
+        (Some("lab-b"), Some("opensandbox.pools"))
+    );
+    assert!(failed["failure"]["diagnosis"].as_str().unwrap().contains("Pool pod"), "{failed}");
+    // The rest is untouched: lab-c did not get this change.
+    let head = w.flux.head();
+    let lab_c = &w.applied().await[2];
+    assert!(lab_c.iter().all(|rev| !rev.ends_with(&head)), "lab-c applied the failed wave's commit: {lab_c:?}");
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(!text.contains(KEY));
+
+    // The text output names the cluster, the check and the evidence, and says how to go on.
+    let out = w.rollout(&["--dry-run"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    assert!(outputs(&out).0.contains("wave rest: lab-c (pending"), "{}", outputs(&out).0);
+
+    // The fix, then --resume: wave second again (its fix committed), then the rest.
+    w.overrides[1] = json!({"pools": {"defaults": {"nodeSelector": {"kubernetes.io/os": "linux"}}}});
+    let before = w.log().len();
+    let out = w.rollout(&["--resume", "-o", "json"]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let r = report(&out);
+    assert_eq!(
+        states(&r),
+        [("canary".into(), "committed".into()), ("second".into(), "passed".into()), ("rest".into(), "passed".into())]
+    );
+    let log = w.log();
+    assert_eq!(log.len() - before, 2, "the fix and the rest, nothing for the canary: {log:?}");
+    done(&mut guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_killed_mid_wave_converges_when_run_again() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let mut guard = world().await;
+    let w = guard.as_mut().unwrap();
+    bump_pool(w, 13);
+    w.overrides[1] = Value::Null;
+    let before = w.log().len();
+    // Killed once wave `second` is committed, while it waits for Flux.
+    let mut child = w.spawn_rollout(&[]);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let log = w.log();
+        if log.len() - before >= 2 && log[0].contains("wave second") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "wave second was never committed: {log:?}");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the rollout ended before wave second: {:?}",
+            child.wait_with_output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    // Run again: wave second is verified (not committed again), then the rest.
+    let out = w.rollout(&["--resume", "-o", "json"]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let r = report(&out);
+    assert_eq!(
+        states(&r),
+        [("canary".into(), "committed".into()), ("second".into(), "passed".into()), ("rest".into(), "passed".into())]
+    );
+    assert!(r["waves"][1]["commit"].is_null(), "wave second committed twice: {}", r["waves"][1]);
+    let log = w.log();
+    let ours: Vec<&String> = log[..log.len() - before].iter().collect();
+    assert_eq!(ours.len(), 3, "{ours:?}");
+    for wave in ["canary", "second", "rest"] {
+        assert_eq!(ours.iter().filter(|s| s.contains(&format!("wave {wave} "))).count(), 1, "{ours:?}");
+    }
+    w.assert_applied_their_waves().await;
+    // A plain rerun after that has nothing to commit and passes again.
+    let out = w.rollout(&["-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    assert_eq!(w.log().len(), log.len(), "nothing to commit");
+    done(&mut guard);
+}
