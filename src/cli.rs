@@ -308,7 +308,7 @@ pub enum RbacFor {
     Verify,
     /// `osbx rollout`, on the cluster of this profile (a fleet member).
     Rollout,
-    /// All four, and `osbx apply --verify`.
+    /// apply, diff and verify, and `osbx apply --verify`.
     #[default]
     All,
 }

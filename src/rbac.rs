@@ -36,7 +36,7 @@ pub enum Purpose {
     /// `osbx rollout` on one cluster of a fleet: Flux's root source asked to fetch, the
     /// rendered objects waited for, every check.
     Rollout,
-    /// All four (and `apply --verify`).
+    /// `apply`, `diff` and `verify` (and `apply --verify`); a fleet's clusters add `Rollout`.
     All,
 }
 
@@ -54,7 +54,7 @@ impl Purpose {
     }
 
     fn covers(self, other: Purpose) -> bool {
-        self == Purpose::All || self == other
+        self == other || (self == Purpose::All && other != Purpose::Rollout)
     }
 }
 
@@ -357,6 +357,28 @@ mod tests {
         let sandbox = role(&objects, "Role", Some("opensandbox"));
         assert_eq!(rule(sandbox, "pools", false)["verbs"], json!(["get", "create", "delete"]));
         assert_eq!(rule(sandbox, "pools", true)["verbs"], json!(["watch", "patch"]));
+    }
+
+    #[test]
+    fn rollout_asks_the_root_source_to_fetch_and_watches_what_it_waits_for() {
+        let rollout = objects("default", Purpose::Rollout, false);
+        let flux = role(&rollout, "Role", Some("flux-system"));
+        let sources = rule(flux, "gitrepositories", true);
+        assert_eq!(sources["resourceNames"], json!(["flux-system"]), "{sources}");
+        assert_eq!(sources["verbs"], json!(["get", "watch", "patch"]));
+        assert!(rule(flux, "kustomizations", true)["verbs"].as_array().unwrap().contains(&json!("watch")));
+        // `all` is apply, diff and verify: no patch of the cluster's root source.
+        let all = objects("default", Purpose::All, false);
+        let flux = role(&all, "Role", Some("flux-system"));
+        let named = flux["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resources"] == json!(["gitrepositories"]) && r.get("resourceNames").is_some());
+        assert!(
+            named.is_none_or(|r| !r["resourceNames"].as_array().unwrap().contains(&json!("flux-system"))),
+            "{flux}"
+        );
     }
 
     #[test]

@@ -51,7 +51,8 @@ async fn the_wait_returns_on_the_ready_transition_itself() {
     let kubectl = std::path::PathBuf::from(String::from_utf8(bin.stdout).unwrap().trim()).join("kubectl");
     let (mut osbx_ms, mut kubectl_ms) = (Vec::new(), Vec::new());
     for round in 1..=3 {
-        let p = format!("wl{round}");
+        // A fresh prefix per run: on a plane that kept an earlier run's objects, they are Ready.
+        let p = format!("w{round}{:04}", std::process::id() % 10_000);
         let (client, dir, kubeconfig) = setup(&p, &[("pod", "runc", [0, 1, 0, 2])]).await;
         let held = "opensandbox-pools";
         let _c = Controllers { hold: vec![format!("Kustomization/{held}")], ..controllers(&p) }.spawn(client.clone());
