@@ -101,10 +101,18 @@ pub struct ClusterArgs {
     /// Kubeconfig context (default: the current context).
     #[arg(long)]
     pub context: Option<String>,
-    /// Client-side limit of requests per second.
+    /// How many requests, how fast.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// How many requests osbx sends to a cluster, and how long each may take.
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Client-side limit of requests per second (per cluster).
     #[arg(long, default_value_t = 1000)]
     pub qps: u32,
-    /// Requests in flight at most.
+    /// Requests in flight at most (per cluster).
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
     /// Timeout of each request, e.g. 30s.
@@ -252,15 +260,9 @@ pub struct RolloutArgs {
     /// Kubeconfig file of the clusters that name none in the fleet file.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Client-side limit of requests per second, per cluster.
-    #[arg(long, default_value_t = 1000)]
-    pub qps: u32,
-    /// Requests in flight at most, per cluster.
-    #[arg(long, default_value_t = 16)]
-    pub concurrency: usize,
-    /// Timeout of each request, e.g. 30s.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub request_timeout: std::time::Duration,
+    /// How many requests, how fast.
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// Run only these checks on each cluster (ids or prefixes); repeatable or comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,

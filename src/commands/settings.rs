@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::chart::Chart;
 use crate::cli::{
-    ApplyArgs, ClusterArgs, DiffArgs, InitArgs, LintArgs, Output, ProfileArgs, RbacArgs, RbacFor, RenderArgs,
-    RolloutArgs, RuntimeArg, VerifyArgs, VerifyFlags,
+    ApplyArgs, ClusterArgs, DiffArgs, InitArgs, LimitArgs, LintArgs, Output, ProfileArgs, RbacArgs, RbacFor,
+    RenderArgs, RolloutArgs, RuntimeArg, VerifyArgs, VerifyFlags,
 };
 use crate::cluster::ConnectOptions;
 use crate::deploy::ApplyOptions;
@@ -37,14 +37,12 @@ impl From<&ProfileArgs> for ProfileSettings {
 
 impl From<&ClusterArgs> for ConnectOptions {
     fn from(a: &ClusterArgs) -> Self {
-        Self {
-            kubeconfig: a.kubeconfig.clone(),
-            context: a.context.clone(),
-            qps: a.qps,
-            concurrency: a.concurrency,
-            request_timeout: a.request_timeout,
-        }
+        connect(a.kubeconfig.clone(), a.context.clone(), &a.limits)
     }
+}
+
+fn connect(kubeconfig: Option<PathBuf>, context: Option<String>, l: &LimitArgs) -> ConnectOptions {
+    ConnectOptions { kubeconfig, context, qps: l.qps, concurrency: l.concurrency, request_timeout: l.request_timeout }
 }
 
 /// What to render: one profile or every cluster of a fleet.
@@ -267,13 +265,7 @@ impl From<&RolloutArgs> for RolloutSettings {
                 push: a.push,
                 resume: a.resume,
                 dry_run: a.dry_run,
-                connect: ConnectOptions {
-                    kubeconfig: a.kubeconfig.clone(),
-                    context: None,
-                    qps: a.qps,
-                    concurrency: a.concurrency,
-                    request_timeout: a.request_timeout,
-                },
+                connect: connect(a.kubeconfig.clone(), None, &a.limits),
                 timeout: a.timeout,
                 // Each cluster's key is read from the Secret its profile names.
                 verify: verify::Settings {
