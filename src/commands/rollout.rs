@@ -27,6 +27,7 @@ pub(super) fn run(settings: &RolloutSettings, printer: Printer) -> anyhow::Resul
         Output::Text => {
             for wave in &report.waves {
                 let state = match wave.state {
+                    WaveState::Done => "done earlier",
                     WaveState::Committed => "up to date",
                     WaveState::Pending => "pending",
                     WaveState::Passed => "passed",

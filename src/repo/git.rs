@@ -1,5 +1,6 @@
 //! Commit rendered files with git2: exactly the files osbx changed, never anything else.
 
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use git2::{Repository, Signature, Status, StatusOptions};
@@ -102,6 +103,52 @@ pub(crate) fn commit(root: &Path, paths: &[String], message: &str) -> Result<Opt
     let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
     let id = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)?;
     Ok(Some((id, files)))
+}
+
+/// The trailers (`Key: value` lines closing a commit message) of the newest commit on HEAD's
+/// first-parent line that has the trailer `key: value`; `None` when there is none, or when a
+/// commit after it changed one of `paths` (`root`-relative): what that commit stands for is not
+/// what the repository holds any more.
+///
+/// # Errors
+/// [`GitError`] when `root` is not in a repository or libgit2 fails.
+pub(crate) fn newest_marked(
+    root: &Path,
+    (key, value): (&str, &str),
+    paths: &BTreeSet<String>,
+) -> Result<Option<Vec<(String, String)>>, GitError> {
+    let (repo, workdir) = open(root)?;
+    let paths: Vec<String> = paths.iter().cloned().collect();
+    let watched: HashSet<String> = to_workdir(root, &workdir, &paths).into_iter().collect();
+    let mut walk = repo.revwalk()?;
+    match walk.push_head() {
+        Err(e) if e.code() == git2::ErrorCode::UnbornBranch || e.code() == git2::ErrorCode::NotFound => {
+            return Ok(None);
+        }
+        other => other?,
+    }
+    walk.simplify_first_parent()?;
+    for id in walk {
+        let commit = repo.find_commit(id?)?;
+        let trailers: Vec<(String, String)> = git2::message_trailers_strs(commit.message().unwrap_or_default())
+            .map(|t| t.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+            .unwrap_or_default();
+        if trailers.iter().any(|(k, v)| k == key && v == value) {
+            return Ok(Some(trailers));
+        }
+        let parent = commit.parents().next().map(|p| p.tree()).transpose()?;
+        let diff = repo.diff_tree_to_tree(parent.as_ref(), Some(&commit.tree()?), None)?;
+        let touches = diff.deltas().any(|d| {
+            [d.old_file().path(), d.new_file().path()]
+                .into_iter()
+                .flatten()
+                .any(|p| watched.contains(&p.to_string_lossy().replace('\\', "/")))
+        });
+        if touches {
+            return Ok(None);
+        }
+    }
+    Ok(None)
 }
 
 /// The text of `rel` (relative to `root`) in the commit at HEAD, when there is one.

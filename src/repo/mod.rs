@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub(crate) use git::{GitError, commit, head, push, repo_state, staged_conflicts, uncommitted};
+pub(crate) use git::{GitError, commit, head, newest_marked, push, repo_state, staged_conflicts, uncommitted};
 pub(crate) use kustomization::MergeError;
 use state::State;
 pub(crate) use write::{lock, write};

@@ -2,29 +2,32 @@
 //! acceptance checks.
 //!
 //! For each wave in order: the clusters of this and earlier waves are rendered as the fleet file
-//! says, every later cluster is kept as the repository holds it ([`fleet::render_wave`]), and
+//! says, every later cluster is kept as the repository holds it ([`crate::fleet::render_wave`]), and
 //! the result is committed (one commit per wave, naming it) and pushed when asked. Then every
 //! cluster of the wave, at most `maxParallel` at once: Flux reconciles the commit (the root
 //! source at it, the Kustomizations having applied it, everything Ready at its generation:
 //! [`flux::reconciled`]), then `verify` runs on it. A failed gate stops the rollout before the
 //! next wave, naming the cluster, the check and its evidence.
 //!
-//! Nothing is remembered outside the repository. A wave whose render changes nothing is
-//! committed already; since a wave is committed only after the one before it passed, every
-//! committed wave but the last passed too. `resume` starts at that last committed wave (verifying
-//! it again) instead of the first; a rerun without it verifies every wave again and commits only
-//! what is not committed, so an interrupted rollout converges either way, with no cluster
-//! skipped or changed twice. Before the first commit, every cluster of every wave is reached and
+//! Nothing is remembered outside the repository: a wave whose render changes nothing is
+//! committed already, and each wave's commit names its fleet and wave in trailers, so the
+//! history says which waves an earlier run rolled out and verified ([`plan`]). `resume` starts
+//! at the first wave not known to have passed (the one that failed, or the one a killed run was
+//! gating, verified again); a rerun without it verifies every wave again and commits only what is
+//! not committed, so an interrupted rollout converges either way, with no cluster skipped or
+//! changed twice. Before the first commit, every cluster of every wave is reached and
 //! everything the rollout will do there is reviewed, so that a cluster it cannot reach or
 //! a permission it lacks stops it before anything is written.
 
 mod flux;
+mod plan;
 mod report;
 
+use plan::{Plan, wave_render};
 pub(crate) use report::{ClusterReport, Failure, Report, WaveReport, WaveState};
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -35,11 +38,11 @@ use crate::cluster::preflight::{self, PreflightError};
 use crate::cluster::wait::{self, WaitError, WaitOptions};
 use crate::cluster::{Cluster, ClusterError, ConnectOptions};
 use crate::deploy;
-use crate::fleet::{self, Fleet};
+use crate::fleet::Fleet;
 use crate::object::ObjectRef;
 use crate::profile::LoadedProfile;
 use crate::progress::{ClusterState, Progress};
-use crate::render::{RenderError, Rendered, Renderer, Source};
+use crate::render::{RenderError, Renderer, Source};
 use crate::repo::{self, GitError, RepoError};
 use crate::verify::session::{Session, VerifyError};
 use crate::verify::{self, Outcome};
@@ -140,40 +143,31 @@ pub(crate) async fn run(
 ) -> Result<Report, RolloutError> {
     let source = Source { kind: "fleet", name: fleet.name.clone() };
     let root = settings.repo.as_path();
-    // What each wave's render would change in the repository as it is now: a wave without
-    // changes is committed already, and so is every wave before it.
-    let mut files = Vec::new();
-    let mut previous: Option<Rendered> = None;
-    let mut first_pending = fleet.waves.len();
-    for (k, _) in fleet.waves.iter().enumerate() {
-        let rendered = wave_render(fleet, renderer, root, &source, k)?;
-        let staged = repo::stage(root, &rendered, renderer, false)?;
-        let uncommitted = repo::uncommitted(root, &repo::commit_paths(&staged, &rendered));
-        let changes = staged.changed().count();
-        if (changes > 0 || uncommitted) && first_pending == fleet.waves.len() {
-            first_pending = k;
-        }
-        files.push(previous.as_ref().map_or(changes, |p| changed_between(p, &rendered)));
-        previous = Some(rendered);
-    }
-    let start = if settings.resume { first_pending.saturating_sub(1) } else { 0 };
+    let plan = Plan::new(fleet, renderer, root, &source)?;
+    let start = if settings.resume { plan.done } else { 0 };
     let mut report = Report {
         fleet: fleet.name.clone(),
         waves: fleet
             .waves
             .iter()
-            .zip(&files)
+            .zip(&plan.files)
             .enumerate()
             .map(|(k, (w, files))| WaveReport {
                 name: w.name.clone(),
                 clusters: w.clusters.clone(),
-                state: if k < first_pending { WaveState::Committed } else { WaveState::Pending },
+                state: if k < start {
+                    WaveState::Done
+                } else if k < plan.first_pending {
+                    WaveState::Committed
+                } else {
+                    WaveState::Pending
+                },
                 commit: None,
                 files: *files,
                 results: Vec::new(),
             })
             .collect(),
-        completed: first_pending == fleet.waves.len(),
+        completed: plan.up_to_date(),
     };
     if settings.dry_run {
         return Ok(report);
@@ -216,29 +210,6 @@ pub(crate) async fn run(
     Ok(report)
 }
 
-/// The render of wave `k` over the repository as it is now.
-fn wave_render(
-    fleet: &Fleet,
-    renderer: &Renderer,
-    root: &Path,
-    source: &Source,
-    k: usize,
-) -> Result<Rendered, RolloutError> {
-    let current = fleet::Current::new(repo::rendered_before(root, source)?);
-    let reached: BTreeSet<String> = fleet.waves[..=k].iter().flat_map(|w| w.clusters.iter().cloned()).collect();
-    Ok(fleet::render_wave(fleet, renderer, &current, &reached, |_, _| Ok::<_, RenderError>(()))?)
-}
-
-/// How many files differ between two renders (changed, added or gone).
-fn changed_between(a: &Rendered, b: &Rendered) -> usize {
-    let map = |r: &Rendered| {
-        r.files.iter().map(|f| (f.path.clone(), f.content.clone())).collect::<std::collections::BTreeMap<_, _>>()
-    };
-    let (a, b) = (map(a), map(b));
-    let paths: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-    paths.into_iter().filter(|p| a.get(*p) != b.get(*p)).count()
-}
-
 /// Write and commit wave `k` (and push it); returns the commit, or `None` when the repository
 /// holds the wave's render at HEAD already.
 fn commit_wave(
@@ -249,7 +220,6 @@ fn commit_wave(
     k: usize,
 ) -> Result<Option<String>, RolloutError> {
     let root = settings.repo.as_path();
-    let wave = &fleet.waves[k];
     let _lock = repo::lock(root)?;
     repo::recover(root)?;
     let rendered = wave_render(fleet, renderer, root, source, k)?;
@@ -258,8 +228,7 @@ fn commit_wave(
     if staged.changed().next().is_some() {
         repo::write(&staged, &crate::progress::Silent)?;
     }
-    let message = format!("osbx rollout {}: wave {} ({})", fleet.name, wave.name, wave.clusters.join(", "));
-    let commit = repo::commit(root, &ours, &message)?;
+    let commit = repo::commit(root, &ours, &plan::commit_message(fleet, k))?;
     // A commit an interrupted run made and did not push is pushed now.
     let unpushed = repo::repo_state(root).is_some_and(|s| s.unpushed.is_some());
     if settings.push && (commit.is_some() || unpushed) {

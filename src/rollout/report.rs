@@ -8,7 +8,10 @@ use crate::verify::CheckResult;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum WaveState {
-    /// Committed by an earlier run and not checked again by this one.
+    /// Rolled out and verified by an earlier run, and the repository still holds it: `--resume`
+    /// does not check it again.
+    Done,
+    /// The repository holds its render already (nothing to commit); not checked by this run.
     Committed,
     /// Not reached (by a dry run, or after a failed gate).
     Pending,

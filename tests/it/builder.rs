@@ -106,6 +106,13 @@ impl TestFleet {
         self
     }
 
+    /// Set `rollout.waves`.
+    #[must_use]
+    pub fn waves(mut self, waves: Value) -> Self {
+        self.doc["rollout"] = json!({"waves": waves});
+        self
+    }
+
     /// The document as YAML.
     pub fn yaml(&self) -> String {
         serde_saphyr::to_string(&self.doc).expect("a fleet serializes")

@@ -22,5 +22,6 @@ mod profile_rules;
 mod reference;
 mod reliability;
 mod render_lifecycle;
+mod rollout_plan;
 mod support;
 mod verify;

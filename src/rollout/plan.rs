@@ -1,0 +1,106 @@
+//! Where a rollout stands before it writes anything: what each wave's render changes, which
+//! waves the repository holds already, which its history says were rolled out and verified, and
+//! so where this run starts.
+//!
+//! A wave's commit carries two trailers, `Osbx-Rollout: <fleet>` and `Osbx-Wave: <wave>`. A
+//! wave is committed only after every wave before it passed, so the newest such commit on HEAD's
+//! first-parent line, of wave `j`, says that the waves before `j` passed with what the
+//! repository held then. They count as done while the repository still holds that: no commit
+//! after it changed a file the fleet renders, and their render changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use super::RolloutError;
+use crate::fleet::{self, Fleet};
+use crate::render::{RenderError, Rendered, Renderer, Source};
+use crate::repo;
+
+/// The trailer that names the fleet of a wave's commit.
+const FLEET_TRAILER: &str = "Osbx-Rollout";
+/// The trailer that names the wave of a wave's commit.
+const WAVE_TRAILER: &str = "Osbx-Wave";
+/// How many of a wave's clusters its commit's subject names.
+const SUBJECT_CLUSTERS: usize = 5;
+
+/// Where a rollout stands.
+pub(super) struct Plan {
+    /// How many files each wave changes: the first compared with the repository, every other
+    /// compared with the wave before it.
+    pub files: Vec<usize>,
+    /// The first wave whose render the repository does not hold yet; every wave before it is
+    /// committed.
+    pub first_pending: usize,
+    /// The waves before this one were rolled out and verified by an earlier run, as the
+    /// repository's history says, and the repository still holds them.
+    pub done: usize,
+}
+
+impl Plan {
+    /// The rollout of `fleet` over the repository at `root` as it is now.
+    pub(super) fn new(fleet: &Fleet, renderer: &Renderer, root: &Path, source: &Source) -> Result<Self, RolloutError> {
+        let mut files = Vec::new();
+        let mut previous: Option<Rendered> = None;
+        let mut first_pending = fleet.waves.len();
+        let mut paths = BTreeSet::new();
+        for k in 0..fleet.waves.len() {
+            let rendered = wave_render(fleet, renderer, root, source, k)?;
+            let staged = repo::stage(root, &rendered, renderer, false)?;
+            let ours = repo::commit_paths(&staged, &rendered);
+            let uncommitted = repo::uncommitted(root, &ours);
+            let changes = staged.changed().count();
+            if (changes > 0 || uncommitted) && first_pending == fleet.waves.len() {
+                first_pending = k;
+            }
+            files.push(previous.as_ref().map_or(changes, |p| changed_between(p, &rendered)));
+            paths.extend(ours);
+            paths.extend(rendered.files.iter().map(|f| f.path.clone()));
+            previous = Some(rendered);
+        }
+        let marked = repo::newest_marked(root, (FLEET_TRAILER, &fleet.name), &paths)?;
+        let wave = marked.as_ref().and_then(|t| t.iter().find(|(k, _)| k == WAVE_TRAILER)).map(|(_, v)| v.as_str());
+        let rolled = wave.and_then(|name| fleet.waves.iter().position(|w| w.name == name)).unwrap_or(0);
+        Ok(Self { files, first_pending, done: rolled.min(first_pending) })
+    }
+
+    /// Whether every wave's render is committed.
+    pub(super) fn up_to_date(&self) -> bool {
+        self.first_pending == self.files.len()
+    }
+}
+
+/// The render of wave `k` over the repository as it is now: the clusters of this and earlier
+/// waves as the fleet file says, every later one as the repository holds it.
+pub(super) fn wave_render(
+    fleet: &Fleet,
+    renderer: &Renderer,
+    root: &Path,
+    source: &Source,
+    k: usize,
+) -> Result<Rendered, RolloutError> {
+    let current = fleet::Current::new(repo::rendered_before(root, source)?);
+    let reached: BTreeSet<String> = fleet.waves[..=k].iter().flat_map(|w| w.clusters.iter().cloned()).collect();
+    Ok(fleet::render_wave(fleet, renderer, &current, &reached, |_, _| Ok::<_, RenderError>(()))?)
+}
+
+/// The commit message of wave `k`: a subject naming the fleet, the wave and its clusters, and
+/// the trailers [`Plan::new`] reads back.
+pub(super) fn commit_message(fleet: &Fleet, k: usize) -> String {
+    let wave = &fleet.waves[k];
+    let mut clusters = wave.clusters.iter().take(SUBJECT_CLUSTERS).cloned().collect::<Vec<_>>().join(", ");
+    if wave.clusters.len() > SUBJECT_CLUSTERS {
+        clusters.push_str(&format!(" and {} more", wave.clusters.len() - SUBJECT_CLUSTERS));
+    }
+    format!(
+        "osbx rollout {}: wave {} ({clusters})\n\n{FLEET_TRAILER}: {}\n{WAVE_TRAILER}: {}\n",
+        fleet.name, wave.name, fleet.name, wave.name
+    )
+}
+
+/// How many files differ between two renders (changed, added or gone).
+fn changed_between(a: &Rendered, b: &Rendered) -> usize {
+    let map = |r: &Rendered| r.files.iter().map(|f| (f.path.clone(), f.content.clone())).collect::<BTreeMap<_, _>>();
+    let (a, b) = (map(a), map(b));
+    let paths: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    paths.into_iter().filter(|p| a.get(*p) != b.get(*p)).count()
+}
