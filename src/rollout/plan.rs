@@ -9,6 +9,7 @@
 //! after it changed a file the fleet renders, and their render changes nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::path::Path;
 
 use super::RolloutError;
@@ -89,7 +90,7 @@ pub(super) fn commit_message(fleet: &Fleet, k: usize) -> String {
     let wave = &fleet.waves[k];
     let mut clusters = wave.clusters.iter().take(SUBJECT_CLUSTERS).cloned().collect::<Vec<_>>().join(", ");
     if wave.clusters.len() > SUBJECT_CLUSTERS {
-        clusters.push_str(&format!(" and {} more", wave.clusters.len() - SUBJECT_CLUSTERS));
+        let _ = write!(clusters, " and {} more", wave.clusters.len() - SUBJECT_CLUSTERS);
     }
     format!(
         "osbx rollout {}: wave {} ({clusters})\n\n{FLEET_TRAILER}: {}\n{WAVE_TRAILER}: {}\n",

@@ -108,7 +108,7 @@ impl TestFleet {
 
     /// Set `rollout.waves`.
     #[must_use]
-    pub fn waves(mut self, waves: Value) -> Self {
+    pub fn waves(mut self, waves: &Value) -> Self {
         self.doc["rollout"] = json!({"waves": waves});
         self
     }

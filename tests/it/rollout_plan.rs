@@ -21,7 +21,7 @@ fn fleet(pool_max: [u32; 3]) -> String {
         .fold(TestFleet::new("labs", "fresh-cluster"), |f, (name, n)| {
             f.cluster(name, json!({"pools": {"items": [{"name": "vm", "capacity": {"poolMax": n}}]}}))
         })
-        .waves(json!([
+        .waves(&json!([
             {"name": "canary", "clusters": ["lab-a"]},
             {"name": "second", "clusters": ["lab-b"]},
             {"name": "rest", "selector": {}},
