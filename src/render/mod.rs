@@ -165,13 +165,14 @@ impl Renderer {
     /// [`RenderError`] when a template fails or produces invalid YAML.
     pub fn render(&self, loaded: &LoadedProfile) -> Result<Rendered, RenderError> {
         let p = &loaded.profile;
-        let base = view::base(p);
+        let mut ctx = view::base(p);
         let cluster_dir = format!("clusters/{}", p.cluster.name);
         let mut files = Vec::new();
         let mut entries = Vec::new();
         for layer in &p.layers {
             let Some(component) = layer.renders() else { continue };
-            let mut ctx = base.clone();
+            // One context for every layer, its `layer` replaced each time (a fleet renders
+            // thousands of profiles: the context is not copied per layer).
             ctx.insert("layer", &view::layer(layer));
             let app = format!("apps/{}.yaml", layer.name);
             let (owner, profile) = (&layer.name, p.name());

@@ -48,6 +48,33 @@ pub(super) fn sync_dir(dir: &Path) {
     }
 }
 
+/// Make what was written below `root` durable: the `files` (their data) and the entries of the
+/// `dirs` (renames, creations, deletions). On Linux one `syncfs` of `root`'s file system does it
+/// all with one journal commit, however many files a fleet render writes; elsewhere each file
+/// and directory is synced in turn.
+///
+/// # Errors
+/// The I/O error of the file (or file system) that could not be synced.
+pub(super) fn sync_written(root: &Path, files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), (PathBuf, std::io::Error)> {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = (files, dirs);
+        let fd = fs::File::open(root).map_err(|e| (root.to_path_buf(), e))?;
+        rustix::fs::syncfs(&fd).map_err(|e| (root.to_path_buf(), e.into()))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = root;
+        for f in files {
+            fs::File::open(f).and_then(|f| f.sync_all()).map_err(|e| (f.clone(), e))?;
+        }
+        for d in dirs {
+            sync_dir(d);
+        }
+        Ok(())
+    }
+}
+
 /// Remove the directories above `file` that are empty now, up to `root`.
 pub(super) fn remove_empty_parents(root: &Path, file: &Path) {
     let mut dir = file.parent();

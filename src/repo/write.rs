@@ -101,9 +101,9 @@ pub(crate) fn write(staged: &Staged, progress: &dyn Progress) -> Result<Vec<Stri
         .filter_map(|f| root.join(&f.path).parent().map(Path::to_path_buf))
         .filter(|d| d.is_dir())
         .collect();
-    for dir in &dirs {
-        journal::sync_dir(dir);
-    }
+    let dirs: Vec<PathBuf> = dirs.into_iter().collect();
+    // Best effort: the tree is the new one already.
+    let _ = journal::sync_written(root, &[], &dirs);
     Journal::finish(root);
     Ok(changed.iter().map(|f| f.path.clone()).collect())
 }
@@ -119,7 +119,8 @@ fn rel(root: &Path, path: &Path) -> String {
     path.strip_prefix(root).unwrap_or(path).to_string_lossy().replace('\\', "/")
 }
 
-/// Write each new text next to its target (synced), recording the directories it had to create.
+/// Write each new text next to its target, recording the directories it had to create; then
+/// make them all durable at once.
 fn write_temps(
     root: &Path,
     changed: &[&FileChange],
@@ -127,6 +128,7 @@ fn write_temps(
     progress: &dyn Progress,
 ) -> Result<(), RepoError> {
     progress.count("writing files", 0, changed.len());
+    let mut temps = Vec::new();
     for (i, f) in changed.iter().enumerate() {
         progress.count("writing files", i, changed.len());
         let Some(new) = &f.new else { continue };
@@ -135,8 +137,9 @@ fn write_temps(
         let tmp = root.join(temp_of(&f.path));
         let mut file = fs::File::create(&tmp).map_err(io(&tmp))?;
         file.write_all(new.as_bytes()).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
+        temps.push(tmp);
     }
+    journal::sync_written(root, &temps, created_dirs).map_err(|(path, e)| io(&path)(e))?;
     progress.count("writing files", changed.len(), changed.len());
     Ok(())
 }
