@@ -235,7 +235,18 @@ impl Renderer {
             return Ok(objects.clone());
         }
         let invalid = |message: String| RenderError::InvalidYaml { name: template.to_owned(), message };
-        let docs: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(body).map_err(|e| invalid(e.to_string()))?;
+        // A rendered file may hold thousands of objects (a generated list of ConfigMaps, say):
+        // the parser's default budget (1,024 documents, 250,000 nodes) guards untrusted input,
+        // and the templates' output is not that.
+        let options = serde_saphyr::options! {
+            budget: serde_saphyr::budget! {
+                max_documents: 1_000_000,
+                max_nodes: 50_000_000,
+                max_events: 200_000_000,
+            },
+        };
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_str_multiple_with_options(body, options).map_err(|e| invalid(e.to_string()))?;
         let objects: Arc<[Object]> = docs
             .into_iter()
             .filter(serde_json::Value::is_object)

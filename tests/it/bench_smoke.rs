@@ -103,6 +103,35 @@ fn the_render_benchmark_fleets_render() {
 }
 
 #[test]
+fn the_two_thousand_object_benchmark_profile_renders_in_one_file_of_many_documents() {
+    // bench/run's scale row: 1,933 ConfigMaps in one rendered file, past the YAML parser's
+    // default budget of 1,024 documents (which refused it before).
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(root().join("bench/profile.sh"))
+        .arg("s")
+        .env("BENCH_OBJECTS", "2000")
+        .output()
+        .unwrap();
+    std::fs::write(dir.path().join("p.yaml"), &out.stdout).unwrap();
+    let out = osbx()
+        .args(["-q", "render", "--templates"])
+        .arg(root().join("bench/templates"))
+        .arg("--profile")
+        .arg(dir.path().join("p.yaml"))
+        .arg("--out")
+        .arg(dir.path().join("repo"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", outputs(&out).1);
+    let objects: usize = crate::support::tree(&dir.path().join("repo"))
+        .iter()
+        .filter(|(p, _)| p.ends_with(".yaml") && !p.ends_with("kustomization.yaml") && !p.starts_with(".osbx"))
+        .map(|(_, text)| text.lines().filter(|l| l.starts_with("kind:")).count())
+        .sum();
+    assert_eq!(objects, 2000);
+}
+
+#[test]
 fn the_startup_benchmark_command_needs_no_configuration() {
     // `bench/run` times `osbx --version`: it must not read a kubeconfig, a profile or the network.
     let home = tempfile::tempdir().unwrap();
