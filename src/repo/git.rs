@@ -33,10 +33,10 @@ fn open(root: &Path) -> Result<(Repository, PathBuf), GitError> {
 }
 
 /// `root`-relative paths → work-tree-relative paths.
-fn to_workdir(root: &Path, workdir: &Path, paths: &[String]) -> Vec<String> {
+fn to_workdir<'a>(root: &Path, workdir: &Path, paths: impl IntoIterator<Item = &'a String>) -> Vec<String> {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let prefix = root.strip_prefix(workdir).unwrap_or(Path::new(""));
-    paths.iter().map(|p| prefix.join(p).to_string_lossy().replace('\\', "/")).collect()
+    paths.into_iter().map(|p| prefix.join(p).to_string_lossy().replace('\\', "/")).collect()
 }
 
 /// Staged paths (work-tree relative) that are not among `ours` (`root`-relative).
@@ -118,8 +118,7 @@ pub(crate) fn newest_marked(
     paths: &BTreeSet<String>,
 ) -> Result<Option<Vec<(String, String)>>, GitError> {
     let (repo, workdir) = open(root)?;
-    let paths: Vec<String> = paths.iter().cloned().collect();
-    let watched: HashSet<String> = to_workdir(root, &workdir, &paths).into_iter().collect();
+    let watched: HashSet<String> = to_workdir(root, &workdir, paths).into_iter().collect();
     let mut walk = repo.revwalk()?;
     match walk.push_head() {
         Err(e) if e.code() == git2::ErrorCode::UnbornBranch || e.code() == git2::ErrorCode::NotFound => {

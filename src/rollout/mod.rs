@@ -222,7 +222,9 @@ fn commit_wave(
     let root = settings.repo.as_path();
     let _lock = repo::lock(root)?;
     repo::recover(root)?;
-    let rendered = wave_render(fleet, renderer, root, source, k)?;
+    // The repository changed with every wave committed before: read what it holds now.
+    let current = crate::fleet::Current::new(repo::rendered_before(root, source)?);
+    let rendered = wave_render(fleet, renderer, &current, k)?;
     let staged = repo::stage(root, &rendered, renderer, false)?;
     let ours = repo::commit_paths(&staged, &rendered);
     if staged.changed().next().is_some() {

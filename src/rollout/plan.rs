@@ -44,8 +44,9 @@ impl Plan {
         let mut previous: Option<Rendered> = None;
         let mut first_pending = fleet.waves.len();
         let mut paths = BTreeSet::new();
+        let current = fleet::Current::new(repo::rendered_before(root, source)?);
         for k in 0..fleet.waves.len() {
-            let rendered = wave_render(fleet, renderer, root, source, k)?;
+            let rendered = wave_render(fleet, renderer, &current, k)?;
             let staged = repo::stage(root, &rendered, renderer, false)?;
             let ours = repo::commit_paths(&staged, &rendered);
             let uncommitted = repo::uncommitted(root, &ours);
@@ -54,8 +55,8 @@ impl Plan {
                 first_pending = k;
             }
             files.push(previous.as_ref().map_or(changes, |p| changed_between(p, &rendered)));
+            // Every file the render writes is among them (each is changed or osbx's own).
             paths.extend(ours);
-            paths.extend(rendered.files.iter().map(|f| f.path.clone()));
             previous = Some(rendered);
         }
         let marked = repo::newest_marked(root, (FLEET_TRAILER, &fleet.name), &paths)?;
@@ -70,18 +71,17 @@ impl Plan {
     }
 }
 
-/// The render of wave `k` over the repository as it is now: the clusters of this and earlier
-/// waves as the fleet file says, every later one as the repository holds it.
+/// The render of wave `k` over the repository's render `current` (what it holds now, as
+/// `repo::rendered_before` reads it): the clusters of this and earlier waves as the fleet file
+/// says, every later one as the repository holds it.
 pub(super) fn wave_render(
     fleet: &Fleet,
     renderer: &Renderer,
-    root: &Path,
-    source: &Source,
+    current: &fleet::Current,
     k: usize,
 ) -> Result<Rendered, RolloutError> {
-    let current = fleet::Current::new(repo::rendered_before(root, source)?);
     let reached: BTreeSet<String> = fleet.waves[..=k].iter().flat_map(|w| w.clusters.iter().cloned()).collect();
-    Ok(fleet::render_wave(fleet, renderer, &current, &reached, |_, _| Ok::<_, RenderError>(()))?)
+    Ok(fleet::render_wave(fleet, renderer, current, &reached, |_, _| Ok::<_, RenderError>(()))?)
 }
 
 /// The commit message of wave `k`: a subject naming the fleet, the wave and its clusters, and
