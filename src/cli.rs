@@ -109,11 +109,12 @@ pub struct ClusterArgs {
 /// How many requests osbx sends to a cluster, and how long each may take.
 #[derive(Debug, Clone, Args)]
 pub struct LimitArgs {
-    /// Client-side limit of requests per second (per cluster).
-    #[arg(long, default_value_t = 1000)]
-    pub qps: u32,
+    /// Client-side limit of requests per second (per cluster; default: none, the API server's
+    /// Priority and Fairness queues what exceeds osbx's share).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub qps: Option<u32>,
     /// Requests in flight at most (per cluster).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
     /// Timeout of each request, e.g. 30s.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]

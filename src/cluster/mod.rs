@@ -33,8 +33,9 @@ pub struct ConnectOptions {
     pub kubeconfig: Option<PathBuf>,
     /// Context name (default: the current context).
     pub context: Option<String>,
-    /// Requests per second (client-side limit).
-    pub qps: u32,
+    /// Requests per second (client-side limit; `None`: no limit, the server's Priority and
+    /// Fairness queues what exceeds the client's share).
+    pub qps: Option<u32>,
     /// Requests in flight at most.
     pub concurrency: usize,
     /// Per-request timeout.
@@ -97,7 +98,7 @@ pub struct Cluster {
     /// Bound on concurrent operations (mirrors the client's limit, for fan-out).
     pub concurrency: usize,
     /// Requests per second (the client's limit, for other clients of the same run).
-    pub qps: u32,
+    pub qps: Option<u32>,
 }
 
 impl Cluster {
@@ -130,14 +131,15 @@ impl Cluster {
         let stats = Arc::new(RequestStats::default());
         let builder = http2::builder(config, opts.request_timeout)
             .map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?;
-        let qps = u64::from(opts.qps.max(1));
+        let qps = opts.qps.map(|q| q.max(1));
+        let rate = qps.map(|q| tower::limit::RateLimitLayer::new(u64::from(q), Duration::from_secs(1)));
         let client = builder
             .with_layer(&meter::CountLayer(stats.clone()))
             .with_layer(&tower::limit::ConcurrencyLimitLayer::new(opts.concurrency.max(1)))
-            .with_layer(&tower::limit::RateLimitLayer::new(qps, Duration::from_secs(1)))
+            .with_layer(&tower::util::option_layer(rate))
             .build();
         let resolver = Resolver::new(client.clone());
-        Ok(Self { client, server, stats, resolver, concurrency: opts.concurrency.max(1), qps: opts.qps.max(1) })
+        Ok(Self { client, server, stats, resolver, concurrency: opts.concurrency.max(1), qps })
     }
 
     /// Request counts so far.

@@ -49,23 +49,22 @@ pub enum Endpoint {
 pub struct Limits {
     /// Requests in flight at most.
     slots: tokio::sync::Semaphore,
-    /// One tick per request: `qps` per second.
-    ticks: tokio::sync::Mutex<tokio::time::Interval>,
+    /// One tick per request: `qps` per second (none: no limit).
+    ticks: Option<tokio::sync::Mutex<tokio::time::Interval>>,
     /// Counts and the peak in flight.
     stats: Arc<RequestStats>,
 }
 
 impl Limits {
-    /// At most `concurrency` in flight and `qps` per second.
+    /// At most `concurrency` in flight and `qps` per second (`None`: no limit per second).
     #[must_use]
-    pub fn new(qps: u32, concurrency: usize) -> Self {
-        let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1) / qps.max(1));
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Self {
-            slots: tokio::sync::Semaphore::new(concurrency.max(1)),
-            ticks: tokio::sync::Mutex::new(ticks),
-            stats: Arc::default(),
-        }
+    pub fn new(qps: Option<u32>, concurrency: usize) -> Self {
+        let ticks = qps.map(|qps| {
+            let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1) / qps.max(1));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tokio::sync::Mutex::new(ticks)
+        });
+        Self { slots: tokio::sync::Semaphore::new(concurrency.max(1)), ticks, stats: Arc::default() }
     }
 }
 
@@ -212,7 +211,9 @@ impl Endpoint {
             }
             Endpoint::Direct { http, base, key, limits } => {
                 let _slot = limits.slots.acquire().await.map_err(|e| e.to_string())?;
-                limits.ticks.lock().await.tick().await;
+                if let Some(ticks) = &limits.ticks {
+                    ticks.lock().await.tick().await;
+                }
                 let url = format!("{base}{path}");
                 limits
                     .stats

@@ -293,3 +293,9 @@ fn profiles_lists_the_embedded_profiles_and_marks_the_default() {
 fn completions_are_generated() {
     osbx().args(["completions", "bash"]).assert().success().stdout(predicate::str::contains("osbx"));
 }
+
+#[test]
+fn a_qps_of_zero_is_refused_naming_the_flag() {
+    // No `--qps` means no client-side limit; a limit of zero requests per second is an error.
+    osbx().args(["diff", "--qps", "0"]).assert().code(2).stderr(predicate::str::contains("--qps"));
+}
