@@ -1,4 +1,5 @@
-//! Client-side request control: a QPS limit, a bound on requests in flight, and counters.
+//! Client-side request control: a QPS limit (when `--qps` asks for one), a bound on requests in
+//! flight, and counters.
 //!
 //! kube-rs has no client-side throttle, so osbx stacks tower's rate and concurrency limits under
 //! the client, and counts every request by kind so that runs can report (and tests assert) how
