@@ -142,6 +142,12 @@ fn conflicting_managers(message: &str) -> Vec<&str> {
     message.split("with \"").skip(1).filter_map(|rest| rest.split('"').next()).collect()
 }
 
+/// Whether a conflict message names [`FLUX_APPLIER`] and no other manager.
+fn flux_alone(message: &str) -> bool {
+    let managers = conflicting_managers(message);
+    !managers.is_empty() && managers.iter().all(|m| *m == FLUX_APPLIER)
+}
+
 impl Planned {
     fn new(id: ObjectRef, desired: Value, action: Action) -> Self {
         Self { id, desired, live: None, merged: None, action, reason: None, takes_over_flux: false }
@@ -229,7 +235,7 @@ pub(crate) async fn plan(
     let mut answer = api.patch(&id.name, &params(opts.force_conflicts, true), &Patch::Apply(&desired)).await;
     if let Err(kube::Error::Api(s)) = &answer
         && s.code == 409
-        && conflicting_managers(&s.message).iter().all(|m| *m == FLUX_APPLIER)
+        && flux_alone(&s.message)
     {
         takes_over_flux = true;
         answer = api.patch(&id.name, &params(true, true), &Patch::Apply(&desired)).await;
@@ -364,10 +370,19 @@ pub(crate) async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool)
         action: "apply",
         message: "kind is no longer served".into(),
     })?;
-    let request = kube::core::Request::new(api.resource_url())
-        .patch(&p.id.name, &params(force_conflicts || p.takes_over_flux, false), &Patch::Apply(&p.desired))
-        .map_err(|e| api_error(&p.id, "apply", kube::Error::BuildRequest(e)))?;
-    let stored = cluster.client.request_text(request).await.map_err(|e| api_error(&p.id, "apply", e))?;
+    let send = |force: bool| {
+        let request = kube::core::Request::new(api.resource_url())
+            .patch(&p.id.name, &params(force, false), &Patch::Apply(&p.desired))
+            .map_err(|e| api_error(&p.id, "apply", kube::Error::BuildRequest(e)));
+        async move { cluster.client.request_text(request?).await.map_err(|e| api_error(&p.id, "apply", e)) }
+    };
+    let force = force_conflicts || p.takes_over_flux;
+    let stored = match send(force).await {
+        // Planned while absent (no dry-run), and Flux's applier created it from the same render
+        // meanwhile: the rule of `plan` holds, osbx takes those fields.
+        Err(ApplyError::Conflict { message, .. }) if !force && flux_alone(&message) => send(true).await?,
+        other => other?,
+    };
     Ok(Some(stored))
 }
 
@@ -423,5 +438,7 @@ mod tests {
         assert_eq!(super::conflicting_managers(one), ["kustomize-controller"]);
         let two = "Apply failed with 2 conflicts: conflicts with \"kustomize-controller\":\n- .spec.a\nconflicts with \"ops-team\":\n- .spec.b";
         assert_eq!(super::conflicting_managers(two), ["kustomize-controller", "ops-team"]);
+        assert!(super::flux_alone(one) && !super::flux_alone(two));
+        assert!(!super::flux_alone("Operation cannot be fulfilled: the object has been modified"));
     }
 }

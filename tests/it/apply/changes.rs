@@ -35,6 +35,43 @@ async fn conflicts_name_the_other_manager_and_force_takes_ownership() {
     assert_eq!(pools.get("pod").await.unwrap().data["spec"]["capacitySpec"]["bufferMax"], 1);
 }
 
+/// An object planned as absent (so without a dry-run) that Flux's applier writes, from the same
+/// render in git, before osbx gets to it: the conflict is with `kustomize-controller` alone, and
+/// osbx takes the fields, as it does when the dry-run of planning sees that conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_flux_applied_after_it_was_planned_is_taken_over() {
+    let (client, dir, kubeconfig) = setup("fx", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    // Two requests per second: the Pool's write comes seconds after its namespace.
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("osbx"))
+        .current_dir(dir.path())
+        .args(["apply", "--no-wait", "--qps", "2", "--profile", "profile.yaml", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .env("OSBX_COLOR", "never")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let namespaces = Api::<Namespace>::all(client.clone());
+    cluster::wait_for("the sandbox namespace created", std::time::Duration::from_secs(60), || {
+        let namespaces = namespaces.clone();
+        async move { namespaces.get_opt("fx-sbx").await.ok().flatten().map(|_| ()) }
+    })
+    .await;
+    let pools = pool_api(&client, "fx-sbx").await;
+    let flux = json!({"apiVersion": "sandbox.opensandbox.io/v1alpha1", "kind": "Pool", "metadata": {"name": "pod", "namespace": "fx-sbx"},
+                      "spec": {"capacitySpec": {"bufferMax": 5, "bufferMin": 0, "poolMax": 2, "poolMin": 0}}});
+    pools.patch("pod", &PatchParams::apply("kustomize-controller").force(), &Patch::Apply(&flux)).await.unwrap();
+
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let pool = pools.get("pod").await.unwrap();
+    assert_eq!(pool.data["spec"]["capacitySpec"]["bufferMax"], 1, "osbx's value");
+    let managers: Vec<&str> =
+        pool.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.as_deref()).collect();
+    assert!(managers.contains(&"osbx"), "{managers:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn diff_masks_secret_values_and_sets_exit_codes() {
     let (client, dir, kubeconfig) = setup("df", &[("pod", "runc", [0, 1, 0, 2])]).await;
