@@ -13,6 +13,7 @@ use futures::stream::{self, StreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::Value;
 
+use super::flux_applier::over_flux;
 use super::operation::{Objects, Operation};
 use super::{Cluster, ClusterError, describe};
 use crate::changeset::{Action, Change};
@@ -127,25 +128,8 @@ pub(crate) struct Planned {
     /// Why it is skipped.
     pub reason: Option<String>,
     /// The fields it changes are owned only by Flux's applier, applying this same render from
-    /// git: the write takes them over ([`FLUX_APPLIER`]).
+    /// git: the write takes them over (see `flux_applier`).
     pub takes_over_flux: bool,
-}
-
-/// The field manager of Flux's kustomize-controller, which applies the render osbx writes to git
-/// (and forces its own writes). A conflict with it alone is the same render applied twice, with
-/// the server's defaults inside a list both sides own whole (a LimitRange's `limits`): osbx takes
-/// those fields, as Flux would take them back. A conflict with any other manager stops the apply.
-const FLUX_APPLIER: &str = "kustomize-controller";
-
-/// The managers a conflict message names (`conflict with "kustomize-controller": .spec.limits`).
-fn conflicting_managers(message: &str) -> Vec<&str> {
-    message.split("with \"").skip(1).filter_map(|rest| rest.split('"').next()).collect()
-}
-
-/// Whether a conflict message names [`FLUX_APPLIER`] and no other manager.
-fn flux_alone(message: &str) -> bool {
-    let managers = conflicting_managers(message);
-    !managers.is_empty() && managers.iter().all(|m| *m == FLUX_APPLIER)
 }
 
 impl Planned {
@@ -231,15 +215,10 @@ pub(crate) async fn plan(
         return Ok(Planned::new(id, desired, Action::Created));
     }
     // Without --force-conflicts the dry-run reports conflicts before anything is written.
-    let mut takes_over_flux = false;
-    let mut answer = api.patch(&id.name, &params(opts.force_conflicts, true), &Patch::Apply(&desired)).await;
-    if let Err(kube::Error::Api(s)) = &answer
-        && s.code == 409
-        && flux_alone(&s.message)
-    {
-        takes_over_flux = true;
-        answer = api.patch(&id.name, &params(true, true), &Patch::Apply(&desired)).await;
-    }
+    let (api, name, patch) = (&api, &id.name, &Patch::Apply(&desired));
+    let (answer, takes_over_flux) =
+        over_flux(opts.force_conflicts, |force| async move { api.patch(name, &params(force, true), patch).await })
+            .await;
     let merged = match answer {
         Ok(m) => serde_json::to_value(m).unwrap_or(Value::Null),
         // A new object in a namespace this same plan creates: nothing to compare, shown as rendered.
@@ -370,20 +349,16 @@ pub(crate) async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool)
         action: "apply",
         message: "kind is no longer served".into(),
     })?;
-    let send = |force: bool| {
+    // Planned while absent (no dry-run saw a conflict), Flux's applier may have written it since.
+    let api = &api;
+    let (stored, _) = over_flux(force_conflicts || p.takes_over_flux, |force| async move {
         let request = kube::core::Request::new(api.resource_url())
             .patch(&p.id.name, &params(force, false), &Patch::Apply(&p.desired))
-            .map_err(|e| api_error(&p.id, "apply", kube::Error::BuildRequest(e)));
-        async move { cluster.client.request_text(request?).await.map_err(|e| api_error(&p.id, "apply", e)) }
-    };
-    let force = force_conflicts || p.takes_over_flux;
-    let stored = match send(force).await {
-        // Planned while absent (no dry-run), and Flux's applier created it from the same render
-        // meanwhile: the rule of `plan` holds, osbx takes those fields.
-        Err(ApplyError::Conflict { message, .. }) if !force && flux_alone(&message) => send(true).await?,
-        other => other?,
-    };
-    Ok(Some(stored))
+            .map_err(kube::Error::BuildRequest)?;
+        cluster.client.request_text(request).await
+    })
+    .await;
+    Ok(Some(stored.map_err(|e| api_error(&p.id, "apply", e))?))
 }
 
 /// Write every planned object that changed, concurrently (bounded); returns the server's answer
@@ -428,17 +403,4 @@ pub(crate) async fn prune(cluster: &Cluster, id: &ObjectRef, dry_run: bool) -> R
         }
     }
     Ok(Some(Change::new(id.clone(), Action::Deleted)))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn conflicts_name_their_managers() {
-        let one = "Apply failed with 1 conflict: conflict with \"kustomize-controller\": .spec.limits";
-        assert_eq!(super::conflicting_managers(one), ["kustomize-controller"]);
-        let two = "Apply failed with 2 conflicts: conflicts with \"kustomize-controller\":\n- .spec.a\nconflicts with \"ops-team\":\n- .spec.b";
-        assert_eq!(super::conflicting_managers(two), ["kustomize-controller", "ops-team"]);
-        assert!(super::flux_alone(one) && !super::flux_alone(two));
-        assert!(!super::flux_alone("Operation cannot be fulfilled: the object has been modified"));
-    }
 }
