@@ -111,8 +111,8 @@ pub struct ClusterArgs {
 pub struct LimitArgs {
     /// Client-side limit of requests per second (per cluster; default: none, the API server's
     /// Priority and Fairness queues what exceeds osbx's share).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub qps: Option<u32>,
+    #[arg(long)]
+    pub qps: Option<std::num::NonZeroU32>,
     /// Requests in flight at most (per cluster).
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,

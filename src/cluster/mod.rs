@@ -17,6 +17,7 @@ mod resolve;
 pub(crate) mod ssa;
 pub(crate) mod wait;
 
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +37,7 @@ pub struct ConnectOptions {
     pub context: Option<String>,
     /// Requests per second (client-side limit; `None`: no limit, the server's Priority and
     /// Fairness queues what exceeds the client's share).
-    pub qps: Option<u32>,
+    pub qps: Option<NonZeroU32>,
     /// Requests in flight at most.
     pub concurrency: usize,
     /// Per-request timeout.
@@ -99,7 +100,7 @@ pub struct Cluster {
     /// Bound on concurrent operations (mirrors the client's limit, for fan-out).
     pub concurrency: usize,
     /// Requests per second (the client's limit, for other clients of the same run).
-    pub qps: Option<u32>,
+    pub qps: Option<NonZeroU32>,
 }
 
 impl Cluster {
@@ -132,15 +133,14 @@ impl Cluster {
         let stats = Arc::new(RequestStats::default());
         let builder = http2::builder(config, opts.request_timeout)
             .map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?;
-        let qps = opts.qps.map(|q| q.max(1));
-        let rate = qps.map(|q| tower::limit::RateLimitLayer::new(u64::from(q), Duration::from_secs(1)));
+        let rate = opts.qps.map(|q| tower::limit::RateLimitLayer::new(u64::from(q.get()), Duration::from_secs(1)));
         let client = builder
             .with_layer(&meter::CountLayer(stats.clone()))
             .with_layer(&tower::limit::ConcurrencyLimitLayer::new(opts.concurrency.max(1)))
             .with_layer(&tower::util::option_layer(rate))
             .build();
         let resolver = Resolver::new(client.clone());
-        Ok(Self { client, server, stats, resolver, concurrency: opts.concurrency.max(1), qps })
+        Ok(Self { client, server, stats, resolver, concurrency: opts.concurrency.max(1), qps: opts.qps })
     }
 
     /// Request counts so far.

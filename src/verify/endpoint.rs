@@ -58,9 +58,9 @@ pub struct Limits {
 impl Limits {
     /// At most `concurrency` in flight and `qps` per second (`None`: no limit per second).
     #[must_use]
-    pub fn new(qps: Option<u32>, concurrency: usize) -> Self {
+    pub fn new(qps: Option<std::num::NonZeroU32>, concurrency: usize) -> Self {
         let ticks = qps.map(|qps| {
-            let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1) / qps.max(1));
+            let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1) / qps.get());
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tokio::sync::Mutex::new(ticks)
         });

@@ -17,7 +17,7 @@ async fn a_create_sent_again_takes_the_runs_own_object_and_refuses_another_runs(
     let options = ConnectOptions {
         kubeconfig: Some(plane().kubeconfig.clone()),
         context: None,
-        qps: Some(50),
+        qps: std::num::NonZeroU32::new(50),
         concurrency: 4,
         request_timeout: Duration::from_secs(10),
     };
