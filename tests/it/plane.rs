@@ -132,7 +132,7 @@ async fn standin_terminates_a_pod_with_a_message_a_client_reads_back() {
         &standin::NodeState {
             ready: true,
             kernel: "6.8.0-host",
-            runtime_handlers: &["runc", "kata-clh-runtime-rs"],
+            runtime_handlers: Some(&["runc", "kata-clh-runtime-rs"]),
             labels: json!({"katacontainers.io/kata-runtime": "true"}),
         },
     )

@@ -1,4 +1,5 @@
-//! `nodes.ready` and `kata.runtimeclass`: API-only facts about nodes and RuntimeClasses.
+//! `nodes.ready` and `kata.runtimeclass`: API-only facts about nodes and RuntimeClasses (a Kata
+//! pool's class, and the Ready nodes it admits that advertise its handler).
 
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -126,15 +127,95 @@ impl Check for NodesReady {
 
 pub(super) struct RuntimeClasses;
 
+/// Whether `n` is Ready.
+fn ready(n: &Value) -> bool {
+    n["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .is_some_and(|c| c["status"] == "True")
+}
+
+/// The handlers a node advertises in `status.runtimeHandlers` (`None`: it publishes none;
+/// containerd lists its default runtime under the empty name, shown as "the default").
+fn handlers(n: &Value) -> Option<Vec<&str>> {
+    n["status"]["runtimeHandlers"].as_array().map(|h| {
+        h.iter().filter_map(|x| x["name"].as_str()).map(|h| if h.is_empty() { "the default" } else { h }).collect()
+    })
+}
+
+/// What the nodes say about one RuntimeClass's handler.
+enum OnNodes {
+    /// Ready admitted nodes that advertise it.
+    Advertised(Vec<String>),
+    /// No admitted Ready node advertises it; each one that publishes handlers is named with them.
+    Missing(String),
+    /// No admitted node that publishes handlers has it, and some publish none: no verdict.
+    Unknown(String),
+    /// No Ready node is admitted by the class's `scheduling.nodeSelector`.
+    NoNode(String),
+}
+
+/// Where the RuntimeClass `rc` (handler `handler`) can run: the Ready nodes its
+/// `scheduling.nodeSelector` admits, and which of them advertise the handler.
+fn on_nodes(rc: &Value, handler: &str, nodes: &[Value]) -> OnNodes {
+    let selector = rc["scheduling"]["nodeSelector"].as_object();
+    let admits =
+        |n: &Value| selector.into_iter().flatten().all(|(k, v)| n["metadata"]["labels"].get(k).is_some_and(|l| l == v));
+    let admitted: Vec<&Value> = nodes.iter().filter(|n| ready(n) && admits(n)).collect();
+    if admitted.is_empty() {
+        let wanted = selector
+            .map(|s| {
+                s.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(", ")
+            })
+            .unwrap_or_default();
+        return OnNodes::NoNode(if wanted.is_empty() {
+            "no node is Ready".to_owned()
+        } else {
+            format!("no Ready node carries its nodeSelector {wanted}")
+        });
+    }
+    let with: Vec<String> =
+        admitted.iter().filter(|n| handlers(n).is_some_and(|h| h.contains(&handler))).map(|n| name(n)).collect();
+    if !with.is_empty() {
+        return OnNodes::Advertised(with);
+    }
+    let lacking: Vec<String> = admitted
+        .iter()
+        .filter_map(|n| {
+            handlers(n)
+                .map(|h| format!("{} has {}", name(n), if h.is_empty() { "none".to_owned() } else { h.join(", ") }))
+        })
+        .collect();
+    let silent: Vec<String> = admitted.iter().filter(|n| handlers(n).is_none()).map(|n| name(n)).collect();
+    if silent.is_empty() {
+        OnNodes::Missing(format!("no Ready node it admits lists runtime handler {handler} ({})", lacking.join("; ")))
+    } else {
+        let (publish, have) = if silent.len() == 1 { ("publishes", "it has") } else { ("publish", "they have") };
+        let mut why = format!(
+            "{} {publish} no status.runtimeHandlers (Kubernetes < 1.30 or containerd < 2.0): whether {have} handler {handler} cannot be told",
+            silent.join(", ")
+        );
+        if !lacking.is_empty() {
+            why.push_str(&format!("; {}", lacking.join("; ")));
+        }
+        OnNodes::Unknown(why)
+    }
+}
+
 impl Check for RuntimeClasses {
     fn ids(&self) -> Vec<String> {
         vec!["kata.runtimeclass".into()]
     }
 
-    /// Reading each Kata pool's RuntimeClass.
+    /// Reading each Kata pool's RuntimeClass, and listing the nodes that may run it.
     fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
         let classes = profile.sections.pools.kata_classes();
-        classes.iter().map(|class| Operation::Get(Objects::Named(runtime_class(class)))).collect()
+        let mut ops: Vec<Operation> =
+            classes.iter().map(|class| Operation::Get(Objects::Named(runtime_class(class)))).collect();
+        if !ops.is_empty() {
+            ops.push(Operation::List(node(), None));
+        }
+        ops
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
@@ -143,31 +224,57 @@ impl Check for RuntimeClasses {
             if classes.is_empty() {
                 return vec![Verdict::skip("no Kata pool in the profile")];
             }
+            let nodes = match list(&ctx.cluster, &node(), None, None).await {
+                Ok(n) => n,
+                Err(e) => return vec![Verdict::error("listing nodes", e.to_string())],
+            };
             let mut ok = Vec::new();
             let mut problems = Vec::new();
+            let mut unknown = Vec::new();
+            let mut handler_missing = false;
             for class in &classes {
-                match ctx.cluster.get(&runtime_class(class)).await {
+                let rc = match ctx.cluster.get(&runtime_class(class)).await {
                     Err(e) => return vec![Verdict::error(format!("reading RuntimeClass {class}"), e.to_string())],
-                    Ok(None) => problems.push(format!("RuntimeClass {class} not found: kata-deploy's runtimeClasses.enabled is off, the shim is disabled, or a multiInstallSuffix renamed it")),
-                    Ok(Some(rc)) => {
-                        let handler = rc["handler"].as_str().unwrap_or_default();
-                        if handler != class {
-                            problems.push(format!("RuntimeClass {class} has handler {handler:?}, expected {class:?}"));
-                        } else if rc["overhead"]["podFixed"].is_null() {
-                            problems.push(format!("RuntimeClass {class} has no overhead.podFixed: pods will not account for the VM"));
-                        } else if rc["scheduling"]["nodeSelector"][super::nodes::KATA_LABEL] != "true" {
-                            problems.push(format!("RuntimeClass {class} does not select {}=true nodes", super::nodes::KATA_LABEL));
-                        } else {
-                            ok.push(format!("{class} → handler {handler}"));
+                    Ok(None) => {
+                        problems.push(format!("RuntimeClass {class} not found: kata-deploy's runtimeClasses.enabled is off, the shim is disabled, or a multiInstallSuffix renamed it"));
+                        continue;
+                    }
+                    Ok(Some(rc)) => rc,
+                };
+                let handler = rc["handler"].as_str().unwrap_or_default();
+                if handler != class {
+                    problems.push(format!("RuntimeClass {class} has handler {handler:?}, expected {class:?}"));
+                } else if rc["overhead"]["podFixed"].is_null() {
+                    problems.push(format!(
+                        "RuntimeClass {class} has no overhead.podFixed: pods will not account for the VM"
+                    ));
+                } else if rc["scheduling"]["nodeSelector"][KATA_LABEL] != "true" {
+                    problems.push(format!("RuntimeClass {class} does not select {KATA_LABEL}=true nodes"));
+                } else {
+                    match on_nodes(&rc, handler, &nodes) {
+                        OnNodes::Advertised(on) => ok.push(format!("{class} → handler {handler} on {}", on.join(", "))),
+                        OnNodes::Missing(why) => {
+                            handler_missing = true;
+                            problems.push(format!("RuntimeClass {class}: {why}"));
                         }
+                        OnNodes::NoNode(why) => problems.push(format!("RuntimeClass {class}: {why}")),
+                        OnNodes::Unknown(why) => unknown.push(format!("RuntimeClass {class}: {why}")),
                     }
                 }
             }
-            vec![if problems.is_empty() {
-                Verdict::pass(ok.join(", "))
+            let evidence = ok.join(", ");
+            vec![if !problems.is_empty() {
+                let fix = if handler_missing {
+                    "kata-deploy installs the handler into the node's containerd (a drop-in, then a containerd restart): check the kata layer's shims and its install on those nodes"
+                } else {
+                    "check the kata layer's HelmRelease values (shims, runtimeClasses.enabled) and that kata-deploy finished on the Kata nodes"
+                };
+                Verdict::fail(evidence, problems.iter().chain(&unknown).cloned().collect::<Vec<_>>().join("; "))
+                    .with_fix(fix)
+            } else if !unknown.is_empty() {
+                Verdict::error(evidence, unknown.join("; "))
             } else {
-                Verdict::fail(ok.join(", "), problems.join("; "))
-                    .with_fix("check the kata layer's HelmRelease values (shims, runtimeClasses.enabled)")
+                Verdict::pass(evidence)
             }]
         })
     }

@@ -30,11 +30,11 @@ pub(super) async fn runc_class_on_a_kata_node(client: &kube::Client, node: &str)
 }
 
 /// The node carries kata-deploy's label; a pool names a RuntimeClass. With handler `runc`
-/// (containerd has it, and containerd 2 lists it in `status.runtimeHandlers`), `nodes.ready`
-/// and `kata.runtimeclass` pass and the guest-kernel probe runs as a real container: its kernel
+/// (containerd has it, and containerd 2 lists it in the real kubelet's `status.runtimeHandlers`),
+/// `nodes.ready` and `kata.runtimeclass` pass and the guest-kernel probe runs as a real container: its kernel
 /// is the node's, so `kata.guest-kernel` fails saying so. With a handler containerd lacks,
-/// `nodes.ready` fails naming the handlers the node has (containerd's default under the empty
-/// name) with the fix, and the probe pod never gets a sandbox: `kata.guest-kernel` quotes
+/// `nodes.ready` and `kata.runtimeclass` fail naming the node and the handlers it has
+/// (containerd's default under the empty name) with the fix, and the probe pod never gets a sandbox: `kata.guest-kernel` quotes
 /// containerd's own error (`no runtime for "…" is configured`), not an unrelated notice, and
 /// names the cause and the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,7 +59,7 @@ async fn runtime_classes_against_the_real_containerd() {
     let (code, checks, _) = node.verify(&p, "nodes.ready,kata.runtimeclass,kata.guest-kernel", &[]).await;
     report(&checks);
     assert_check(&checks, "nodes.ready", "PASS", &["1 for Kata"]);
-    assert_check(&checks, "kata.runtimeclass", "PASS", &["runc → handler runc"]);
+    assert_check(&checks, "kata.runtimeclass", "PASS", &[&format!("runc → handler runc on {node_name}")]);
     assert_check(
         &checks,
         "kata.guest-kernel",
@@ -82,7 +82,17 @@ async fn runtime_classes_against_the_real_containerd() {
             "kata-deploy installs the handler",
         ],
     );
-    assert_check(&checks, "kata.runtimeclass", "PASS", &["kata-clh-runtime-rs → handler kata-clh-runtime-rs"]);
+    assert_check(
+        &checks,
+        "kata.runtimeclass",
+        "FAIL",
+        &[
+            &format!(
+                "RuntimeClass kata-clh-runtime-rs: no Ready node it admits lists runtime handler kata-clh-runtime-rs ({node_name} has the default, runc)"
+            ),
+            "kata-deploy installs the handler",
+        ],
+    );
     assert_check(
         &checks,
         "kata.guest-kernel",

@@ -107,6 +107,66 @@ async fn a_missing_runtimeclass_fails_the_runtimeclass_check() {
     assert_check(&checks, "kata.runtimeclass", "FAIL", "RuntimeClass kata-clh-runtime-rs not found");
 }
 
+/// `kata.runtimeclass` asks the nodes, not only the RuntimeClass: the one Kata node lacking the
+/// handler fails it naming the node and the handlers it has; a node that publishes no
+/// `status.runtimeHandlers` gives no verdict and says why; with no Ready node the class's
+/// `nodeSelector` admits, it fails naming the selector. (The real kubelet and containerd:
+/// `node::runtime`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtimeclass_check_reads_the_handlers_of_the_nodes_the_class_admits() {
+    let world = World::start().await;
+    // The labels kata-deploy sets, which the stand-in's RuntimeClass selects.
+    let kata = json!({"katacontainers.io/kata-runtime": "true", "kata-deploy.katacontainers.io/default": "true"});
+    let state = |ready, runtime_handlers| standin::NodeState {
+        ready,
+        kernel: "6.8.0-45-generic",
+        runtime_handlers,
+        labels: kata.clone(),
+    };
+    let (code, checks) = world.verify("kata.runtimeclass").await;
+    assert_eq!(code, Some(0), "{checks:#?}");
+    assert_check(&checks, "kata.runtimeclass", "PASS", "kata-clh-runtime-rs → handler kata-clh-runtime-rs on vf-node");
+
+    standin::node(&world.client, "vf-node", &state(true, Some(&["", "runc"]))).await;
+    let (code, checks) = world.verify("kata.runtimeclass").await;
+    assert_eq!(code, Some(1));
+    assert_check(
+        &checks,
+        "kata.runtimeclass",
+        "FAIL",
+        "RuntimeClass kata-clh-runtime-rs: no Ready node it admits lists runtime handler kata-clh-runtime-rs (vf-node has the default, runc)",
+    );
+    assert_check(&checks, "kata.runtimeclass", "FAIL", "kata-deploy installs the handler");
+
+    standin::node(&world.client, "vf-node", &state(true, None)).await;
+    let (code, checks) = world.verify("kata.runtimeclass").await;
+    assert_eq!(code, Some(1));
+    assert_check(
+        &checks,
+        "kata.runtimeclass",
+        "ERROR",
+        "vf-node publishes no status.runtimeHandlers (Kubernetes < 1.30 or containerd < 2.0): whether it has handler kata-clh-runtime-rs cannot be told",
+    );
+
+    // A second, Ready node with the handler but without the Kata label is not admitted.
+    let plain = standin::NodeState {
+        ready: true,
+        kernel: "6.8.0-45-generic",
+        runtime_handlers: Some(&["runc", "kata-clh-runtime-rs"]),
+        labels: json!({}),
+    };
+    standin::node(&world.client, "vf-plain", &plain).await;
+    standin::node(&world.client, "vf-node", &state(false, Some(&["runc", "kata-clh-runtime-rs"]))).await;
+    let (code, checks) = world.verify("kata.runtimeclass").await;
+    assert_eq!(code, Some(1));
+    assert_check(
+        &checks,
+        "kata.runtimeclass",
+        "FAIL",
+        "RuntimeClass kata-clh-runtime-rs: no Ready node carries its nodeSelector kata-deploy.katacontainers.io/default=true, katacontainers.io/kata-runtime=true",
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_is_not_ready_and_an_unfinished_kata_install_fail_the_nodes_check() {
     let world = World::start().await;
@@ -116,7 +176,7 @@ async fn a_node_that_is_not_ready_and_an_unfinished_kata_install_fail_the_nodes_
         &standin::NodeState {
             ready: false,
             kernel: "6.8.0-45-generic",
-            runtime_handlers: &["runc"],
+            runtime_handlers: Some(&["runc"]),
             labels: json!({"katacontainers.io/kata-runtime": "false"}),
         },
     )

@@ -26,6 +26,7 @@
 //! recorded facts, the same code in the tests and in `tests/cluster/up --with-controllers`.
 
 mod flux;
+pub mod host_view;
 mod kubelet;
 
 pub use flux::{Controllers, Ready, flux_ready};
@@ -44,8 +45,9 @@ pub struct NodeState<'a> {
     pub ready: bool,
     /// `status.nodeInfo.kernelVersion` (the host kernel).
     pub kernel: &'a str,
-    /// `status.runtimeHandlers[].name`.
-    pub runtime_handlers: &'a [&'a str],
+    /// `status.runtimeHandlers[].name` (`None`: the node publishes no `runtimeHandlers`, as
+    /// kubelets before 1.30 and containerd before 2.0).
+    pub runtime_handlers: Option<&'a [&'a str]>,
     /// Labels.
     pub labels: Value,
 }
@@ -56,12 +58,10 @@ pub async fn node(client: &Client, name: &str, state: &NodeState<'_>) -> Node {
     let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
     let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": state.labels}})).unwrap();
     api.create(&PostParams::default(), &node).await.expect("create node");
-    let handlers: Vec<Value> = state
+    let handlers: Option<Vec<Value>> = state
         .runtime_handlers
-        .iter()
-        .map(|h| json!({"name": h, "features": {"recursiveReadOnlyMounts": true}}))
-        .collect();
-    let status = json!({"status": {
+        .map(|hs| hs.iter().map(|h| json!({"name": h, "features": {"recursiveReadOnlyMounts": true}})).collect());
+    let mut status = json!({"status": {
         "conditions": [{
             "type": "Ready",
             "status": if state.ready { "True" } else { "False" },
@@ -74,8 +74,10 @@ pub async fn node(client: &Client, name: &str, state: &NodeState<'_>) -> Node {
             "kubeletVersion": "v1.36.3", "kubeProxyVersion": "", "machineID": "m", "systemUUID": "s", "bootID": "b",
             "osImage": "test", "operatingSystem": "linux", "architecture": "amd64",
         },
-        "runtimeHandlers": handlers,
     }});
+    if let Some(handlers) = handlers {
+        status["status"]["runtimeHandlers"] = json!(handlers);
+    }
     let node = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("node status");
     if state.ready {
         // The node lifecycle controller lifts the not-ready taint admission put on the new node.
@@ -303,7 +305,7 @@ impl KataCluster {
         let state = NodeState {
             ready: true,
             kernel: "6.8.0-45-generic",
-            runtime_handlers: &["runc", "kata-clh-runtime-rs"],
+            runtime_handlers: Some(&["runc", "kata-clh-runtime-rs"]),
             labels: kata_labels,
         };
         node(&client, &format!("{p}-node"), &state).await;
