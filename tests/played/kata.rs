@@ -4,10 +4,10 @@
 //! agent is not on crates.io, Debian has no package; `../shared/reference/real-node.md`), nor
 //! Cloud Hypervisor (crates.io has only a placeholder).
 //!
-//! **What is real**: QEMU (Debian's `qemu-system-x86` 7.2, with TCG: `/dev/kvm` on these
-//! machines is PVM, on which a stock guest kernel cannot boot) boots the Debian cloud kernel
-//! (`linux-image-6.1.0-57-cloud-amd64`) with a busybox initramfs; what a probe prints is what
-//! that guest prints; the QEMU process, its QMP socket and its memory maps are QEMU's own.
+//! **What is real**: QEMU (Debian's `qemu-system-x86` 7.2, with TCG, so the tests need no KVM
+//! and no particular kind of it: on PVM hosts a stock guest kernel cannot boot under KVM) boots
+//! the Debian cloud kernel (`linux-image-cloud-amd64`, as the mirror serves it) with a busybox
+//! initramfs; what a probe prints is what that guest prints; the QEMU process, its QMP socket and its memory maps are QEMU's own.
 //!
 //! **What is played, from which facts** (`real-node.md`, "Kata as it runs"): the runtime's
 //! layout — the sandbox id is the CRI sandbox id, named in the container's bundle `config.json`

@@ -23,7 +23,7 @@ async fn a_real_guest_passes_with_or_without_the_systemd_marker() {
             "kata.guest-kernel",
             "PASS",
             &[
-                "guest 6.1.0-57-cloud-amd64 on node vf-node",
+                &format!("guest {} on node vf-node", super::guest_release()),
                 "hypervisor flag true",
                 "agent parameters [agent.log=debug agent.cdh_api_timeout=50]",
                 &format!("systemd marker {marker}"),

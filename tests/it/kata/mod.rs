@@ -1,9 +1,11 @@
-//! The Kata tier (`tests/run kata`): verify's Kata checks against real VMs and this machine.
+//! The Kata tier (`tests/run kata`): verify's Kata checks against real VMs and real hosts.
 //!
-//! Real: QEMU from Debian (TCG) booting the Debian cloud kernel, whose guest runs the
-//! guest-kernel probe; the QEMU process, its QMP socket and its memory maps, read by the real
-//! host probe run on this machine; this machine's `/dev/kvm` (PVM), `/sys/module` and
-//! `/dev/vhost-vsock`. Played (no registry serves them): the Kata shim's pod-to-VM step and Cloud
+//! Real: QEMU from Debian (TCG, so no test needs this host's KVM) booting Debian's cloud kernel
+//! as the mirror serves it, whose guest runs the guest-kernel probe; the QEMU process, its QMP
+//! socket and its memory maps, read by the real host probe run on this machine; this machine's
+//! `/dev/kvm`, `/sys/module` and `/dev/vhost-vsock`, whatever they are, and prepared hosts (the
+//! real probe in a private mount namespace, `cluster::standin::host_view`) for every kind of
+//! KVM. Played (no registry serves them): the Kata shim's pod-to-VM step and Cloud
 //! Hypervisor's API (`tests/played/kata.rs`, `cloud_hypervisor.py`). The cluster is the verify
 //! tests' stand-in world (its kubelet hands Kata pods to the played shim and runs host probes
 //! here).
@@ -32,10 +34,14 @@ fn parts() -> Parts {
         assert!(out.status.success(), "tests/cluster/qemu: {}", String::from_utf8_lossy(&out.stderr));
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
     });
-    let out = std::process::Command::new(root().join("tests/cluster/debs")).output().expect("tests/cluster/debs");
-    assert!(out.status.success(), "tests/cluster/debs: {}", String::from_utf8_lossy(&out.stderr));
-    let debs = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let boot = debs.join("linux-image-6.1.0-57-cloud-amd64/boot");
+    static DEBS: OnceLock<PathBuf> = OnceLock::new();
+    let debs = DEBS.get_or_init(|| {
+        let out = std::process::Command::new(root().join("tests/cluster/debs")).output().expect("tests/cluster/debs");
+        assert!(out.status.success(), "tests/cluster/debs: {}", String::from_utf8_lossy(&out.stderr));
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    });
+    // Debian's cloud kernel as the mirror served it when `tests/cluster/debs` ran.
+    let boot = debs.join("linux-image-cloud-amd64/boot");
     let kernel = std::fs::read_dir(&boot)
         .expect("the guest kernel package")
         .flatten()
@@ -53,6 +59,13 @@ fn parts() -> Parts {
         busybox: debs.join("busybox-static/bin/busybox"),
         cloud_hypervisor: root().join("tests/played/cloud_hypervisor.py"),
     }
+}
+
+/// The guest kernel's release (`uname -r` in the guest): its `vmlinuz-<release>` name.
+fn guest_release() -> String {
+    let kernel = parts().kernel;
+    let name = kernel.file_name().unwrap_or_default().to_string_lossy();
+    name.strip_prefix("vmlinuz-").unwrap_or_else(|| panic!("{name} is not vmlinuz-<release>")).to_owned()
 }
 
 /// A world whose Kata pool runs `class` through a played shim of `vmm` and `runtime`; returns

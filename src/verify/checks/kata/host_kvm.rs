@@ -97,6 +97,8 @@ impl KvmReport {
         let nested = r["nested"].as_str().map_or("unknown".to_owned(), str::to_owned);
         if r["char_device"] != true {
             self.problems.push(format!("{node}: /dev/kvm is not a character device ({})", r["error"]));
+        } else if let Some(e) = r["error"].as_str() {
+            self.problems.push(format!("{node}: /dev/kvm does not answer: {e} (no KVM behind the device)"));
         } else if r["api_version"] != 12 {
             self.problems.push(format!("{node}: KVM API version is {} (expected 12)", r["api_version"]));
         } else if r["create_vm"] == false {

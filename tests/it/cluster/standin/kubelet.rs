@@ -5,8 +5,6 @@ use kube::Client;
 use kube::api::Api;
 use serde_json::{Value, json};
 
-use std::path::Path;
-
 use super::*;
 
 /// What the node-side world looks like for `osbx verify` probes.
@@ -34,6 +32,9 @@ pub struct Scenario {
     /// A Warning event the node records for every Kata and host probe pod instead of running
     /// it (reason, message), as when a sandbox cannot be created.
     pub sandbox_failure: Option<(String, String)>,
+    /// Host probes (with `vm`) see this prepared host instead of this machine's `/sys/module`
+    /// and `/dev` (`host_view.rs`).
+    pub host_view: Option<std::sync::Arc<super::host_view::HostView>>,
 }
 
 impl Scenario {
@@ -51,6 +52,7 @@ impl Scenario {
             workload_api_error: None,
             vm: None,
             sandbox_failure: None,
+            host_view: None,
         }
     }
 }
@@ -121,9 +123,10 @@ impl Kubelet {
         pod: &Pod,
         spec: &k8s_openapi::api::core::v1::PodSpec,
         probe: &str,
+        s: &Scenario,
         shim: std::sync::Arc<crate::played::kata::Shim>,
-        node: &str,
     ) -> Option<()> {
+        let node = s.node.as_str();
         let ns = pod.metadata.namespace.clone()?;
         let name = pod.metadata.name.clone()?;
         let container = spec.containers.first()?.clone();
@@ -141,13 +144,15 @@ impl Kubelet {
             }
             _ => {
                 // A privileged host probe: its hostPath volumes checked as the kubelet checks
-                // them, then its command run here.
+                // them, then its command run here (or in the scenario's prepared host).
+                let view = s.host_view.clone();
                 for v in spec.volumes.iter().flatten() {
                     let Some(hp) = &v.host_path else { continue };
+                    let path = view.as_ref().map_or_else(|| std::path::PathBuf::from(&hp.path), |v| v.path(&hp.path));
                     let ok = match hp.type_.as_deref() {
-                        Some("CharDevice") => std::fs::metadata(&hp.path)
+                        Some("CharDevice") => std::fs::metadata(&path)
                             .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type())),
-                        Some("Directory") => Path::new(&hp.path).is_dir(),
+                        Some("Directory") => path.is_dir(),
                         _ => true,
                     };
                     if !ok {
@@ -174,7 +179,8 @@ impl Kubelet {
                     .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
                     .collect();
                 let out = tokio::task::spawn_blocking(move || {
-                    std::process::Command::new("python3").args(["-c", &script]).envs(env).output()
+                    let mut cmd = view.map_or_else(|| std::process::Command::new("python3"), |v| v.command("python3"));
+                    cmd.args(["-c", &script]).envs(env).output()
                 })
                 .await
                 .ok()?
@@ -206,7 +212,7 @@ impl Kubelet {
             return Some(());
         }
         if kata_or_host && let Some(shim) = &s.vm {
-            return Self::real_vm(client, pod, &spec, &probe, shim.clone(), &s.node).await;
+            return Self::real_vm(client, pod, &spec, &probe, s, shim.clone()).await;
         }
         let result = |v: Value| v.to_string();
         match probe.as_str() {
