@@ -50,9 +50,6 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// How a chart the copy cannot render for want of its own dependencies is named in findings.
-pub const INCOMPLETE_COPY: &str = "incomplete chart copy";
-
 /// Where the upstream charts are read from: `../shared/charts/`, or `$OSBX_TEST_CHARTS` (a
 /// directory of the same layout, e.g. with a chart's missing sibling dependencies added).
 pub fn charts_root() -> PathBuf {
@@ -162,8 +159,8 @@ pub fn prepared(chart: &'static str) -> Result<PathBuf, String> {
         let absent: Vec<&String> = deps.iter().filter(|d| !dir.join(d).join("Chart.yaml").is_file()).collect();
         if !absent.is_empty() {
             return Err(format!(
-                "{INCOMPLETE_COPY}: the charts root {} lacks file:// dependencies of {chart}: {} (named in its Chart.yaml \
-                 `dependencies`); add them from the same upstream commit",
+                "the charts root {} lacks file:// dependencies of {chart}: {} (named in its Chart.yaml `dependencies`); \
+                 add them from the same upstream commit",
                 charts_root().display(),
                 absent.iter().map(|d| format!("file://{d}")).collect::<Vec<_>>().join(", ")
             ));

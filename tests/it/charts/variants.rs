@@ -51,14 +51,21 @@ fn with(base: &Value, f: impl FnOnce(&mut Value)) -> Value {
     v
 }
 
-/// Every namespace a section names, renamed.
+/// Whether the profile renders a layer of `component`.
+fn renders(base: &Value, component: &str) -> bool {
+    base["layers"].as_array().is_some_and(|ls| ls.iter().any(|l| l["component"] == component))
+}
+
+/// Every namespace a section names, renamed: OpenSandbox's control plane and sandboxes, kata-deploy's,
+/// and SPIRE's (the agents' and the smoke fixture's) wherever the profile has the section or
+/// renders the component (a section left to its defaults is written out renamed).
 fn renamed_namespaces(base: &Value) -> Option<Value> {
     Some(with(base, |p| {
         p["opensandbox"]["namespaces"] = json!({"controlPlane": "sbx-system", "sandbox": "sbx"});
-        if p.get("kata").is_some() {
+        if p.get("kata").is_some() || renders(base, "kata") {
             p["kata"]["namespace"] = json!("kata-runtime");
         }
-        if p.get("spire").is_some() {
+        if p.get("spire").is_some() || renders(base, "spire-agents") || renders(base, "spire-smoke") {
             p["spire"]["namespace"] = json!("spiffe-agents");
             p["spire"]["smoke"]["namespace"] = json!("spiffe-smoke");
         }
