@@ -191,14 +191,11 @@ fn on_nodes(rc: &Value, handler: &str, nodes: &[Value]) -> OnNodes {
         OnNodes::Missing(format!("no Ready node it admits lists runtime handler {handler} ({})", lacking.join("; ")))
     } else {
         let (publish, have) = if silent.len() == 1 { ("publishes", "it has") } else { ("publish", "they have") };
-        let mut why = format!(
+        let why = format!(
             "{} {publish} no status.runtimeHandlers (Kubernetes < 1.30 or containerd < 2.0): whether {have} handler {handler} cannot be told",
             silent.join(", ")
         );
-        if !lacking.is_empty() {
-            why.push_str(&format!("; {}", lacking.join("; ")));
-        }
-        OnNodes::Unknown(why)
+        OnNodes::Unknown(std::iter::once(why).chain(lacking).collect::<Vec<_>>().join("; "))
     }
 }
 

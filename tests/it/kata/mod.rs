@@ -29,12 +29,12 @@ use crate::verify::World;
 /// (unpacked by `tests/cluster/debs`).
 fn parts() -> Parts {
     static QEMU: OnceLock<PathBuf> = OnceLock::new();
+    static DEBS: OnceLock<PathBuf> = OnceLock::new();
     let qemu = QEMU.get_or_init(|| {
         let out = std::process::Command::new(root().join("tests/cluster/qemu")).output().expect("tests/cluster/qemu");
         assert!(out.status.success(), "tests/cluster/qemu: {}", String::from_utf8_lossy(&out.stderr));
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
     });
-    static DEBS: OnceLock<PathBuf> = OnceLock::new();
     let debs = DEBS.get_or_init(|| {
         let out = std::process::Command::new(root().join("tests/cluster/debs")).output().expect("tests/cluster/debs");
         assert!(out.status.success(), "tests/cluster/debs: {}", String::from_utf8_lossy(&out.stderr));
