@@ -115,6 +115,8 @@ pub struct Fleet {
     pub reach: Vec<Reach>,
     /// The rollout's waves.
     pub waves: Vec<Wave>,
+    /// `rollout.acceptNoEvidence`: a cluster whose every check was skipped passes its gate.
+    pub accept_no_evidence: bool,
 }
 
 impl Fleet {
@@ -216,7 +218,15 @@ pub fn load(path: &Path, progress: &dyn Progress) -> Result<Fleet, ProfileError>
             kubeconfig: m.kubeconfig.as_ref().map(|k| dir.join(k)),
         })
         .collect();
-    Ok(Fleet { name: doc.metadata.name, description: doc.metadata.description, members, reach, waves })
+    let accept_no_evidence = doc.rollout.as_ref().is_some_and(|r| r.accept_no_evidence);
+    Ok(Fleet {
+        name: doc.metadata.name,
+        description: doc.metadata.description,
+        members,
+        reach,
+        waves,
+        accept_no_evidence,
+    })
 }
 
 /// Point a diagnostic of a merged profile at the override that set the field, else at the base.

@@ -15,6 +15,10 @@ pub(super) struct RolloutSpec {
     /// The waves, in order: a wave is committed only after every cluster of the wave before it
     /// reconciled and passed `osbx verify`.
     pub waves: Vec<WaveSpec>,
+    /// Whether a cluster whose every check was skipped passes its gate. Such a cluster has no
+    /// evidence that the change works there: by default it fails its gate (as `gate.evidence`).
+    #[serde(default)]
+    pub accept_no_evidence: bool,
 }
 
 /// One wave of a rollout.

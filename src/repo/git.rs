@@ -1,6 +1,5 @@
 //! Commit rendered files with git2: exactly the files osbx changed, never anything else.
 
-use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use git2::{Repository, Signature, Status, StatusOptions};
@@ -105,49 +104,129 @@ pub(crate) fn commit(root: &Path, paths: &[String], message: &str) -> Result<Opt
     Ok(Some((id, files)))
 }
 
-/// The trailers (`Key: value` lines closing a commit message) of the newest commit on HEAD's
-/// first-parent line that has the trailer `key: value`; `None` when there is none, or when a
-/// commit after it changed one of `paths` (`root`-relative): what that commit stands for is not
-/// what the repository holds any more.
+/// The note on `commit` in the notes ref `notes` (`refs/notes/…`), when there is one.
 ///
 /// # Errors
 /// [`GitError`] when `root` is not in a repository or libgit2 fails.
-pub(crate) fn newest_marked(
+pub(crate) fn note(root: &Path, notes: &str, commit: &str) -> Result<Option<String>, GitError> {
+    let (repo, _) = open(root)?;
+    match repo.find_note(Some(notes), git2::Oid::from_str(commit)?) {
+        Ok(n) => Ok(Some(n.message().unwrap_or_default().to_owned())),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Set the note on `commit` in the notes ref `notes` to `text` (a commit of the notes ref, as
+/// `git notes add -f` makes it).
+///
+/// # Errors
+/// [`GitError`] when `root` is not in a repository or libgit2 fails.
+pub(crate) fn set_note(root: &Path, notes: &str, commit: &str, text: &str) -> Result<(), GitError> {
+    let (repo, _) = open(root)?;
+    let sig = repo.signature().or_else(|_| Signature::now("osbx", "osbx@localhost"))?;
+    repo.note(&sig, &sig, Some(notes), git2::Oid::from_str(commit)?, text, true)?;
+    Ok(())
+}
+
+/// The notes of the notes ref `notes` on the commits of HEAD's first-parent line, newest first:
+/// `each` gets a commit's id and its note, and stops the walk with `Break`.
+///
+/// # Errors
+/// [`GitError`] when `root` is not in a repository or libgit2 fails.
+pub(crate) fn notes_on_head_line(
     root: &Path,
-    (key, value): (&str, &str),
-    paths: &BTreeSet<String>,
-) -> Result<Option<Vec<(String, String)>>, GitError> {
-    let (repo, workdir) = open(root)?;
-    let watched: HashSet<String> = to_workdir(root, &workdir, paths).into_iter().collect();
+    notes: &str,
+    mut each: impl FnMut(&str, &str) -> std::ops::ControlFlow<()>,
+) -> Result<(), GitError> {
+    let (repo, _) = open(root)?;
+    let mut annotated = std::collections::HashMap::new();
+    match repo.notes(Some(notes)) {
+        Ok(iter) => {
+            for pair in iter {
+                let (note, commit) = pair?;
+                annotated.insert(commit, note);
+            }
+        }
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    if annotated.is_empty() {
+        return Ok(());
+    }
     let mut walk = repo.revwalk()?;
     match walk.push_head() {
         Err(e) if e.code() == git2::ErrorCode::UnbornBranch || e.code() == git2::ErrorCode::NotFound => {
-            return Ok(None);
+            return Ok(());
         }
         other => other?,
     }
     walk.simplify_first_parent()?;
     for id in walk {
-        let commit = repo.find_commit(id?)?;
-        let trailers: Vec<(String, String)> = git2::message_trailers_strs(commit.message().unwrap_or_default())
-            .map(|t| t.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
-            .unwrap_or_default();
-        if trailers.iter().any(|(k, v)| k == key && v == value) {
-            return Ok(Some(trailers));
-        }
-        let parent = commit.parents().next().map(|p| p.tree()).transpose()?;
-        let diff = repo.diff_tree_to_tree(parent.as_ref(), Some(&commit.tree()?), None)?;
-        let touches = diff.deltas().any(|d| {
-            [d.old_file().path(), d.new_file().path()]
-                .into_iter()
-                .flatten()
-                .any(|p| watched.contains(&p.to_string_lossy().replace('\\', "/")))
-        });
-        if touches {
-            return Ok(None);
+        let id = id?;
+        let Some(note) = annotated.get(&id) else { continue };
+        let blob = repo.find_blob(*note)?;
+        if each(&id.to_string(), &String::from_utf8_lossy(blob.content())).is_break() {
+            break;
         }
     }
-    Ok(None)
+    Ok(())
+}
+
+/// Whether each of `dirs` (`root`-relative) holds at HEAD exactly what it held at `commit`
+/// (the same tree, or absent at both).
+///
+/// # Errors
+/// [`GitError`] when `root` is not in a repository, `commit` is not a commit there, or libgit2
+/// fails.
+pub(crate) fn unchanged_since(root: &Path, commit: &str, dirs: &[String]) -> Result<bool, GitError> {
+    let (repo, workdir) = open(root)?;
+    let then = repo.find_commit(git2::Oid::from_str(commit)?)?.tree()?;
+    let now = repo.head()?.peel_to_tree()?;
+    Ok(to_workdir(root, &workdir, dirs).iter().all(|dir| {
+        let id = |tree: &git2::Tree<'_>| tree.get_path(Path::new(dir)).ok().map(|e| e.id());
+        id(&then) == id(&now)
+    }))
+}
+
+/// What HEAD is in a repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Checkout {
+    /// A branch is checked out (maybe with no commit yet); `remote` is its upstream's remote,
+    /// when it has one.
+    Branch {
+        /// The branch's short name.
+        name: String,
+        /// Its upstream's remote (`branch.<name>.remote`).
+        remote: Option<String>,
+    },
+    /// HEAD is detached at this commit.
+    Detached(String),
+}
+
+/// The names of the remotes of the repository containing `root`.
+///
+/// # Errors
+/// [`GitError`] when `root` is not in a repository or libgit2 fails.
+pub(crate) fn remotes(root: &Path) -> Result<Vec<String>, GitError> {
+    let (repo, _) = open(root)?;
+    Ok(repo.remotes()?.iter().filter_map(|r| r.ok().flatten().map(str::to_owned)).collect())
+}
+
+/// What HEAD is in the repository containing `root`.
+///
+/// # Errors
+/// [`GitError`] when `root` is not in a repository or libgit2 fails.
+pub(crate) fn checkout(root: &Path) -> Result<Checkout, GitError> {
+    let (repo, _) = open(root)?;
+    if repo.head_detached()? {
+        return Ok(Checkout::Detached(repo.head()?.peel_to_commit()?.id().to_string()));
+    }
+    let head = repo.find_reference("HEAD")?;
+    let full = head.symbolic_target()?.unwrap_or("HEAD").to_owned();
+    let name = full.strip_prefix("refs/heads/").unwrap_or(&full).to_owned();
+    let remote = repo.branch_upstream_remote(&full).ok().and_then(|b| b.as_str().ok().map(str::to_owned));
+    Ok(Checkout::Branch { name, remote })
 }
 
 /// The text of `rel` (relative to `root`) in the commit at HEAD, when there is one.
@@ -223,6 +302,21 @@ pub(crate) fn push(root: &Path) -> Result<(), String> {
         .arg("-C")
         .arg(root)
         .args(["push", "--quiet"])
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
+}
+
+/// `git push REMOTE REF:REF` in the repository containing `root` (a ref other than the branch,
+/// such as a notes ref), with the user's git.
+///
+/// # Errors
+/// What git said, when it failed or could not run.
+pub(crate) fn push_ref(root: &Path, remote: &str, reference: &str) -> Result<(), String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["push", "--quiet", remote, &format!("{reference}:{reference}")])
         .output()
         .map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }

@@ -19,7 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub(crate) use git::{GitError, commit, head, newest_marked, push, repo_state, staged_conflicts, uncommitted};
+pub(crate) use git::{
+    Checkout, GitError, checkout, commit, head, note, notes_on_head_line, push, push_ref, remotes, repo_state,
+    set_note, staged_conflicts, unchanged_since, uncommitted,
+};
 pub(crate) use kustomization::MergeError;
 use state::State;
 pub(crate) use write::{lock, write};

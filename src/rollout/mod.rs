@@ -10,24 +10,28 @@
 //! next wave, naming the cluster, the check and its evidence.
 //!
 //! Nothing is remembered outside the repository: a wave whose render changes nothing is
-//! committed already, and each wave's commit names its fleet and wave in trailers, so the
-//! history says which waves an earlier run rolled out and verified ([`plan`]). `resume` starts
-//! at the first wave not known to have passed (the one that failed, or the one a killed run was
-//! gating, verified again); a rerun without it verifies every wave again and commits only what is
-//! not committed, so an interrupted rollout converges either way, with no cluster skipped or
-//! changed twice. Before the first commit, every cluster of every wave is reached and
-//! everything the rollout will do there is reviewed, so that a cluster it cannot reach or
-//! a permission it lacks stops it before anything is written.
+//! committed already, and each cluster's gate outcome is recorded as a git note on the commit
+//! it gated ([`gates`]; pushed with `--push`), so the repository says which waves an earlier run
+//! rolled out and verified ([`plan`]). `resume` starts at the first wave not known to have passed
+//! at what the repository holds (the one that failed, or the one a killed run was gating,
+//! verified again); a rerun without it verifies every wave again and commits only what is not
+//! committed, so an interrupted rollout converges either way, with no cluster skipped or changed
+//! twice. Before the first commit, the repository is checked (a branch checked out, an upstream
+//! to push to), and every cluster of every wave is reached and everything the rollout will do
+//! there is reviewed, so that a cluster it cannot reach or a permission it lacks stops it before
+//! anything is written.
 
 mod flux;
+mod gates;
 mod plan;
 mod report;
 
+use gates::{Gate, GateOutcome};
 use plan::{Plan, wave_render};
 pub(crate) use report::{ClusterReport, Failure, Report, WaveReport, WaveState};
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -44,8 +48,8 @@ use crate::profile::LoadedProfile;
 use crate::progress::{ClusterState, Progress};
 use crate::render::{RenderError, Renderer, Source};
 use crate::repo::{self, GitError, RepoError};
+use crate::verify;
 use crate::verify::session::{Session, VerifyError};
-use crate::verify::{self, Outcome};
 
 /// How to roll out.
 #[derive(Debug, Clone)]
@@ -84,6 +88,30 @@ pub(crate) enum RolloutError {
         /// The repository.
         repo: String,
         /// What git said.
+        reason: String,
+    },
+    /// `--push` with a branch that has no upstream.
+    #[error(
+        "--push: branch {branch} of {repo} has no upstream to push to; push it once with `git push -u {remote} {branch}` (after a first commit), or drop --push"
+    )]
+    NoUpstream {
+        /// The repository.
+        repo: String,
+        /// The branch checked out.
+        branch: String,
+        /// The remote to name in the advice (`<remote>` unless the repository has exactly one).
+        remote: String,
+    },
+    /// The gate records on a commit cannot be read.
+    #[error(
+        "{commit}: its note in {} is not gate records osbx can read ({reason}); remove it (`git notes --ref {} remove {commit}`) and the waves it recorded are gated again",
+        gates::NOTES,
+        gates::NOTES
+    )]
+    Gates {
+        /// The commit the note is on.
+        commit: String,
+        /// Why.
         reason: String,
     },
     /// A cluster could not be reached or read.
@@ -143,7 +171,8 @@ pub(crate) async fn run(
 ) -> Result<Report, RolloutError> {
     let source = Source { kind: "fleet", name: fleet.name.clone() };
     let root = settings.repo.as_path();
-    let plan = Plan::new(fleet, renderer, root, &source)?;
+    let remote = checked_out(root, settings.push)?;
+    let plan = Plan::new(fleet, renderer, root, &source, &settings.verify.selection)?;
     let start = if settings.resume { plan.done } else { 0 };
     let mut report = Report {
         fleet: fleet.name.clone(),
@@ -183,20 +212,31 @@ pub(crate) async fn run(
             None => repo::head(root)?,
         };
         report.waves[k].commit = commit;
-        let gates = stream::iter(wave.clusters.iter().map(|c| {
+        let gated = stream::iter(wave.clusters.iter().map(|c| {
             let target = targets.iter().find(|t| t.member.profile.cluster.name == *c);
             let sha = sha.clone();
             async move {
-                match target {
-                    Some(t) => gate(&wave.name, t, &sha, settings, progress, interrupted).await,
-                    None => Ok(ClusterReport::failed(c, "flux.reconcile", "not in the fleet".into())),
-                }
+                let result = match target {
+                    Some(t) => gate(&wave.name, t, &sha, fleet, settings, progress, interrupted).await?,
+                    None => ClusterReport::failed(c, "flux.reconcile", "not in the fleet".into()),
+                };
+                gates::record(root, &record(fleet, &wave.name, &sha, &result))?;
+                Ok::<_, RolloutError>(result)
             }
         }))
         .buffer_unordered(wave.max_parallel.max(1))
         .collect::<Vec<_>>()
         .await;
-        let mut results = gates.into_iter().collect::<Result<Vec<_>, _>>()?;
+        // What was recorded is pushed, also when a gate could not finish.
+        if let Some(remote) = &remote
+            && gated.iter().any(Result::is_ok)
+        {
+            repo::push_ref(root, remote, gates::NOTES).map_err(|reason| RolloutError::Push {
+                repo: root.display().to_string(),
+                reason: format!("{}: {reason}", gates::NOTES),
+            })?;
+        }
+        let mut results = gated.into_iter().collect::<Result<Vec<_>, _>>()?;
         results.sort_by_key(|r| wave.clusters.iter().position(|c| *c == r.cluster));
         let passed = results.iter().all(|r| r.passed);
         report.waves[k].results = results;
@@ -208,6 +248,43 @@ pub(crate) async fn run(
     }
     report.completed = true;
     Ok(report)
+}
+
+/// When pushing, the branch's upstream remote (the gate records are pushed there); the branch
+/// must have one.
+fn checked_out(root: &Path, push: bool) -> Result<Option<String>, RolloutError> {
+    if !push {
+        return Ok(None);
+    }
+    let repo = root.display().to_string();
+    match repo::checkout(root)? {
+        repo::Checkout::Detached(_) => {
+            Err(RolloutError::NoUpstream { repo, branch: "HEAD".into(), remote: "<remote>".into() })
+        }
+        repo::Checkout::Branch { remote: Some(remote), .. } if push => Ok(Some(remote)),
+        repo::Checkout::Branch { name, remote: None } if push => {
+            let remote = match repo::remotes(root)?.as_slice() {
+                [one] => one.clone(),
+                _ => "<remote>".into(),
+            };
+            Err(RolloutError::NoUpstream { repo, branch: name, remote })
+        }
+        repo::Checkout::Branch { .. } => Ok(None),
+    }
+}
+
+/// The record of a cluster's gate at commit `sha`.
+fn record(fleet: &Fleet, wave: &str, sha: &str, result: &ClusterReport) -> Gate {
+    Gate {
+        fleet: fleet.name.clone(),
+        wave: wave.to_owned(),
+        cluster: result.cluster.clone(),
+        outcome: result.outcome,
+        commit: sha.to_owned(),
+        at: gates::now(),
+        checks: result.checks.iter().map(|c| (c.id.clone(), c.verdict.outcome.to_string())).collect(),
+        failed: result.failure.as_ref().map(|f| f.check.clone()),
+    }
 }
 
 /// Write and commit wave `k` (and push it); returns the commit, or `None` when the repository
@@ -323,11 +400,13 @@ impl Progress for Line<'_> {
     }
 }
 
-/// One cluster's gate: Flux reconciles `sha`, then every selected check passes.
+/// One cluster's gate: Flux reconciles `sha`, then every selected check passes (and one passes,
+/// unless the fleet accepts a cluster whose checks all skip).
 async fn gate(
     wave: &str,
     target: &Target<'_>,
     sha: &str,
+    fleet: &Fleet,
     settings: &Settings,
     progress: &dyn Progress,
     interrupted: &Interrupt,
@@ -364,9 +443,7 @@ async fn gate(
         .await
         .map_err(|e| verify_error(&name, e))?;
     let results = session.run(&line, interrupted()).await.map_err(|e| verify_error(&name, e))?;
-    let failure = results.iter().find(|r| !matches!(r.verdict.outcome, Outcome::Pass | Outcome::Skip)).map(|r| {
-        Failure { check: r.id.clone(), evidence: r.verdict.evidence.clone(), diagnosis: r.verdict.diagnosis.clone() }
-    });
+    let (outcome, failure) = gates::judge(&results, fleet.accept_no_evidence);
     let state = match &failure {
         None => ClusterState::Passed,
         Some(f) => ClusterState::Failed(format!("{}: {}", f.check, f.evidence)),
@@ -375,6 +452,7 @@ async fn gate(
     Ok(ClusterReport {
         cluster: name,
         passed: failure.is_none(),
+        outcome,
         reconciled_ms: Some(reconciled_ms),
         verify_ms: Some(millis(checking.elapsed())),
         failure,

@@ -1,21 +1,25 @@
 //! Where a rollout stands before it writes anything: what each wave's render changes, which
-//! waves the repository holds already, which its history says were rolled out and verified, and
-//! so where this run starts.
+//! waves the repository holds already, which were rolled out and verified, and so where this
+//! run starts.
 //!
-//! A wave's commit carries two trailers, `Osbx-Rollout: <fleet>` and `Osbx-Wave: <wave>`. A
-//! wave is committed only after every wave before it passed, so the newest such commit on HEAD's
-//! first-parent line, of wave `j`, says that the waves before `j` passed with what the
-//! repository held then. They count as done while the repository still holds that: no commit
-//! after it changed a file the fleet renders, and their render changes nothing.
+//! A wave's commit carries two trailers, `Osbx-Rollout: <fleet>` and `Osbx-Wave: <wave>`, for
+//! whoever reads the history. What a wave's gate showed is not in the history but in the gate
+//! records ([`super::gates`]): a wave counts as done when the repository holds its render (it
+//! changes nothing) and every one of its clusters' newest records shows it passed with the checks
+//! this run selects, at a commit where the cluster's files (its `clusters/<name>/apps` and the
+//! directories they point Flux at) were what HEAD holds; the done waves are those before the
+//! first that does not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::RolloutError;
+use super::{RolloutError, gates};
 use crate::fleet::{self, Fleet};
 use crate::render::{RenderError, Rendered, Renderer, Source};
 use crate::repo;
+use crate::verify::Selection;
+use crate::verify::session::selected_ids;
 
 /// The trailer that names the fleet of a wave's commit.
 const FLEET_TRAILER: &str = "Osbx-Rollout";
@@ -32,18 +36,25 @@ pub(super) struct Plan {
     /// The first wave whose render the repository does not hold yet; every wave before it is
     /// committed.
     pub first_pending: usize,
-    /// The waves before this one were rolled out and verified by an earlier run, as the
-    /// repository's history says, and the repository still holds them.
+    /// The waves before this one were rolled out and verified, as the gate records say, and the
+    /// repository still holds them.
     pub done: usize,
 }
 
 impl Plan {
-    /// The rollout of `fleet` over the repository at `root` as it is now.
-    pub(super) fn new(fleet: &Fleet, renderer: &Renderer, root: &Path, source: &Source) -> Result<Self, RolloutError> {
+    /// The rollout of `fleet` over the repository at `root` as it is now, for a run selecting
+    /// the checks `selection`.
+    pub(super) fn new(
+        fleet: &Fleet,
+        renderer: &Renderer,
+        root: &Path,
+        source: &Source,
+        selection: &Selection,
+    ) -> Result<Self, RolloutError> {
         let mut files = Vec::new();
         let mut previous: Option<Rendered> = None;
         let mut first_pending = fleet.waves.len();
-        let mut paths = BTreeSet::new();
+        let mut held = BTreeMap::new();
         let current = fleet::Current::new(repo::rendered_before(root, source)?);
         for k in 0..fleet.waves.len() {
             let rendered = wave_render(fleet, renderer, &current, k)?;
@@ -54,15 +65,30 @@ impl Plan {
             if (changes > 0 || uncommitted) && first_pending == fleet.waves.len() {
                 first_pending = k;
             }
+            if k < first_pending {
+                let files = fleet::Current::of(&rendered);
+                held.extend(fleet.waves[k].clusters.iter().map(|c| (c.clone(), files.cluster_dirs(c))));
+            }
             files.push(previous.as_ref().map_or(changes, |p| changed_between(p, &rendered)));
-            // Every file the render writes is among them (each is changed or osbx's own).
-            paths.extend(ours);
             previous = Some(rendered);
         }
-        let marked = repo::newest_marked(root, (FLEET_TRAILER, &fleet.name), &paths)?;
-        let wave = marked.as_ref().and_then(|t| t.iter().find(|(k, _)| k == WAVE_TRAILER)).map(|(_, v)| v.as_str());
-        let rolled = wave.and_then(|name| fleet.waves.iter().position(|w| w.name == name)).unwrap_or(0);
-        Ok(Self { files, first_pending, done: rolled.min(first_pending) })
+        let names: BTreeSet<&str> = held.keys().map(String::as_str).collect();
+        let records = gates::newest(root, &fleet.name, &names)?;
+        let mut done = 0;
+        'waves: for wave in &fleet.waves[..first_pending] {
+            for cluster in &wave.clusters {
+                let Some(member) = fleet.position(cluster).map(|i| &fleet.members[i]) else { break 'waves };
+                let selected = selected_ids(&member.profile, selection);
+                let Some(gate) = records.get(cluster).filter(|g| g.holds(&selected, fleet.accept_no_evidence)) else {
+                    break 'waves;
+                };
+                if !repo::unchanged_since(root, &gate.commit, &held[cluster])? {
+                    break 'waves;
+                }
+            }
+            done += 1;
+        }
+        Ok(Self { files, first_pending, done })
     }
 
     /// Whether every wave's render is committed.
@@ -85,7 +111,7 @@ pub(super) fn wave_render(
 }
 
 /// The commit message of wave `k`: a subject naming the fleet, the wave and its clusters, and
-/// the trailers [`Plan::new`] reads back.
+/// the trailers naming them for tools that read the history.
 pub(super) fn commit_message(fleet: &Fleet, k: usize) -> String {
     let wave = &fleet.waves[k];
     let mut clusters = wave.clusters.iter().take(SUBJECT_CLUSTERS).cloned().collect::<Vec<_>>().join(", ");

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::GateOutcome;
 use crate::verify::CheckResult;
 
 /// Where a wave is.
@@ -26,8 +27,11 @@ pub(crate) enum WaveState {
 pub(crate) struct ClusterReport {
     /// The fleet's cluster.
     pub cluster: String,
-    /// Whether it reconciled the commit and passed every check.
+    /// Whether it passed its gate: reconciled the commit, no check failed, and one passed (or
+    /// the fleet file accepts a cluster whose checks all skipped).
     pub passed: bool,
+    /// What the gate showed, as recorded: `passed`, `failed`, `no-evidence`.
+    pub outcome: GateOutcome,
     /// How long Flux took to reconcile the commit, from when this cluster's wait began.
     pub reconciled_ms: Option<u64>,
     /// How long the checks took.
@@ -44,8 +48,8 @@ pub(crate) struct ClusterReport {
 /// Why a cluster did not pass its gate.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Failure {
-    /// The failing check's id (`kata.guest-kernel`), or `flux.reconcile` when Flux did not
-    /// reconcile the commit in time.
+    /// The failing check's id (`kata.guest-kernel`), `flux.reconcile` when Flux did not
+    /// reconcile the commit in time, or `gate.evidence` when every check skipped.
     pub check: String,
     /// What was observed.
     pub evidence: String,
@@ -100,6 +104,7 @@ impl ClusterReport {
         Self {
             cluster: cluster.to_owned(),
             passed: false,
+            outcome: GateOutcome::Failed,
             reconciled_ms: None,
             verify_ms: None,
             failure: Some(Failure { check: check.to_owned(), evidence, diagnosis: None }),

@@ -157,3 +157,10 @@ pub(crate) fn operations(
     }
     out
 }
+
+/// The ids of the checks `selection` selects for `profile`, in the catalogue's order: what a run
+/// with it reports on.
+#[must_use]
+pub(crate) fn selected_ids(profile: &Profile, selection: &Selection) -> Vec<String> {
+    checks::catalogue(profile, Vec::new()).iter().flat_map(|c| c.ids()).filter(|id| selection.selects(id)).collect()
+}

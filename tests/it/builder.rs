@@ -113,6 +113,13 @@ impl TestFleet {
         self
     }
 
+    /// Set `rollout.acceptNoEvidence` (after [`TestFleet::waves`]).
+    #[must_use]
+    pub fn accept_no_evidence(mut self, accept: bool) -> Self {
+        self.doc["rollout"]["acceptNoEvidence"] = json!(accept);
+        self
+    }
+
     /// The document as YAML.
     pub fn yaml(&self) -> String {
         serde_saphyr::to_string(&self.doc).expect("a fleet serializes")
