@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
 
 pub use meter::{RequestCounts, RequestStats};
@@ -56,6 +56,20 @@ pub enum ClusterError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The kubeconfig has no context of the name asked for.
+    #[error(
+        "kubeconfig{} has no context {context:?} (its contexts: {})",
+        .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default(),
+        if .available.is_empty() { "none".to_owned() } else { .available.join(", ") }
+    )]
+    NoContext {
+        /// The file, when one was given.
+        path: Option<PathBuf>,
+        /// The context asked for.
+        context: String,
+        /// The contexts it has.
+        available: Vec<String>,
+    },
     /// The API server did not answer.
     #[error("cannot reach the cluster at {server}: {reason}")]
     Unreachable {
@@ -86,6 +100,15 @@ pub enum ClusterError {
     },
 }
 
+/// A kubeconfig that cannot be read or used (`path`: the file given, when one was).
+fn unreadable(path: Option<&PathBuf>, e: KubeconfigError) -> ClusterError {
+    match e {
+        // kube's text quotes the path in debug form: say it plainly.
+        KubeconfigError::ReadConfig(io, path) => ClusterError::Kubeconfig { path: Some(path), source: Box::new(io) },
+        e => ClusterError::Kubeconfig { path: path.cloned(), source: Box::new(e) },
+    }
+}
+
 /// One connection for a run.
 #[derive(Clone)]
 pub struct Cluster {
@@ -110,18 +133,23 @@ impl Cluster {
     /// [`ClusterError::Kubeconfig`] when no usable configuration is found.
     pub async fn connect(opts: &ConnectOptions) -> Result<Self, ClusterError> {
         let kc_opts = KubeConfigOptions { context: opts.context.clone(), ..KubeConfigOptions::default() };
-        let config = match &opts.kubeconfig {
-            Some(path) => {
-                let kc = Kubeconfig::read_from(path)
-                    .map_err(|e| ClusterError::Kubeconfig { path: Some(path.clone()), source: Box::new(e) })?;
-                Config::from_custom_kubeconfig(kc, &kc_opts)
-                    .await
-                    .map_err(|e| ClusterError::Kubeconfig { path: Some(path.clone()), source: Box::new(e) })?
+        let config = match (&opts.kubeconfig, &opts.context) {
+            (None, None) => {
+                Config::infer().await.map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?
             }
-            None if opts.context.is_some() => Config::from_kubeconfig(&kc_opts)
-                .await
-                .map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?,
-            None => Config::infer().await.map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?,
+            (path, context) => {
+                let kc = match path {
+                    Some(path) => Kubeconfig::read_from(path).map_err(|e| unreadable(Some(path), e))?,
+                    None => Kubeconfig::read().map_err(|e| unreadable(None, e))?,
+                };
+                if let Some(context) = context
+                    && !kc.contexts.iter().any(|c| c.name == *context)
+                {
+                    let available = kc.contexts.iter().map(|c| c.name.clone()).collect();
+                    return Err(ClusterError::NoContext { path: path.clone(), context: context.clone(), available });
+                }
+                Config::from_custom_kubeconfig(kc, &kc_opts).await.map_err(|e| unreadable(path.as_ref(), e))?
+            }
         };
         Self::from_config(config, opts)
     }

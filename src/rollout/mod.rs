@@ -90,6 +90,24 @@ pub(crate) enum RolloutError {
         /// What git said.
         reason: String,
     },
+    /// `--repo` is not in a git repository.
+    #[error(
+        "{path} is not inside a git repository: osbx rollout commits each wave to the branch Flux follows (give --repo the Flux repository's work tree, or `git init` it)"
+    )]
+    NotARepo {
+        /// The directory.
+        path: String,
+    },
+    /// HEAD is not on a branch: a wave's commit would reach no branch Flux follows.
+    #[error(
+        "{repo}: HEAD is detached at {at}, so a wave's commit would reach no branch Flux follows; check out that branch (`git switch <branch>`) and run again"
+    )]
+    Detached {
+        /// The repository.
+        repo: String,
+        /// The commit HEAD is at.
+        at: String,
+    },
     /// `--push` with a branch that has no upstream.
     #[error(
         "--push: branch {branch} of {repo} has no upstream to push to; push it once with `git push -u {remote} {branch}` (after a first commit), or drop --push"
@@ -113,6 +131,19 @@ pub(crate) enum RolloutError {
         commit: String,
         /// Why.
         reason: String,
+    },
+    /// A cluster's kubeconfig or context cannot be used.
+    #[error(
+        "cluster {cluster}: {source}; set clusters[{index}].context (and .kubeconfig) in the fleet file to the context that reaches it, or give --kubeconfig"
+    )]
+    Reach {
+        /// The fleet's cluster.
+        cluster: String,
+        /// Its index in the fleet file.
+        index: usize,
+        /// Why.
+        #[source]
+        source: ClusterError,
     },
     /// A cluster could not be reached or read.
     #[error("cluster {cluster}: {source}")]
@@ -250,17 +281,18 @@ pub(crate) async fn run(
     Ok(report)
 }
 
-/// When pushing, the branch's upstream remote (the gate records are pushed there); the branch
-/// must have one.
+/// The repository at `root` can take the waves' commits: HEAD is on a branch (maybe one with no
+/// commit yet) and, when pushing, the branch has an upstream; returns the upstream's remote
+/// when pushing.
 fn checked_out(root: &Path, push: bool) -> Result<Option<String>, RolloutError> {
-    if !push {
-        return Ok(None);
-    }
     let repo = root.display().to_string();
-    match repo::checkout(root)? {
-        repo::Checkout::Detached(_) => {
-            Err(RolloutError::NoUpstream { repo, branch: "HEAD".into(), remote: "<remote>".into() })
-        }
+    let checkout = match repo::checkout(root) {
+        Ok(c) => c,
+        Err(GitError::NotARepo { .. }) => return Err(RolloutError::NotARepo { path: repo }),
+        Err(e) => return Err(e.into()),
+    };
+    match checkout {
+        repo::Checkout::Detached(at) => Err(RolloutError::Detached { repo, at: at[..at.len().min(12)].to_owned() }),
         repo::Checkout::Branch { remote: Some(remote), .. } if push => Ok(Some(remote)),
         repo::Checkout::Branch { name, remote: None } if push => {
             let remote = match repo::remotes(root)?.as_slice() {
@@ -327,34 +359,38 @@ async fn reach_all<'f>(
     let names: BTreeSet<&str> =
         fleet.waves[start..].iter().flat_map(|w| w.clusters.iter().map(String::as_str)).collect();
     let mut targets = Vec::new();
-    for (member, reach) in fleet.members.iter().zip(&fleet.reach) {
+    for (index, (member, reach)) in fleet.members.iter().zip(&fleet.reach).enumerate() {
         if !names.contains(member.profile.cluster.name.as_str()) {
             continue;
         }
         let rendered = renderer.render(member)?;
         let layers = deploy::layers(&member.profile, &rendered);
-        targets.push((member, reach, deploy::ids(&layers), deploy::flux_objects(&layers)));
+        targets.push((index, member, reach, deploy::ids(&layers), deploy::flux_objects(&layers)));
     }
-    let reached = futures::future::join_all(targets.into_iter().map(|(member, reach, objects, flux)| async move {
-        let name = member.profile.cluster.name.clone();
-        let options = ConnectOptions {
-            kubeconfig: reach.kubeconfig.clone().or_else(|| settings.connect.kubeconfig.clone()),
-            context: Some(reach.context.clone()),
-            ..settings.connect.clone()
-        };
-        let cluster = Cluster::connect(&options)
-            .await
-            .map_err(|source| RolloutError::Cluster { cluster: name.clone(), source })?;
-        preflight::warm_up(&cluster)
-            .await
-            .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
-        let ops = operations(&member.profile, &objects, &flux, &settings.verify.selection, settings.verify.reach());
-        preflight::review(&cluster, &ops, "this rollout")
-            .await
-            .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
-        Ok::<_, RolloutError>(Target { member, objects, flux, cluster: Some(cluster) })
-    }))
-    .await;
+    let reached =
+        futures::future::join_all(targets.into_iter().map(|(index, member, reach, objects, flux)| async move {
+            let name = member.profile.cluster.name.clone();
+            let options = ConnectOptions {
+                kubeconfig: reach.kubeconfig.clone().or_else(|| settings.connect.kubeconfig.clone()),
+                context: Some(reach.context.clone()),
+                ..settings.connect.clone()
+            };
+            let cluster = Cluster::connect(&options).await.map_err(|source| match source {
+                ClusterError::Kubeconfig { .. } | ClusterError::NoContext { .. } => {
+                    RolloutError::Reach { cluster: name.clone(), index, source }
+                }
+                source => RolloutError::Cluster { cluster: name.clone(), source },
+            })?;
+            preflight::warm_up(&cluster)
+                .await
+                .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
+            let ops = operations(&member.profile, &objects, &flux, &settings.verify.selection, settings.verify.reach());
+            preflight::review(&cluster, &ops, "this rollout")
+                .await
+                .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
+            Ok::<_, RolloutError>(Target { member, objects, flux, cluster: Some(cluster) })
+        }))
+        .await;
     reached.into_iter().collect()
 }
 

@@ -22,6 +22,7 @@ mod profile_rules;
 mod reference;
 mod reliability;
 mod render_lifecycle;
+mod rollout_first_run;
 mod rollout_plan;
 mod support;
 mod verify;
