@@ -325,6 +325,13 @@ pub struct RbacArgs {
     /// The commands the roles are for.
     #[arg(long = "for", value_name = "COMMAND", value_enum, default_value_t)]
     pub purpose: RbacFor,
+    /// A fleet file: the roles for its cluster `--cluster` (its profile as the fleet merges it)
+    /// instead of a profile's.
+    #[arg(long, conflicts_with = "profile", requires = "cluster")]
+    pub fleet: Option<PathBuf>,
+    /// The cluster of `--fleet` the roles are for.
+    #[arg(long, requires = "fleet")]
+    pub cluster: Option<String>,
     /// Also what `apply --prune` deletes and `diff` shows as to be pruned: reading and deleting
     /// any object of the rendered kinds in the rendered namespaces.
     #[arg(long)]

@@ -317,6 +317,8 @@ impl TryFrom<&LintArgs> for LintSettings {
 pub(super) struct RbacSettings {
     /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
+    /// A fleet file and its cluster whose profile it is instead (`--fleet`, `--cluster`).
+    pub member: Option<(PathBuf, String)>,
     /// What to print.
     pub rbac: rbac::Options,
 }
@@ -326,6 +328,7 @@ impl From<&RbacArgs> for RbacSettings {
         let accounts = a.service_account.iter().map(|(ns, name)| Subject::ServiceAccount(ns.clone(), name.clone()));
         Self {
             profile: (&a.profile).into(),
+            member: a.fleet.clone().zip(a.cluster.clone()),
             rbac: rbac::Options {
                 purpose: match a.purpose {
                     RbacFor::Apply => Purpose::Apply,

@@ -201,3 +201,53 @@ fn a_warning_from_the_base_is_printed_once_for_the_whole_fleet() {
         "{stderr}"
     );
 }
+
+#[test]
+fn rbac_prints_the_roles_of_one_cluster_of_a_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = json!({"name": "extra", "runtime": "runc",
+                       "capacity": {"bufferMin": 1, "bufferMax": 1, "poolMin": 1, "poolMax": 2}});
+    let text = TestFleet::new("labs", "fresh-cluster")
+        .cluster("lab-a", Value::Null)
+        .cluster("lab-b", json!({"pools": {"items": [extra]}}))
+        .yaml();
+    std::fs::write(dir.path().join("fleet.yaml"), text).unwrap();
+    let rbac = |cluster: &str| {
+        let out = osbx()
+            .args(["rbac", "--for", "rollout", "--fleet"])
+            .arg(dir.path().join("fleet.yaml"))
+            .args(["--cluster", cluster])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = outputs(&out);
+        (out.status.code(), stdout, stderr)
+    };
+    let (code, b, stderr) = rbac("lab-b");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        b.starts_with("# osbx rbac --for rollout: what osbx needs for profile fresh-cluster on cluster lab-b.\n"),
+        "{b}"
+    );
+    assert!(b.contains("name: osbx-fresh-cluster-lab-b-rollout"), "{b}");
+    // lab-b's own pool, from its overrides, is waited for by name; lab-a has no such pool.
+    let pool_rule = |text: &str| {
+        let docs: Vec<Value> = text.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
+        docs.iter()
+            .filter(|d| d["kind"] == "Role")
+            .flat_map(|d| d["rules"].as_array().unwrap().clone())
+            .find(|r| r["resources"] == json!(["pools"]) && r.get("resourceNames").is_some())
+            .map(|r| r["resourceNames"].clone())
+            .unwrap()
+    };
+    assert!(pool_rule(&b).as_array().unwrap().contains(&json!("extra")), "{b}");
+    let (code, a, stderr) = rbac("lab-a");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!pool_rule(&a).as_array().unwrap().contains(&json!("extra")), "{a}");
+    let (code, _, stderr) = rbac("lab-x");
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = format!(
+        "error: --cluster: no cluster \"lab-x\" in {} (its clusters: lab-a, lab-b)",
+        dir.path().join("fleet.yaml").display()
+    );
+    assert_eq!(stderr.trim_end(), line);
+}
