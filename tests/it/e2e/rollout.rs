@@ -1,33 +1,51 @@
 //! `osbx rollout` across three real planes, each with the real Flux controllers syncing one
 //! Flux repository (on the first plane's git server) at its own `clusters/<name>/` path: a
 //! healthy rollout goes wave by wave; a change that breaks one cluster's gate stops before the
-//! next wave and `--resume` after the fix completes it; a rollout killed mid-wave converges when
-//! run again, with no cluster skipped or changed twice.
+//! next wave, a run that gates the canary again and fails it makes `--resume` start at the
+//! canary, and `--resume` after the fix completes it; a cluster whose checks all skip fails its
+//! gate unless the fleet file accepts that; a rollout killed mid-wave converges when run again,
+//! with no cluster skipped or changed twice.
 //!
-//! The three scenarios share the planes (starting three planes with their controllers takes
-//! most of a minute), one scenario at a time; each makes its own change to the fleet's base
-//! profile, so every wave has something to roll out whatever ran before. The gate runs the
-//! checks these planes can pass (`flux.layers`, `nodes.ready`, `opensandbox.pools`: the chart's
-//! server runs on a kwok node, so its Lifecycle API is not there to call).
+//! Every rollout runs as a CI user that holds, on each cluster, exactly the roles `osbx rbac
+//! --for rollout --fleet … --cluster <name>` prints for it (applied before each run), and not
+//! even the default discovery and self-review bindings; and each permission of those roles is
+//! shown needed: without it, the rollout stops before it writes anything and names it.
+//!
+//! The scenarios share the planes (starting three planes with their controllers takes most of a
+//! minute), one scenario at a time; each makes its own change to the fleet's base profile, so
+//! every wave has something to roll out whatever ran before. The gate runs the checks these
+//! planes can pass (`flux.layers`, `nodes.ready`, `opensandbox.pools`: the chart's server runs on
+//! a kwok node, so its Lifecycle API is not there to call).
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::discovery::Discovery;
 use serde_json::{Value, json};
 
 use super::git::{self, FluxRepo};
 use super::world::{ControllerPlane, apply_object, node_and_runtime_class};
 use super::{KEY, SERIAL, bench};
 use crate::cluster;
-use crate::support::outputs;
+use crate::reliability::rbac::DEFAULT_BINDINGS;
+use crate::reliability::rbac::atoms::{atoms, denial, names_denial, namespaced, settle, user_may_do, without};
+use crate::support::{osbx, outputs};
 
 /// The clusters, in fleet order, and their waves.
 const CLUSTERS: [&str; 3] = ["lab-a", "lab-b", "lab-c"];
 /// The checks the gate runs.
 const GATE: &str = "flux.layers,nodes.ready,opensandbox.pools";
+/// The CI user every rollout runs as.
+const USER: &str = "rollout-ci";
+/// How many scenarios share the world.
+const SCENARIOS: usize = 5;
 
 /// Three planes, one Flux repository, the fleet file and its base profile.
 struct FleetWorld {
@@ -38,11 +56,15 @@ struct FleetWorld {
     base: Value,
     /// Per-cluster overrides.
     overrides: Vec<Value>,
+    /// `rollout.acceptNoEvidence` of the fleet file.
+    accept_no_evidence: bool,
+    /// Each cluster's kubeconfig of [`USER`].
+    users: Vec<PathBuf>,
 }
 
 /// The shared world, and how many of the scenarios are still to run (the last one drops it).
 static WORLD: tokio::sync::Mutex<Option<FleetWorld>> = tokio::sync::Mutex::const_new(None);
-static LEFT: AtomicUsize = AtomicUsize::new(3);
+static LEFT: AtomicUsize = AtomicUsize::new(SCENARIOS);
 
 impl FleetWorld {
     async fn start() -> Self {
@@ -91,8 +113,33 @@ impl FleetWorld {
                 apply_object(client, &serde_saphyr::from_str::<Value>(doc).unwrap()).await;
             }
         }
+        // The CI user, on each cluster: a client certificate of its CA, and none of the bindings
+        // every authenticated user has (the printed roles must grant discovery and reviews too).
+        let mut users = Vec::new();
+        for ((name, plane), client) in CLUSTERS.iter().zip(&planes).zip(&clients) {
+            let dir = work.path().join("users").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            users.push(cluster::user_kubeconfig(&plane.kubeconfig, USER, &dir));
+            for binding in DEFAULT_BINDINGS {
+                Api::<ClusterRoleBinding>::all(client.clone()).delete(binding, &DeleteParams::default()).await.unwrap();
+            }
+        }
+        let healthz = SubjectAccessReviewSpec {
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some("/healthz".into()),
+                verb: Some("get".into()),
+            }),
+            ..SubjectAccessReviewSpec::default()
+        };
+        for client in &clients {
+            let start = Instant::now();
+            while user_may_do(client, USER, healthz.clone()).await {
+                assert!(start.elapsed() < Duration::from_secs(10), "the default bindings are still in effect");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         bench("rollout", "world_ready", started.elapsed().as_secs_f64());
-        Self { planes, flux, work, base, overrides: vec![Value::Null; 3] }
+        Self { planes, flux, work, base, overrides: vec![Value::Null; 3], accept_no_evidence: false, users }
     }
 
     fn fleet_path(&self) -> PathBuf {
@@ -104,10 +151,10 @@ impl FleetWorld {
         std::fs::write(self.work.path().join("base.yaml"), serde_saphyr::to_string(&self.base).unwrap()).unwrap();
         let clusters: Vec<Value> = CLUSTERS
             .iter()
-            .zip(&self.planes)
+            .zip(&self.users)
             .zip(&self.overrides)
-            .map(|((name, plane), overrides)| {
-                json!({"name": name, "context": "osbx-test", "kubeconfig": plane.kubeconfig, "overrides": overrides,
+            .map(|((name, user), overrides)| {
+                json!({"name": name, "context": "osbx-test", "kubeconfig": user, "overrides": overrides,
                        "labels": {"tier": if *name == "lab-a" { "canary" } else { "main" }}})
             })
             .collect();
@@ -118,23 +165,69 @@ impl FleetWorld {
                 {"name": "canary", "selector": {"matchLabels": {"tier": "canary"}}},
                 {"name": "second", "clusters": ["lab-b"]},
                 {"name": "rest", "selector": {}, "maxParallel": 1},
-            ]},
+            ], "acceptNoEvidence": self.accept_no_evidence},
         });
         std::fs::write(self.fleet_path(), serde_saphyr::to_string(&fleet).unwrap()).unwrap();
     }
 
-    /// `osbx rollout --push` with the gate's checks and `extra`, as a process; its output.
+    /// Write the fleet file, and bind the CI user on each cluster to exactly the roles `osbx
+    /// rbac --for rollout` prints for it (waiting until the authorizer grants each permission);
+    /// returns them per cluster.
+    async fn grant(&self) -> Vec<Vec<Value>> {
+        self.write();
+        let mut out = Vec::new();
+        for (name, plane) in CLUSTERS.iter().zip(&self.planes) {
+            let fleet = self.fleet_path();
+            let printed = tokio::task::spawn_blocking(move || {
+                osbx()
+                    .args(["rbac", "--for", "rollout", "--user", USER, "--cluster", name, "--fleet"])
+                    .arg(fleet)
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+            let (stdout, stderr) = outputs(&printed);
+            assert_eq!(printed.status.code(), Some(0), "{stderr}");
+            let objects: Vec<Value> =
+                stdout.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
+            let client = cluster::client_for(&plane.kubeconfig).await;
+            for obj in &objects {
+                apply_object(&client, obj).await;
+            }
+            for atom in atoms(&objects) {
+                settle(&client, USER, &objects[atom.role], &atom, true).await;
+            }
+            out.push(objects);
+        }
+        out
+    }
+
+    /// `osbx rollout --push` with the gate's checks (unless `extra` selects others) and `extra`,
+    /// as a process, after [`FleetWorld::grant`]; its output.
     async fn rollout(&self, extra: &[&str]) -> Output {
-        let child = self.spawn_rollout(extra);
+        self.grant().await;
+        let only: &[&str] = if extra.contains(&"--only") { &[] } else { &["--only", GATE] };
+        self.run(&[only, &["--timeout", "60s"], extra].concat()).await
+    }
+
+    /// `osbx rollout --push` with `args` and nothing granted; its output.
+    async fn run(&self, args: &[&str]) -> Output {
+        let child = self.spawn(args);
         tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap()
     }
 
-    fn spawn_rollout(&self, extra: &[&str]) -> std::process::Child {
+    /// `osbx rollout --push` with the gate's checks, as a process (call [`FleetWorld::grant`]
+    /// first).
+    fn spawn_rollout(&self) -> std::process::Child {
+        self.spawn(&["--only", GATE, "--timeout", "60s"])
+    }
+
+    fn spawn(&self, extra: &[&str]) -> std::process::Child {
         self.write();
         let fleet = self.fleet_path().display().to_string();
         let repo = self.flux.dir.display().to_string();
-        let mut args =
-            vec!["rollout", "--fleet", &fleet, "--repo", &repo, "--push", "--only", GATE, "--timeout", "60s"];
+        let mut args = vec!["rollout", "--fleet", &fleet, "--repo", &repo, "--push"];
         args.extend_from_slice(extra);
         // A process of its own (the kill scenario kills it), with the environment `osbx()` sets.
         let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("osbx"));
@@ -146,6 +239,36 @@ impl FleetWorld {
     /// The subject lines of the Flux repository's commits, newest first.
     fn log(&self) -> Vec<String> {
         git::git(&self.flux.dir, &["log", "--format=%s"]).lines().map(str::to_owned).collect()
+    }
+
+    /// The gate records on `commit` (`git notes --ref osbx-rollout show`).
+    fn gates(&self, commit: &str) -> Vec<Value> {
+        let text = git::git(&self.flux.dir, &["notes", "--ref", "osbx-rollout", "show", commit]);
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("gate records on {commit}: {e}\n{text}"))
+    }
+
+    /// The record of `cluster` on `commit`.
+    fn gate(&self, commit: &str, cluster: &str) -> Value {
+        let gates = self.gates(commit);
+        gates
+            .iter()
+            .find(|g| g["cluster"] == cluster)
+            .unwrap_or_else(|| panic!("no gate of {cluster}: {gates:?}"))
+            .clone()
+    }
+
+    /// The gate records were pushed: the remote's notes ref is the local one.
+    fn assert_gates_pushed(&self) {
+        let local = git::git(&self.flux.dir, &["rev-parse", "refs/notes/osbx-rollout"]);
+        let remote = git::git(&self.flux.dir, &["ls-remote", "origin", "refs/notes/osbx-rollout"]);
+        assert_eq!(remote.split_whitespace().next(), Some(local.as_str()), "the gate records were not pushed");
+    }
+
+    /// Cordon (or uncordon) the node of cluster `k`: its `nodes.ready` check fails while it is.
+    async fn cordon(&self, k: usize, cordoned: bool) {
+        let client = cluster::client_for(&self.planes[k].kubeconfig).await;
+        let patch = json!({"spec": {"unschedulable": cordoned}});
+        Api::<Node>::all(client).patch("kwok-node-0", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     }
 
     /// The newest commit whose subject names `wave`.
@@ -322,30 +445,106 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
     assert!(lab_c.iter().all(|rev| !rev.ends_with(&head)), "lab-c applied the failed wave's commit: {lab_c:?}");
     let text = serde_json::to_string(&r).unwrap();
     assert!(!text.contains(KEY));
+    // Each gate is recorded on the commit it gated, and pushed.
+    let (canary, second) = (w.commit_of("canary"), w.commit_of("second"));
+    let gate = w.gate(&canary, "lab-a");
+    assert_eq!((&gate["fleet"], &gate["wave"], &gate["outcome"]), (&json!("labs"), &json!("canary"), &json!("passed")));
+    assert_eq!(gate["commit"], json!(canary));
+    assert_eq!(gate["checks"], json!({"flux.layers": "PASS", "nodes.ready": "PASS", "opensandbox.pools": "PASS"}));
+    let gate = w.gate(&second, "lab-b");
+    assert_eq!((&gate["outcome"], &gate["failed"]), (&json!("failed"), &json!("opensandbox.pools")), "{gate}");
+    w.assert_gates_pushed();
 
     // The text output names the cluster, the check and the evidence, and says how to go on.
-    let out = w.rollout(&["--dry-run"]).await;
+    let out = w.run(&["--dry-run"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
     assert!(outputs(&out).0.contains("wave rest: lab-c (pending"), "{}", outputs(&out).0);
+    // --resume would start at wave second: the canary passed at what it holds.
+    let out = w.run(&["--dry-run", "--resume", "--only", GATE, "-o", "json"]).await;
+    assert_eq!(
+        states(&report(&out)),
+        [("canary".into(), "done".into()), ("second".into(), "committed".into()), ("rest".into(), "pending".into())]
+    );
 
-    // The fix, then --resume: wave second again (its fix committed), then the rest.
+    // A run without --resume gates the canary again, and it fails there (its node cordoned):
+    // the rollout stops at the canary, and the failure is recorded at the commit gated.
+    w.cordon(0, true).await;
+    let out = w.rollout(&["-o", "json"]).await;
+    w.cordon(0, false).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let r = report(&out);
+    assert_eq!(states(&r)[0], ("canary".into(), "failed".into()), "{r}");
+    assert_eq!(r["waves"][0]["results"][0]["failure"]["check"], "nodes.ready", "{r}");
+    let gate = w.gate(&w.flux.head(), "lab-a");
+    assert_eq!((&gate["outcome"], &gate["failed"]), (&json!("failed"), &json!("nodes.ready")), "{gate}");
+    w.assert_gates_pushed();
+    // Its commit, and the wave committed after it, say nothing any more: --resume starts at
+    // the canary.
+    let out = w.run(&["--dry-run", "--resume", "--only", GATE, "-o", "json"]).await;
+    assert_eq!(
+        states(&report(&out)),
+        [
+            ("canary".into(), "committed".into()),
+            ("second".into(), "committed".into()),
+            ("rest".into(), "pending".into())
+        ]
+    );
+
+    // The fix, then --resume: the canary gated again, wave second again (its fix committed),
+    // then the rest.
     w.overrides[1] = json!({"pools": {"defaults": {"nodeSelector": {"kubernetes.io/os": "linux"}}}});
     let before = w.log().len();
     let out = w.rollout(&["--resume", "-o", "json"]).await;
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     let r = report(&out);
-    // The canary passed before (the failed wave was committed after it) and is not gated again.
-    let got = states(&r);
-    assert_eq!(got[0], ("canary".into(), "done".into()), "{got:?}");
-    assert!(
-        r["waves"][0]["results"].as_array().is_none_or(Vec::is_empty),
-        "the canary was gated again: {}",
-        r["waves"][0]
+    assert_eq!(
+        states(&r),
+        [("canary".into(), "passed".into()), ("second".into(), "passed".into()), ("rest".into(), "passed".into())]
     );
-    assert_eq!(got[1..], [("second".into(), "passed".into()), ("rest".into(), "passed".into())]);
+    assert_eq!(r["waves"][0]["results"][0]["cluster"], "lab-a", "the canary was not gated again: {}", r["waves"][0]);
     let log = w.log();
     assert_eq!(log.len() - before, 2, "the fix and the rest, nothing for the canary: {log:?}");
+    w.assert_gates_pushed();
+    done(&mut guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_checks_all_skip_has_no_evidence_unless_the_fleet_accepts_it() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let mut guard = world().await;
+    let w = guard.as_mut().unwrap();
+    bump_pool(w, 14);
+    w.overrides[1] = Value::Null;
+    // The SPIFFE checks skip on every cluster: the profile names no SPIFFE identity.
+    let out = w.rollout(&["--only", "spiffe", "-o", "json"]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let r = report(&out);
+    assert_eq!(states(&r)[0], ("canary".into(), "failed".into()), "{r}");
+    let c = &r["waves"][0]["results"][0];
+    assert_eq!((c["outcome"].as_str(), c["failure"]["check"].as_str()), (Some("no-evidence"), Some("gate.evidence")));
+    assert!(c["failure"]["evidence"].as_str().unwrap().starts_with("every check skipped: spiffe.issued ("), "{c}");
+    let gate = w.gate(&w.commit_of("canary"), "lab-a");
+    assert_eq!((&gate["outcome"], &gate["failed"]), (&json!("no-evidence"), &json!("gate.evidence")), "{gate}");
+
+    // The fleet file accepts it: every wave passes, each cluster recorded as no-evidence.
+    w.accept_no_evidence = true;
+    let out = w.rollout(&["--only", "spiffe", "-o", "json"]).await;
+    w.accept_no_evidence = false;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let r = report(&out);
+    for wave in r["waves"].as_array().unwrap() {
+        assert_eq!(wave["state"], "passed", "{wave}");
+        for c in wave["results"].as_array().unwrap() {
+            assert_eq!((c["passed"].as_bool(), c["outcome"].as_str()), (Some(true), Some("no-evidence")), "{c}");
+        }
+    }
+    // Those gates ran no check of the usual gate: a --resume with it starts at the first wave.
+    let out = w.run(&["--dry-run", "--resume", "--only", GATE, "-o", "json"]).await;
+    assert_eq!(states(&report(&out))[0], ("canary".into(), "committed".into()));
     done(&mut guard);
 }
 
@@ -358,7 +557,8 @@ async fn a_rollout_killed_mid_wave_converges_when_run_again() {
     w.overrides[1] = Value::Null;
     let before = w.log().len();
     // Killed once wave `second` is committed, while it waits for Flux.
-    let mut child = w.spawn_rollout(&[]);
+    w.grant().await;
+    let mut child = w.spawn_rollout();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let log = w.log();
@@ -396,5 +596,50 @@ async fn a_rollout_killed_mid_wave_converges_when_run_again() {
     let out = w.rollout(&["-o", "json"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
     assert_eq!(w.log().len(), log.len(), "nothing to commit");
+    done(&mut guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_roles_are_enough_for_a_rollout_and_each_permission_is_needed() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let mut guard = world().await;
+    let w = guard.as_mut().unwrap();
+    w.overrides = vec![Value::Null; 3];
+    // The other scenarios roll out with exactly these roles; here each permission is taken away
+    // in turn. The clusters' roles differ only in the cluster's name, so proving them on the
+    // canary proves them for every cluster.
+    let roles = w.grant().await;
+    let shape = |objects: &[Value], name: &str| serde_json::to_string(objects).unwrap().replace(name, "<cluster>");
+    for (k, name) in CLUSTERS.iter().enumerate().skip(1) {
+        assert_eq!(shape(&roles[k], name), shape(&roles[0], "lab-a"), "{name}'s roles differ from lab-a's");
+    }
+    let client = cluster::client_for(&w.planes[0].kubeconfig).await;
+    let discovery = Discovery::new(client.clone()).run_aggregated().await.unwrap();
+    let atoms = atoms(&roles[0]);
+    let (head, notes) = (w.flux.head(), git::git(&w.flux.dir, &["for-each-ref", "refs/notes"]));
+    let started = Instant::now();
+    for atom in &atoms {
+        let role = &roles[0][atom.role];
+        apply_object(&client, &without(role, atom)).await;
+        settle(&client, USER, role, atom, false).await;
+        // Every check (the roles grant them all), so that preflight reviews everything; short
+        // limits, should a run get past it.
+        let out = w.run(&["--timeout", "10s", "--verify-timeout", "30s"]).await;
+        let (stdout, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(2), "{atom:?}: the rollout does not need it: {stdout}{stderr}");
+        let expected = denial(role, atom, namespaced(&discovery, atom));
+        assert!(names_denial(&stderr, &expected), "{atom:?}: {expected:?} not named:\n{stderr}");
+        assert!(stderr.contains("cluster lab-a: "), "{stderr}");
+        apply_object(&client, role).await;
+        settle(&client, USER, role, atom, true).await;
+    }
+    let took = started.elapsed().as_secs_f64();
+    bench("rollout", "rbac_each_permission", took);
+    #[allow(clippy::print_stderr, reason = "the time the per-permission runs take")]
+    let () = eprintln!("rollout rbac: {} permissions each proven needed in {took:.1}s", atoms.len());
+    assert!(atoms.len() > 30, "{atoms:?}");
+    assert_eq!(w.flux.head(), head, "a refused rollout committed");
+    assert_eq!(git::git(&w.flux.dir, &["for-each-ref", "refs/notes"]), notes, "a refused rollout recorded a gate");
+    assert_eq!(w.flux.dirty(), "", "a refused rollout wrote");
     done(&mut guard);
 }

@@ -6,4 +6,4 @@ mod fuzz;
 mod inventory;
 mod load;
 mod proxy;
-mod rbac;
+pub(crate) mod rbac;

@@ -5,26 +5,26 @@ use super::*;
 
 /// One permission of a role: a verb on a resource (maybe one named object) or on a URL.
 #[derive(Debug, Clone)]
-pub(super) struct Atom {
+pub(crate) struct Atom {
     /// The role (index into the printed objects) and its rule.
-    pub(super) role: usize,
-    pub(super) rule: usize,
-    pub(super) verb: String,
-    pub(super) target: Target,
+    pub(crate) role: usize,
+    pub(crate) rule: usize,
+    pub(crate) verb: String,
+    pub(crate) target: Target,
 }
 
 #[derive(Debug, Clone)]
-pub(super) enum Target {
+pub(crate) enum Target {
     Resource { group: String, resource: String, name: Option<String> },
     Url(String),
 }
 
-pub(super) fn strings(v: &Value) -> Vec<String> {
+pub(crate) fn strings(v: &Value) -> Vec<String> {
     v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
 }
 
 /// Every permission of every role, one per verb, resource (or URL) and object name.
-pub(super) fn atoms(objects: &[Value]) -> Vec<Atom> {
+pub(crate) fn atoms(objects: &[Value]) -> Vec<Atom> {
     let mut out = Vec::new();
     for (role, o) in objects.iter().enumerate().filter(|(_, o)| o["kind"] == "Role" || o["kind"] == "ClusterRole") {
         for (rule, r) in o["rules"].as_array().unwrap().iter().enumerate() {
@@ -53,7 +53,7 @@ pub(super) fn atoms(objects: &[Value]) -> Vec<Atom> {
 
 /// The role without one permission: its rule split into the other verbs on the same objects,
 /// and this verb on the other objects.
-pub(super) fn without(role: &Value, atom: &Atom) -> Value {
+pub(crate) fn without(role: &Value, atom: &Atom) -> Value {
     let mut role = role.clone();
     let rules = role["rules"].as_array_mut().unwrap();
     let rule = rules.remove(atom.rule);
@@ -80,7 +80,7 @@ pub(super) fn without(role: &Value, atom: &Atom) -> Value {
 
 /// Whether `user` may do what `spec` asks (asked as the admin, through the same authorizer the
 /// API server uses for the user's requests).
-pub(super) async fn user_may_do(client: &kube::Client, user: &str, mut spec: SubjectAccessReviewSpec) -> bool {
+pub(crate) async fn user_may_do(client: &kube::Client, user: &str, mut spec: SubjectAccessReviewSpec) -> bool {
     spec.user = Some(user.into());
     spec.groups = Some(vec!["system:authenticated".into()]);
     let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
@@ -89,7 +89,7 @@ pub(super) async fn user_may_do(client: &kube::Client, user: &str, mut spec: Sub
 }
 
 /// Whether `user` may do what `atom` grants.
-pub(super) async fn user_may(client: &kube::Client, user: &str, role: &Value, atom: &Atom) -> bool {
+pub(crate) async fn user_may(client: &kube::Client, user: &str, role: &Value, atom: &Atom) -> bool {
     let mut spec = SubjectAccessReviewSpec::default();
     match &atom.target {
         Target::Url(path) => {
@@ -116,7 +116,7 @@ pub(super) async fn user_may(client: &kube::Client, user: &str, role: &Value, at
 }
 
 /// Wait until the authorizer has seen the role change (`may`: the atom granted again or not).
-pub(super) async fn settle(client: &kube::Client, user: &str, role: &Value, atom: &Atom, may: bool) {
+pub(crate) async fn settle(client: &kube::Client, user: &str, role: &Value, atom: &Atom, may: bool) {
     let start = Instant::now();
     while user_may(client, user, role, atom).await != may {
         assert!(
@@ -130,7 +130,7 @@ pub(super) async fn settle(client: &kube::Client, user: &str, role: &Value, atom
 }
 
 /// The preflight line that names `atom` (`namespaced`: whether its resource is namespaced).
-pub(super) fn denial(role: &Value, atom: &Atom, namespaced: bool) -> (String, Option<String>) {
+pub(crate) fn denial(role: &Value, atom: &Atom, namespaced: bool) -> (String, Option<String>) {
     match &atom.target {
         Target::Url(path) => (format!("cannot {} {path}", atom.verb), None),
         Target::Resource { group, resource, name } => {
@@ -147,7 +147,7 @@ pub(super) fn denial(role: &Value, atom: &Atom, namespaced: bool) -> (String, Op
 
 /// Whether stderr lists the denial: the line, then (for a named object) that name among the
 /// names refused.
-pub(super) fn names_denial(stderr: &str, (line, name): &(String, Option<String>)) -> bool {
+pub(crate) fn names_denial(stderr: &str, (line, name): &(String, Option<String>)) -> bool {
     stderr.lines().map(str::trim).any(|l| match l.strip_prefix(line.as_str()) {
         Some("") => name.is_none(),
         Some(rest) => rest
@@ -183,7 +183,7 @@ pub(super) async fn prove(world: &World, discovery: &Discovery, objects: &[Value
     }
 }
 
-pub(super) fn namespaced(discovery: &Discovery, atom: &Atom) -> bool {
+pub(crate) fn namespaced(discovery: &Discovery, atom: &Atom) -> bool {
     let Target::Resource { group, resource, .. } = &atom.target else { return false };
     let plural = resource.split('/').next().unwrap();
     discovery

@@ -1,9 +1,10 @@
 //! A least-privilege CI account: `osbx rbac --for all` prints roles that let a user holding
 //! nothing else (not even the default discovery and self-review bindings every authenticated user
 //! has) apply, diff and verify; and every single permission in them is needed: without it, a
-//! command's preflight stops before any write and names that permission.
+//! command's preflight stops before any write and names that permission. (`rollout`'s roles are
+//! proven the same way against the real controllers, in `e2e::rollout`.)
 
-mod atoms;
+pub(crate) mod atoms;
 
 use std::path::PathBuf;
 
@@ -31,7 +32,7 @@ const KEY: &str = "rb-test-key-7c41";
 const SMOKE_ID: &str = "spiffe://example.org/rb/smoke";
 /// The bindings through which every authenticated user may discover the API, read the version
 /// and review its own access; removed, so that the printed roles must grant these too.
-const DEFAULT_BINDINGS: [&str; 3] = ["system:discovery", "system:public-info-viewer", "system:basic-user"];
+pub(crate) const DEFAULT_BINDINGS: [&str; 3] = ["system:discovery", "system:public-info-viewer", "system:basic-user"];
 
 /// Two runc and two Kata pools (four Pools in one namespace: planned with one LIST, waited for
 /// by name), a SPIFFE smoke identity, short probe deadlines.
