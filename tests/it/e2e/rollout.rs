@@ -478,6 +478,7 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
     assert_eq!(r["waves"][0]["results"][0]["failure"]["check"], "nodes.ready", "{r}");
     let gate = w.gate(&w.flux.head(), "lab-a");
     assert_eq!((&gate["outcome"], &gate["failed"]), (&json!("failed"), &json!("nodes.ready")), "{gate}");
+    assert_eq!(w.gate(&w.flux.head(), "lab-b")["outcome"], "failed", "lab-b's record there is kept");
     w.assert_gates_pushed();
     // Its commit, and the wave committed after it, say nothing any more: --resume starts at
     // the canary.
@@ -542,6 +543,11 @@ async fn a_cluster_whose_checks_all_skip_has_no_evidence_unless_the_fleet_accept
             assert_eq!((c["passed"].as_bool(), c["outcome"].as_str()), (Some(true), Some("no-evidence")), "{c}");
         }
     }
+    // The canary, gated again at the same commit, has one record there: the new one.
+    let canary = w.gates(&w.commit_of("canary"));
+    let records: Vec<&Value> = canary.iter().filter(|g| g["cluster"] == "lab-a").collect();
+    assert_eq!(records.len(), 1, "{canary:?}");
+    assert!(records[0].get("failed").is_none(), "the accepted gate replaced the failed one: {canary:?}");
     // Those gates ran no check of the usual gate: a --resume with it starts at the first wave.
     let out = w.run(&["--dry-run", "--resume", "--only", GATE, "-o", "json"]).await;
     assert_eq!(states(&report(&out))[0], ("canary".into(), "committed".into()));
@@ -605,9 +611,14 @@ async fn the_printed_roles_are_enough_for_a_rollout_and_each_permission_is_neede
     let mut guard = world().await;
     let w = guard.as_mut().unwrap();
     w.overrides = vec![Value::Null; 3];
-    // The other scenarios roll out with exactly these roles; here each permission is taken away
-    // in turn. The clusters' roles differ only in the cluster's name, so proving them on the
-    // canary proves them for every cluster.
+    // Every rollout runs with exactly these roles (this one too): they are enough. It also
+    // installs the platform on a fresh world, so that its kinds are served and reviewed.
+    bump_pool(w, 15);
+    let out = w.rollout(&[]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    // Each permission taken away in turn. The clusters' roles differ only in the cluster's
+    // name, so proving them on the canary proves them for every cluster.
     let roles = w.grant().await;
     let shape = |objects: &[Value], name: &str| serde_json::to_string(objects).unwrap().replace(name, "<cluster>");
     for (k, name) in CLUSTERS.iter().enumerate().skip(1) {
