@@ -62,7 +62,7 @@ pub(crate) struct Gate {
     pub fleet: String,
     /// The wave the cluster was gated in.
     pub wave: String,
-    /// The cluster.
+    /// The fleet's cluster whose gate it was.
     pub cluster: String,
     /// What the gate showed.
     pub outcome: GateOutcome,
