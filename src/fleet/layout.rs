@@ -43,25 +43,6 @@ impl Current {
         out
     }
 
-    /// From a render's files.
-    pub(crate) fn of(rendered: &Rendered) -> Self {
-        Self { files: rendered.files.iter().map(|f| (f.path.clone(), f.content.clone())).collect() }
-    }
-
-    /// The directories that hold what Flux applies to `cluster`: `clusters/<c>/apps`, where its
-    /// layer files are, and each directory they point Flux at.
-    pub(crate) fn cluster_dirs(&self, cluster: &str) -> Vec<String> {
-        let apps = format!("clusters/{cluster}/apps");
-        let mut dirs = vec![apps.clone()];
-        let prefix = format!("{apps}/");
-        for (_, content) in self.files.range(prefix.clone()..).take_while(|(p, _)| p.starts_with(&prefix)) {
-            dirs.extend(flux_path(content));
-        }
-        dirs.sort();
-        dirs.dedup();
-        dirs
-    }
-
     /// What `cluster` has in the repository: its layer files (`clusters/<c>/apps/<layer>.yaml`)
     /// and the directories they point Flux at, each file with its layer.
     fn cluster(&self, cluster: &str) -> Vec<KeptFile> {
@@ -80,6 +61,31 @@ impl Current {
         }
         out
     }
+}
+
+/// For each of `clusters`, the directories of `rendered` that hold what Flux applies to it:
+/// `clusters/<c>/apps`, where its layer files are, and each directory they point Flux at.
+pub(crate) fn cluster_dirs<'c>(
+    rendered: &Rendered,
+    clusters: impl IntoIterator<Item = &'c String>,
+) -> BTreeMap<String, Vec<String>> {
+    let files: BTreeMap<&str, &str> = rendered.files.iter().map(|f| (f.path.as_str(), f.content.as_str())).collect();
+    clusters
+        .into_iter()
+        .map(|cluster| {
+            let apps = format!("clusters/{cluster}/apps");
+            let prefix = format!("{apps}/");
+            let mut dirs: Vec<String> = files
+                .range(prefix.as_str()..)
+                .take_while(|(p, _)| p.starts_with(&prefix))
+                .filter_map(|(_, content)| flux_path(content))
+                .collect();
+            dirs.push(apps);
+            dirs.sort();
+            dirs.dedup();
+            (cluster.clone(), dirs)
+        })
+        .collect()
 }
 
 /// The `spec.path` of a Flux Kustomization file, normalised (`./platform/x` → `platform/x`).

@@ -51,6 +51,10 @@ impl Plan {
         source: &Source,
         selection: &Selection,
     ) -> Result<Self, RolloutError> {
+        // The gate records first: without any (a first rollout), nothing below reads the
+        // clusters' directories.
+        let names: BTreeSet<&str> = fleet.members.iter().map(|m| m.profile.cluster.name.as_str()).collect();
+        let records = gates::newest(root, &fleet.name, &names)?;
         let mut files = Vec::new();
         let mut previous: Option<Rendered> = None;
         let mut first_pending = fleet.waves.len();
@@ -66,14 +70,12 @@ impl Plan {
                 first_pending = k;
             }
             if k < first_pending {
-                let files = fleet::Current::of(&rendered);
-                held.extend(fleet.waves[k].clusters.iter().map(|c| (c.clone(), files.cluster_dirs(c))));
+                let gated = fleet.waves[k].clusters.iter().filter(|c| records.contains_key(*c));
+                held.extend(fleet::cluster_dirs(&rendered, gated));
             }
             files.push(previous.as_ref().map_or(changes, |p| changed_between(p, &rendered)));
             previous = Some(rendered);
         }
-        let names: BTreeSet<&str> = held.keys().map(String::as_str).collect();
-        let records = gates::newest(root, &fleet.name, &names)?;
         let mut done = 0;
         'waves: for wave in &fleet.waves[..first_pending] {
             for cluster in &wave.clusters {
