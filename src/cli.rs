@@ -177,7 +177,8 @@ pub struct ApplyArgs {
     /// Take ownership of fields another field manager owns.
     #[arg(long)]
     pub force_conflicts: bool,
-    /// The Flux repository holding the render, checked for uncommitted or unpushed changes.
+    /// The Flux repository holding the render: checked for uncommitted or unpushed changes, and
+    /// whether its pushed HEAD holds this render (only then are fields Flux's applier owns taken).
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
     /// Output format.

@@ -6,7 +6,7 @@
 //! requests in flight and request counters.
 
 pub(crate) mod diff;
-mod flux_applier;
+pub(crate) mod flux_applier;
 mod http2;
 pub(crate) mod inventory;
 pub(crate) mod meter;

@@ -4,7 +4,9 @@
 //! requests); when it exists (or a preview is asked for), a server-side dry-run of the apply is
 //! compared with it after removing server noise. Unchanged objects are **not written**, so a
 //! no-op apply makes zero write requests. Writes use the field manager `osbx`; a conflict with
-//! another manager fails with the manager and fields unless `force_conflicts` takes ownership.
+//! another manager fails with the manager and fields unless forced (`--force-conflicts`), or
+//! unless the manager is Flux's applier alone and the render is the one Flux applies
+//! (`flux_applier`).
 //! A prune deletes only what osbx still manages.
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,7 +15,7 @@ use futures::stream::{self, StreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::Value;
 
-use super::flux_applier::over_flux;
+use super::flux_applier::{FLUX_APPLIER, OnConflict, Refusal, over_flux};
 use super::operation::{Objects, Operation};
 use super::{Cluster, ClusterError, describe};
 use crate::changeset::{Action, Change};
@@ -73,6 +75,26 @@ pub enum ApplyError {
         /// The server's message (names the manager and the fields).
         message: String,
     },
+    /// Fields osbx sets are owned by Flux's applier alone, and the render osbx applies is not
+    /// shown to be the one Flux applies (see `flux_applier`): Flux would put them back.
+    #[error(
+        "{subject}: {} owned by Flux's {owner}, and this apply would change {}: osbx takes fields from Flux only \
+         when it applies what the Flux repository's pushed HEAD holds, and {why}, so Flux would put them back. \
+         Commit and push the render (`osbx render --commit`, then `git push`) and apply with --repo at that \
+         repository, or rerun with --force-conflicts to take them anyway",
+        fields_named(.fields),
+        if .fields.len() == 1 { "it" } else { "them" }
+    )]
+    FluxOwned {
+        /// The object.
+        subject: ObjectRef,
+        /// The fields, as the server names them.
+        fields: Vec<String>,
+        /// Their owner, Flux's applier.
+        owner: &'static str,
+        /// Why the render is not shown to be Flux's.
+        why: String,
+    },
     /// The server refused the object (schema, admission, RBAC).
     #[error("{subject}: {action} failed: {message}")]
     Rejected {
@@ -96,6 +118,25 @@ pub enum ApplyError {
     /// Discovery or transport failed.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+}
+
+/// `.spec.a is` / `.spec.a and .spec.b are`.
+fn fields_named(fields: &[String]) -> String {
+    match fields {
+        [] => "fields are".to_owned(),
+        [one] => format!("{one} is"),
+        [rest @ .., last] => format!("{} and {last} are", rest.join(", ")),
+    }
+}
+
+/// The error of a server-side apply that was not made.
+fn refused(subject: &ObjectRef, action: &'static str, refusal: Refusal) -> ApplyError {
+    match refusal {
+        Refusal::Api(e) => api_error(subject, action, e),
+        Refusal::FluxOwns { fields, why } => {
+            ApplyError::FluxOwned { subject: subject.clone(), fields, owner: FLUX_APPLIER, why }
+        }
+    }
 }
 
 fn api_error(subject: &ObjectRef, action: &'static str, e: kube::Error) -> ApplyError {
@@ -128,7 +169,7 @@ pub(crate) struct Planned {
     /// Why it is skipped.
     pub reason: Option<String>,
     /// The fields it changes are owned only by Flux's applier, applying this same render from
-    /// git: the write takes them over (see `flux_applier`).
+    /// the pushed repository: the write takes them over (see `flux_applier`).
     pub takes_over_flux: bool,
 }
 
@@ -157,12 +198,12 @@ impl Planned {
 }
 
 /// How to plan.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct PlanOptions {
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlanOptions<'a> {
     /// Dry-run objects that do not exist yet too (diff and `--dry-run` previews); apply skips it.
     pub dry_run_new: bool,
-    /// Take ownership from other field managers.
-    pub force_conflicts: bool,
+    /// What to do about fields other field managers own.
+    pub on_conflict: OnConflict<'a>,
 }
 
 fn params(force: bool, dry_run: bool) -> PatchParams {
@@ -185,7 +226,7 @@ fn params(force: bool, dry_run: bool) -> PatchParams {
 pub(crate) async fn plan(
     cluster: &Cluster,
     object: &Object,
-    opts: PlanOptions,
+    opts: PlanOptions<'_>,
     prefetched: Option<Option<Value>>,
 ) -> Result<Planned, ApplyError> {
     let hash = applied_hash(&object.value);
@@ -216,16 +257,17 @@ pub(crate) async fn plan(
     }
     // Without --force-conflicts the dry-run reports conflicts before anything is written.
     let (api, name, patch) = (&api, &id.name, &Patch::Apply(&desired));
-    let (answer, takes_over_flux) =
-        over_flux(opts.force_conflicts, |force| async move { api.patch(name, &params(force, true), patch).await })
-            .await;
-    let merged = match answer {
-        Ok(m) => serde_json::to_value(m).unwrap_or(Value::Null),
+    let answer =
+        over_flux(opts.on_conflict, |force| async move { api.patch(name, &params(force, true), patch).await }).await;
+    let (merged, takes_over_flux) = match answer {
+        Ok((m, took)) => (serde_json::to_value(m).unwrap_or(Value::Null), took),
         // A new object in a namespace this same plan creates: nothing to compare, shown as rendered.
-        Err(kube::Error::Api(s)) if live.is_none() && s.code == 404 && s.message.starts_with("namespaces ") => {
+        Err(Refusal::Api(kube::Error::Api(s)))
+            if live.is_none() && s.code == 404 && s.message.starts_with("namespaces ") =>
+        {
             return Ok(Planned::new(id, desired, Action::Created));
         }
-        Err(e) => return Err(api_error(&id, "dry-run", e)),
+        Err(refusal) => return Err(refused(&id, "dry-run", refusal)),
     };
     let action = match &live {
         None => Action::Created,
@@ -243,7 +285,7 @@ pub(crate) async fn plan(
 pub(crate) async fn plan_all<'o>(
     cluster: &Cluster,
     objects: impl IntoIterator<Item = &'o Object>,
-    opts: PlanOptions,
+    opts: PlanOptions<'_>,
 ) -> Result<Vec<Planned>, ApplyError> {
     let objects: Vec<&Object> = objects.into_iter().collect();
     let live = prefetch(cluster, objects.iter().map(|o| &o.id)).await?;
@@ -335,12 +377,17 @@ async fn prefetch(
     Ok(out)
 }
 
-/// Write a planned object if it needs writing; returns the server's answer (the object as
-/// stored, as JSON text: parsed only by callers that look at it).
+/// Write a planned object if it needs writing, doing about conflicts what `on_conflict` says
+/// (planning's decision to take Flux's fields stands); returns the server's answer (the object
+/// as stored, as JSON text: parsed only by callers that look at it).
 ///
 /// # Errors
-/// [`ApplyError`] when the server refuses the apply.
-pub(crate) async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool) -> Result<Option<String>, ApplyError> {
+/// [`ApplyError`] when the server refuses the apply, or the fields are Flux's and stay so.
+pub(crate) async fn write(
+    cluster: &Cluster,
+    p: &Planned,
+    on_conflict: OnConflict<'_>,
+) -> Result<Option<String>, ApplyError> {
     if !p.writes() {
         return Ok(None);
     }
@@ -351,14 +398,15 @@ pub(crate) async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool)
     })?;
     // Planned while absent (no dry-run saw a conflict), Flux's applier may have written it since.
     let api = &api;
-    let (stored, _) = over_flux(force_conflicts || p.takes_over_flux, |force| async move {
+    let on_conflict = if p.takes_over_flux { OnConflict::Force } else { on_conflict };
+    let stored = over_flux(on_conflict, |force| async move {
         let request = kube::core::Request::new(api.resource_url())
             .patch(&p.id.name, &params(force, false), &Patch::Apply(&p.desired))
             .map_err(kube::Error::BuildRequest)?;
         cluster.client.request_text(request).await
     })
     .await;
-    Ok(Some(stored.map_err(|e| api_error(&p.id, "apply", e))?))
+    Ok(Some(stored.map_err(|refusal| refused(&p.id, "apply", refusal))?.0))
 }
 
 /// Write every planned object that changed, concurrently (bounded); returns the server's answer
@@ -369,9 +417,9 @@ pub(crate) async fn write(cluster: &Cluster, p: &Planned, force_conflicts: bool)
 pub(crate) async fn write_all(
     cluster: &Cluster,
     planned: &[Planned],
-    force_conflicts: bool,
+    on_conflict: OnConflict<'_>,
 ) -> Result<Vec<Option<String>>, ApplyError> {
-    stream::iter(planned.iter().map(|p| write(cluster, p, force_conflicts)))
+    stream::iter(planned.iter().map(|p| write(cluster, p, on_conflict)))
         .buffered(cluster.concurrency)
         .collect::<Vec<_>>()
         .await

@@ -5,6 +5,7 @@ use super::ExitStatus;
 use super::session::{self, prepare, runtime, start_connect};
 use super::settings::ApplySettings;
 use crate::cli::Output;
+use crate::cluster::flux_applier::FluxRender;
 use crate::cluster::preflight;
 use crate::deploy;
 use crate::printer::Printer;
@@ -36,6 +37,9 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
             printer.warn(&format!("{n} commit(s) not pushed to {upstream}: Flux will not see them"));
         }
     }
+    // Fields only Flux's applier owns are taken over only when Flux applies this very render.
+    let flux =
+        repo::pushed(&settings.repo, &prepared.rendered).map_or_else(FluxRender::Unproven, |()| FluxRender::Pushed);
     rt.block_on(async {
         let (cluster, report) = connecting.await??;
         printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
@@ -44,7 +48,7 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
         let verifying = settings.verify.as_ref().map_or_else(Vec::new, |v| {
             verify::session::operations(profile, &deploy::flux_objects(layers), &v.run.selection, v.run.reach())
         });
-        let plan = match deploy::plan(&cluster, profile, layers, opts).await {
+        let plan = match deploy::plan(&cluster, profile, layers, opts, flux).await {
             Ok(plan) => plan,
             Err(e) if e.forbidden() => {
                 // Name every missing permission, not only the read that was refused.

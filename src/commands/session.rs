@@ -10,7 +10,7 @@ use crate::cluster::{Cluster, ConnectOptions, preflight};
 use crate::deploy::{self, Layer};
 use crate::printer::Printer;
 use crate::profile::{self, LoadedProfile};
-use crate::render::Renderer;
+use crate::render::{Rendered, Renderer};
 use crate::verify::{self, report, session::Session};
 
 /// The profile, rendered into layers.
@@ -19,6 +19,8 @@ pub(super) struct Prepared {
     pub loaded: LoadedProfile,
     /// Its layers in apply order.
     pub layers: Vec<Layer>,
+    /// The render the layers come from (its files, as `osbx render` writes them).
+    pub rendered: Rendered,
 }
 
 /// Load, validate and render a profile (no cluster needed).
@@ -35,7 +37,7 @@ pub(super) fn prepare(settings: &ProfileSettings) -> anyhow::Result<Prepared> {
     let loaded = loaded?;
     let rendered = renderer?.render(&loaded)?;
     let layers = deploy::layers(&loaded.profile, &rendered);
-    Ok(Prepared { loaded, layers })
+    Ok(Prepared { loaded, layers, rendered })
 }
 
 /// A runtime for this command.

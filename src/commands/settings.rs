@@ -158,7 +158,8 @@ pub(super) struct ApplySettings {
     pub connect: ConnectOptions,
     /// How to apply.
     pub apply: ApplyOptions,
-    /// The Flux repository checked for uncommitted or unpushed changes.
+    /// The Flux repository: checked for uncommitted or unpushed changes, and whether its pushed
+    /// HEAD holds the render.
     pub repo: PathBuf,
     /// Output format.
     pub output: Output,

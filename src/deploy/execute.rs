@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{ApplyOptions, DeployError, Layer, Plan, ids};
 use crate::changeset::{Action, ChangeSet};
+use crate::cluster::flux_applier::FluxRender;
 use crate::cluster::inventory::Inventory;
 use crate::cluster::ssa::{self, Planned};
 use crate::cluster::wait::{self, WaitError, WaitOptions};
@@ -39,6 +40,8 @@ struct Run<'a> {
     /// Plans made before the first write, taken as layers use them; cleared when a wait makes
     /// them stale.
     planned: BTreeMap<ObjectRef, Planned>,
+    /// Whether the render is the one Flux applies (see [`Plan::flux`]).
+    flux: FluxRender,
     /// The inventory: as planned (every object about to be applied recorded), then as applied.
     inventory: Inventory,
     /// Whether the inventory lists objects the cluster's copy does not, to be written before the
@@ -66,7 +69,7 @@ pub(crate) async fn execute(
     progress: &dyn Progress,
 ) -> Result<ApplyReport, DeployError> {
     let deadline = Instant::now() + opts.timeout;
-    let Plan { previous, planned } = plan;
+    let Plan { previous, planned, flux } = plan;
     let mut inventory = previous.clone();
     for p in planned.values().filter(|p| p.action != Action::Skipped) {
         inventory.record(&p.id, p.action == Action::Created);
@@ -74,7 +77,7 @@ pub(crate) async fn execute(
     // Written with the first objects (see `apply_layer`), before any other.
     let saved = inventory.entries.clone();
     let intent = !opts.dry_run && inventory != previous;
-    let mut run = Run { cluster, opts, progress, planned, inventory, intent, changes: ChangeSet::default() };
+    let mut run = Run { cluster, opts, progress, planned, flux, inventory, intent, changes: ChangeSet::default() };
     let mut not_ready: Option<WaitError> = None;
     let wait_opts = WaitOptions { interval: opts.interval, deadline, fail_fast: true };
     let waits = opts.wait && !opts.dry_run;
@@ -164,7 +167,7 @@ impl Run<'_> {
             let mut stage_plan: Vec<Option<Planned>> =
                 objects.iter().map(|o| self.planned.remove(&o.id).filter(|p| p.action != Action::Skipped)).collect();
             let missing = objects.iter().zip(&stage_plan).filter(|(_, p)| p.is_none()).map(|(o, _)| *o);
-            let mut fresh = ssa::plan_all(self.cluster, missing, self.opts.plan_options()).await?.into_iter();
+            let mut fresh = ssa::plan_all(self.cluster, missing, self.opts.plan_options(&self.flux)).await?.into_iter();
             for slot in stage_plan.iter_mut().filter(|p| p.is_none()) {
                 *slot = fresh.next();
             }
@@ -184,7 +187,7 @@ impl Run<'_> {
     /// (the planned inventory before the first stage; objects of kinds a chart installed, planned
     /// only now): an object never exists untracked, even when the connection dies mid-stage.
     async fn write(&mut self, stage_plan: &[Planned]) -> Result<Vec<Option<String>>, DeployError> {
-        let (cluster, force) = (self.cluster, self.opts.force_conflicts);
+        let (cluster, on_conflict) = (self.cluster, self.opts.on_conflict(&self.flux));
         if self.opts.dry_run {
             return Ok(vec![None; stage_plan.len()]);
         }
@@ -199,7 +202,7 @@ impl Run<'_> {
             self.intent = false;
             self.inventory.write(cluster).await?;
         }
-        Ok(ssa::write_all(cluster, stage_plan, force).await?)
+        Ok(ssa::write_all(cluster, stage_plan, on_conflict).await?)
     }
 
     /// Wait until a definitions or classes stage is usable: Namespaces are Active as created

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(crate) use self::execute::execute;
 pub(crate) use self::plan::{ApplyOptions, Plan, Scope, operations, plan};
 use crate::changeset::{Action, ChangeSet};
+use crate::cluster::flux_applier::OnConflict;
 use crate::cluster::inventory::Inventory;
 use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::ssa::{self, ApplyError, PlanOptions};
@@ -197,7 +198,8 @@ pub(crate) fn diff_operations(profile: &Profile, layers: &[Layer], stale: bool) 
 pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<ChangeSet, DeployError> {
     let (planned, inventory) = futures::try_join!(
         async {
-            ssa::plan_all(cluster, objects(layers), PlanOptions { dry_run_new: true, force_conflicts: true })
+            // What the objects would become, whoever owns their fields now.
+            ssa::plan_all(cluster, objects(layers), PlanOptions { dry_run_new: true, on_conflict: OnConflict::Force })
                 .await
                 .map_err(DeployError::from)
         },

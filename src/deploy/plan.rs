@@ -7,6 +7,7 @@ use super::execute::flux_kustomization;
 use super::{DeployError, Layer, ids, inventory, kept, objects};
 use crate::changeset::Action;
 use crate::cluster::Cluster;
+use crate::cluster::flux_applier::{FluxRender, OnConflict};
 use crate::cluster::inventory::Inventory;
 use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::preflight;
@@ -32,8 +33,14 @@ pub(crate) struct ApplyOptions {
 }
 
 impl ApplyOptions {
-    pub(super) fn plan_options(&self) -> PlanOptions {
-        PlanOptions { dry_run_new: self.dry_run, force_conflicts: self.force_conflicts }
+    /// What to do about fields another manager owns: take them with `--force-conflicts`, else
+    /// stop, unless they are Flux's applier's alone and `flux` is the render Flux applies.
+    pub(super) fn on_conflict<'a>(&self, flux: &'a FluxRender) -> OnConflict<'a> {
+        if self.force_conflicts { OnConflict::Force } else { OnConflict::Stop(flux) }
+    }
+
+    pub(super) fn plan_options<'a>(&self, flux: &'a FluxRender) -> PlanOptions<'a> {
+        PlanOptions { dry_run_new: self.dry_run, on_conflict: self.on_conflict(flux) }
     }
 
     /// What the apply does beyond planning and writing the render.
@@ -61,6 +68,9 @@ pub(crate) struct Plan {
     pub previous: Inventory,
     /// The plan of each object, by identity.
     pub planned: BTreeMap<ObjectRef, Planned>,
+    /// Whether the render is the one Flux applies (the Flux repository's pushed HEAD holds it),
+    /// so that fields only Flux's applier owns may be taken over.
+    pub flux: FluxRender,
 }
 
 impl Plan {
@@ -124,19 +134,22 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], scope: Scope) -> V
 
 /// Read everything an apply needs to decide what to write, in one wave: the inventory and the
 /// live state of every rendered object (one LIST per kind and namespace where that saves
-/// requests), planned as [`ssa::plan_all`] does. Nothing is written.
+/// requests), planned as [`ssa::plan_all`] does; `flux` says whether the render is the one Flux
+/// applies. Nothing is written.
 ///
 /// # Errors
-/// [`DeployError`] when a read or a dry-run fails.
+/// [`DeployError`] when a read or a dry-run fails, or a dry-run conflicts with Flux's applier
+/// while `flux` is not shown to be its render.
 pub(crate) async fn plan(
     cluster: &Cluster,
     profile: &Profile,
     layers: &[Layer],
     opts: &ApplyOptions,
+    flux: FluxRender,
 ) -> Result<Plan, DeployError> {
     let (previous, planned) = futures::try_join!(
         async { Inventory::load(cluster, inventory(profile)).await.map_err(DeployError::from) },
-        async { ssa::plan_all(cluster, objects(layers), opts.plan_options()).await.map_err(DeployError::from) },
+        async { ssa::plan_all(cluster, objects(layers), opts.plan_options(&flux)).await.map_err(DeployError::from) },
     )?;
-    Ok(Plan { previous, planned: planned.into_iter().map(|p| (p.id.clone(), p)).collect() })
+    Ok(Plan { previous, planned: planned.into_iter().map(|p| (p.id.clone(), p)).collect(), flux })
 }

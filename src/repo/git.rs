@@ -275,6 +275,44 @@ pub(crate) fn repo_state(path: &Path) -> Option<RepoState> {
     Some(RepoState { uncommitted, unpushed })
 }
 
+/// Files of the commit the current branch's upstream points at.
+pub(crate) struct Upstream {
+    /// The upstream's name (`origin/main`).
+    pub name: String,
+    /// The bytes of each path asked for (`None`: not in that commit).
+    pub files: Vec<Option<Vec<u8>>>,
+}
+
+/// What the current branch's upstream holds (as the last fetch or push left it: what Flux
+/// fetches): each of `paths` (`root`-relative) in its commit.
+///
+/// # Errors
+/// Why nothing is known to be pushed, in words: `root` is not in a repository, HEAD is not on a
+/// branch, the branch has no upstream, or libgit2 failed.
+pub(crate) fn at_upstream(root: &Path, paths: &[String]) -> Result<Upstream, String> {
+    let shown = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    let shown = shown.display();
+    let (repo, workdir) = open(root).map_err(|_| format!("{shown} is not in a git repository"))?;
+    let head = repo.head().map_err(|e| format!("the repository at {shown} has no commit checked out ({e})"))?;
+    if !head.is_branch() {
+        return Err(format!("HEAD of the repository at {shown} is not on a branch"));
+    }
+    let branch = git2::Branch::wrap(head);
+    let branch_name = branch.name().ok().flatten().unwrap_or("HEAD").to_owned();
+    let upstream =
+        branch.upstream().map_err(|_| format!("branch {branch_name} has no upstream (it was never pushed)"))?;
+    let name = upstream.name().ok().flatten().unwrap_or("the upstream").to_owned();
+    let tree = upstream.get().peel_to_tree().map_err(|e| format!("{name}: {e}"))?;
+    let files = to_workdir(root, &workdir, paths)
+        .iter()
+        .map(|path| {
+            let entry = tree.get_path(Path::new(path)).ok()?;
+            Some(entry.to_object(&repo).ok()?.peel_to_blob().ok()?.content().to_vec())
+        })
+        .collect();
+    Ok(Upstream { name, files })
+}
+
 /// The commit at HEAD of the repository containing `root`.
 ///
 /// # Errors

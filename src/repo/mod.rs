@@ -185,6 +185,51 @@ pub(crate) fn commit_paths(staged: &Staged, rendered: &Rendered) -> Vec<String> 
     paths.into_iter().collect()
 }
 
+/// Whether the Flux repository at `root` has pushed `rendered`: every file of the render is, byte
+/// for byte, what the commit of the current branch's upstream holds (what Flux fetches, as the last
+/// fetch or push left it), and each cluster kustomization there lists the render's layers.
+///
+/// # Errors
+/// Why it is not shown to be pushed, in words (no repository or upstream, the files that differ).
+pub(crate) fn pushed(root: &Path, rendered: &Rendered) -> Result<(), String> {
+    let paths: Vec<String> =
+        rendered.files.iter().map(|f| f.path.clone()).chain(rendered.clusters.iter().map(|c| c.path.clone())).collect();
+    let git::Upstream { name: upstream, files: blobs } = git::at_upstream(root, &paths)?;
+    let (files, indexes) = blobs.split_at(rendered.files.len());
+    let differ: Vec<&str> = rendered
+        .files
+        .iter()
+        .zip(files)
+        .filter(|(f, pushed)| pushed.as_deref() != Some(f.content.as_bytes()))
+        .map(|(f, _)| f.path.as_str())
+        .collect();
+    let mut why = match differ.as_slice() {
+        [] => Vec::new(),
+        [one] => vec![format!("{one} is not what {upstream} holds")],
+        many => {
+            let more = if many.len() > 5 { format!(" and {} more", many.len() - 5) } else { String::new() };
+            vec![format!(
+                "{} files are not what {upstream} holds: {}{more}",
+                many.len(),
+                many[..5.min(many.len())].join(", ")
+            )]
+        }
+    };
+    for (index, pushed) in rendered.clusters.iter().zip(indexes) {
+        let text = pushed.as_deref().and_then(|b| std::str::from_utf8(b).ok());
+        let missing: Vec<&str> = index
+            .entries
+            .iter()
+            .filter(|e| !text.is_some_and(|t| kustomization::lists(t, e).unwrap_or(false)))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            why.push(format!("{} in {upstream} does not list {}", index.path, missing.join(", ")));
+        }
+    }
+    if why.is_empty() { Ok(()) } else { Err(why.join("; ")) }
+}
+
 /// Finish (or undo) what a render that was killed part-way left in the repository at `root`;
 /// returns what was done, or `None` when nothing was left.
 ///

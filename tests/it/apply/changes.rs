@@ -2,9 +2,10 @@
 //! masked, `--dry-run`, and the API key Secret (created, rotated, kept, never printed).
 
 use crate::support::{osbx, outputs};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use super::*;
@@ -35,16 +36,51 @@ async fn conflicts_name_the_other_manager_and_force_takes_ownership() {
     assert_eq!(pools.get("pod").await.unwrap().data["spec"]["capacitySpec"]["bufferMax"], 1);
 }
 
-/// An object planned as absent (so without a dry-run) that Flux's applier writes, from the same
-/// render in git, before osbx gets to it: the conflict is with `kustomize-controller` alone, and
-/// osbx takes the fields, as it does when the dry-run of planning sees that conflict.
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The Flux repository `dir/flux`: the render of `dir/profile.yaml` committed and pushed (with
+/// upstream tracking, as `git push -u` leaves it) to the bare repository `dir/flux.git`.
+fn push_render(dir: &Path) -> PathBuf {
+    let (bare, work) = (dir.join("flux.git"), dir.join("flux"));
+    if !bare.exists() {
+        std::fs::create_dir_all(&work).unwrap();
+        git(dir, &["init", "-q", "--bare", "-b", "main", "flux.git"]);
+        git(&work, &["init", "-q", "-b", "main"]);
+        git(&work, &["config", "user.name", "Test"]);
+        git(&work, &["config", "user.email", "test@example.com"]);
+        git(&work, &["remote", "add", "origin", &bare.display().to_string()]);
+    }
+    let out =
+        osbx().current_dir(dir).args(["-q", "render", "--profile", "profile.yaml", "--out", "flux"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", "osbx: render"]);
+    git(&work, &["push", "-q", "-u", "origin", "main"]);
+    work
+}
+
+/// The managers of a live object's fields.
+fn managers(object: &DynamicObject) -> Vec<&str> {
+    object.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.as_deref()).collect()
+}
+
+/// An object planned as absent (so without a dry-run) that Flux's applier writes, from the render
+/// the Flux repository's pushed HEAD holds, before osbx gets to it: the conflict is with
+/// `kustomize-controller` alone, and osbx takes the fields, as it does when the dry-run of
+/// planning sees that conflict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_object_flux_applied_after_it_was_planned_is_taken_over() {
+async fn an_object_flux_applied_after_it_was_planned_is_taken_over_when_the_render_is_pushed() {
     let (client, dir, kubeconfig) = setup("fx", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let repo = push_render(dir.path());
     // Two requests per second: the Pool's write comes seconds after its namespace.
     let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("osbx"))
         .current_dir(dir.path())
-        .args(["apply", "--no-wait", "--qps", "2", "--profile", "profile.yaml", "--kubeconfig"])
+        .args(["apply", "--no-wait", "--qps", "2", "--profile", "profile.yaml", "--repo"])
+        .arg(&repo)
+        .arg("--kubeconfig")
         .arg(&kubeconfig)
         .env("OSBX_COLOR", "never")
         .stdout(std::process::Stdio::piped())
@@ -67,9 +103,67 @@ async fn an_object_flux_applied_after_it_was_planned_is_taken_over() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let pool = pools.get("pod").await.unwrap();
     assert_eq!(pool.data["spec"]["capacitySpec"]["bufferMax"], 1, "osbx's value");
-    let managers: Vec<&str> =
-        pool.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.as_deref()).collect();
-    assert!(managers.contains(&"osbx"), "{managers:?}");
+    assert!(managers(&pool).contains(&"osbx"), "{:?}", managers(&pool));
+}
+
+/// Fields Flux's applier owns are not taken while the render being applied is not what the Flux
+/// repository's pushed HEAD holds (a change not pushed yet, or no repository to tell): Flux would
+/// put them back. The apply stops before any write, naming the fields, their owner and why; once
+/// the change is pushed, the same apply takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flux_fields_are_not_taken_while_the_render_is_not_pushed() {
+    let (client, dir, kubeconfig) = setup("fn", &[("pod", "runc", [0, 1, 0, 2])]).await;
+    let repo = push_render(dir.path());
+    // Flux applies what is pushed (bufferMax 1), as kustomize-controller does: forced.
+    let out = run(&kubeconfig, dir.path(), &["apply", "--no-wait"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    let pools = pool_api(&client, "fn-sbx").await;
+    let pushed = json!({"apiVersion": "sandbox.opensandbox.io/v1alpha1", "kind": "Pool", "metadata": {"name": "pod", "namespace": "fn-sbx"},
+                        "spec": {"capacitySpec": {"bufferMax": 1, "bufferMin": 0, "poolMax": 2, "poolMin": 0}}});
+    pools.patch("pod", &PatchParams::apply("kustomize-controller").force(), &Patch::Apply(&pushed)).await.unwrap();
+    assert!(managers(&pools.get("pod").await.unwrap()).contains(&"kustomize-controller"));
+
+    // The profile changes and is applied before it is pushed.
+    std::fs::write(dir.path().join("profile.yaml"), profile("fn", &[("pod", "runc", [0, 3, 0, 4])])).unwrap();
+    let repo_arg = repo.display().to_string();
+    // Without --repo the current directory is read: no repository here (unless the temporary
+    // directory is inside one, which then does not hold this render either).
+    let in_a_repo = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir.path())
+        .args(["rev-parse", "--is-inside-work-tree"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let no_repo = if in_a_repo { "" } else { "is not in a git repository" };
+    for (args, why) in [
+        (vec!["apply", "--no-wait", "--repo", &repo_arg], "is not what origin/main holds"),
+        (vec!["apply", "--no-wait", "--dry-run", "--repo", &repo_arg], "is not what origin/main holds"),
+        (vec!["apply", "--no-wait"], no_repo),
+    ] {
+        let out = run(&kubeconfig, dir.path(), &args).await;
+        let (_, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        for said in [
+            "Pool/fn-sbx/pod",
+            ".spec.capacitySpec.bufferMax",
+            "owned by Flux's kustomize-controller",
+            why,
+            "Flux would put them back",
+            "--force-conflicts",
+        ] {
+            assert!(stderr.contains(said), "{args:?}: {said:?} not said: {stderr}");
+        }
+        let pool = pools.get("pod").await.unwrap();
+        assert_eq!(pool.data["spec"]["capacitySpec"]["bufferMax"], 1, "{args:?}: nothing written");
+    }
+
+    // Pushed: Flux will apply the same render, so osbx takes the fields now.
+    push_render(dir.path());
+    let out = run(&kubeconfig, dir.path(), &["apply", "--no-wait", "--repo", &repo_arg]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    let pool = pools.get("pod").await.unwrap();
+    assert_eq!(pool.data["spec"]["capacitySpec"]["bufferMax"], 3, "the pushed render's value");
+    assert!(managers(&pool).contains(&"osbx"), "{:?}", managers(&pool));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
