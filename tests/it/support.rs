@@ -33,7 +33,9 @@ pub fn osbx() -> Command {
     cmd
 }
 
-/// Every file under `dir` (relative path → content), skipping `.git`.
+/// Every file under `dir` (relative path → content), skipping `.git`. Contents are read byte
+/// for byte (no newline or encoding translation; a file that is not UTF-8 fails the test rather
+/// than compare as a placeholder), so two trees are equal exactly when their bytes are.
 pub fn tree(dir: &Path) -> BTreeMap<String, String> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
@@ -46,7 +48,8 @@ pub fn tree(dir: &Path) -> BTreeMap<String, String> {
                 walk(root, &path, out);
             } else {
                 let rel = path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
-                out.insert(rel, std::fs::read_to_string(&path).unwrap_or_else(|_| "<binary>".into()));
+                let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                out.insert(rel, text);
             }
         }
     }

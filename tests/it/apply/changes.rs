@@ -296,6 +296,8 @@ async fn the_api_key_secret_is_created_and_rotated_and_never_printed() {
         .arg(&bad)
         .output()
         .unwrap();
+    let said = outputs(&out).1;
+    assert!(said.contains(&format!("cannot load kubeconfig {}", bad.display())), "{said}");
     go(out, 2, "apply with a broken kubeconfig");
     for secret in secrets {
         assert!(!transcript.contains(secret), "{secret} leaked:\n{transcript}");

@@ -75,6 +75,11 @@ async fn a_read_only_user_is_refused_by_preflight_naming_what_is_missing() {
     assert!(stderr.contains("cannot create namespaces (cluster-wide)"), "{stderr}");
     assert!(stderr.contains("cannot patch helmreleases.helm.toolkit.fluxcd.io in namespace ro-system"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    // Before any write: no namespace of the profile's, no inventory.
+    let names = cluster::namespace_names(&client).await;
+    assert!(!names.iter().any(|n| n == "ro-system" || n == "ro-sbx"), "nothing written: {names:?}");
+    let inventories = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "ro-flux");
+    assert!(inventories.get_opt("osbx-inventory-ro-ro").await.unwrap().is_none(), "no inventory written");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
