@@ -380,3 +380,97 @@ fn read_existing(root: &Path, rel: &str) -> Result<Option<String>, RepoError> {
         Ok(_) => fs::read_to_string(&path).map(Some).map_err(io(&path)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use git2::{Repository, Signature};
+
+    use crate::render::{ClusterIndex, Rendered, RenderedFile, Source};
+
+    const INDEX: &str = "clusters/lab/kustomization.yaml";
+
+    fn rendered(pools: &str) -> Rendered {
+        let file = |path: &str, content: &str| RenderedFile {
+            path: path.to_owned(),
+            layer: "pools".to_owned(),
+            content: content.to_owned(),
+            objects: Arc::from([]),
+        };
+        Rendered {
+            source: Source { kind: "profile", name: "lab".to_owned() },
+            files: vec![
+                file("clusters/lab/apps/pools.yaml", "kind: Kustomization\n"),
+                file("platform/pools.yaml", pools),
+            ],
+            clusters: vec![ClusterIndex { path: INDEX.to_owned(), entries: vec!["apps/pools.yaml".to_owned()] }],
+        }
+    }
+
+    /// Commit `files` on `main` and point `origin/main`, its upstream, at that commit (as a push
+    /// leaves them).
+    fn pushed_commit(root: &Path, files: &[(&str, &str)]) {
+        let repo = Repository::open(root).unwrap_or_else(|_| Repository::init(root).unwrap());
+        let mut index = repo.index().unwrap();
+        for (path, content) in files {
+            let full = root.join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, content).unwrap();
+            index.add_path(Path::new(path)).unwrap();
+        }
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = Signature::now("test", "test@example.com").unwrap();
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        let id = repo.commit(Some("refs/heads/main"), &sig, &sig, "render", &tree, &parents).unwrap();
+        repo.set_head("refs/heads/main").unwrap();
+        if repo.find_remote("origin").is_err() {
+            repo.remote("origin", "https://127.0.0.1:9/flux.git").unwrap();
+        }
+        repo.reference("refs/remotes/origin/main", id, true, "pushed").unwrap();
+        repo.find_branch("main", git2::BranchType::Local).unwrap().set_upstream(Some("origin/main")).unwrap();
+    }
+
+    #[test]
+    fn a_render_is_pushed_only_when_the_upstream_holds_every_file_and_lists_its_layers() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // (Unless the temporary directory is inside a repository, which then holds no render.)
+        if Repository::discover(root).is_err() {
+            let why = super::pushed(root, &rendered("a: 1\n")).unwrap_err();
+            assert!(why.ends_with("is not in a git repository"), "{why}");
+        }
+
+        let index = "resources:\n  - flux-system\n  - apps/pools.yaml\n";
+        let files = [
+            ("clusters/lab/apps/pools.yaml", "kind: Kustomization\n"),
+            ("platform/pools.yaml", "a: 1\n"),
+            (INDEX, index),
+        ];
+        pushed_commit(root, &files);
+        assert_eq!(super::pushed(root, &rendered("a: 1\n")), Ok(()));
+        // Byte for byte: a changed value, or only a trailing newline, is not what is pushed.
+        for other in ["a: 2\n", "a: 1"] {
+            let why = super::pushed(root, &rendered(other)).unwrap_err();
+            assert_eq!(why, "platform/pools.yaml is not what origin/main holds");
+        }
+        // The work tree does not count: only what the upstream's commit holds.
+        std::fs::write(root.join("platform/pools.yaml"), "a: 2\n").unwrap();
+        assert_eq!(super::pushed(root, &rendered("a: 1\n")), Ok(()));
+        assert!(super::pushed(root, &rendered("a: 2\n")).is_err());
+
+        // The cluster kustomization must list the layers, or Flux applies none of it.
+        pushed_commit(root, &[(INDEX, "resources:\n  - flux-system\n")]);
+        let why = super::pushed(root, &rendered("a: 1\n")).unwrap_err();
+        assert_eq!(why, format!("{INDEX} in origin/main does not list apps/pools.yaml"));
+
+        // No upstream: nothing says what is pushed.
+        let repo = Repository::open(root).unwrap();
+        repo.find_branch("main", git2::BranchType::Local).unwrap().set_upstream(None).unwrap();
+        let why = super::pushed(root, &rendered("a: 1\n")).unwrap_err();
+        assert_eq!(why, "branch main has no upstream (it was never pushed)");
+    }
+}
