@@ -17,6 +17,7 @@
 //! planes can pass (`flux.layers`, `nodes.ready`, `opensandbox.pools`: the chart's server runs on
 //! a kwok node, so its Lifecycle API is not there to call).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -281,6 +282,37 @@ impl FleetWorld {
         line.split(' ').next().unwrap().to_owned()
     }
 
+    /// Every file the Flux repository holds for `cluster`, byte for byte, at HEAD and in the work
+    /// tree (`None`: not there): `clusters/<cluster>/…` and the directories its layer
+    /// Kustomizations (`clusters/<cluster>/apps/*.yaml`) apply, as HEAD has them.
+    fn files_of(&self, cluster: &str) -> BTreeMap<String, (Vec<u8>, Option<Vec<u8>>)> {
+        let at_head = |path: &str| {
+            let out = Command::new("git")
+                .arg("-C")
+                .arg(&self.flux.dir)
+                .args(["cat-file", "blob", &format!("HEAD:{path}")])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git cat-file HEAD:{path}: {}", String::from_utf8_lossy(&out.stderr));
+            out.stdout
+        };
+        let head = git::git(&self.flux.dir, &["ls-tree", "-r", "--name-only", "HEAD"]);
+        let mut dirs = vec![format!("clusters/{cluster}/")];
+        let apps = format!("clusters/{cluster}/apps/");
+        for app in head.lines().filter(|p| p.starts_with(&apps)) {
+            let text = String::from_utf8(at_head(app)).unwrap();
+            let path = text
+                .lines()
+                .find_map(|l| l.trim_start().strip_prefix("path: "))
+                .unwrap_or_else(|| panic!("{app}: no path"));
+            dirs.push(format!("{}/", path.trim().trim_start_matches("./").trim_end_matches('/')));
+        }
+        head.lines()
+            .filter(|p| dirs.iter().any(|d| p.starts_with(d.as_str())))
+            .map(|p| (p.to_owned(), (at_head(p), std::fs::read(self.flux.dir.join(p)).ok())))
+            .collect()
+    }
+
     /// Assert that each cluster applied the commit of its wave (later commits reach a cluster
     /// only when its Flux is next asked, and change nothing of it).
     async fn assert_applied_their_waves(&self) {
@@ -422,9 +454,23 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
     let _one_at_a_time = SERIAL.lock().await;
     let mut guard = world().await;
     let w = guard.as_mut().unwrap();
-    bump_pool(w, 12);
+    // lab-c must hold a render for "keeps its files" to say something: when no scenario has
+    // reached it yet, this change is rolled out everywhere first, then another one breaks lab-b.
+    if !w.files_of("lab-c").keys().any(|p| p.starts_with("clusters/lab-c/apps/")) {
+        bump_pool(w, 12);
+        let out = w.rollout(&[]).await;
+        assert_eq!(out.status.code(), Some(0), "the rollout before the failure: {}", outputs(&out).1);
+    }
+    bump_pool(w, 14);
     // lab-b's pods can be placed on no node: Flux applies its Pools, they never hold capacity.
     w.overrides[1] = json!({"pools": {"defaults": {"nodeSelector": {"osbx.dev/no-such-node": "true"}}}});
+    let lab_c_before = w.files_of("lab-c");
+    assert!(
+        lab_c_before.keys().any(|p| p.starts_with("clusters/lab-c/apps/"))
+            && lab_c_before.keys().any(|p| !p.starts_with("clusters/")),
+        "lab-c's files: {:?}",
+        lab_c_before.keys()
+    );
     let out = w.rollout(&["-o", "json"]).await;
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
@@ -443,6 +489,11 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
     let head = w.flux.head();
     let lab_c = &w.applied().await[2];
     assert!(lab_c.iter().all(|rev| !rev.ends_with(&head)), "lab-c applied the failed wave's commit: {lab_c:?}");
+    // And the repository keeps lab-c's files byte for byte, at HEAD and in the work tree.
+    let lab_c_after = w.files_of("lab-c");
+    let changed: Vec<&String> =
+        lab_c_before.keys().chain(lab_c_after.keys()).filter(|p| lab_c_before.get(*p) != lab_c_after.get(*p)).collect();
+    assert!(changed.is_empty(), "the failed rollout changed lab-c's files: {changed:?}");
     let text = serde_json::to_string(&r).unwrap();
     assert!(!text.contains(KEY));
     // Each gate is recorded on the commit it gated, and pushed.
