@@ -37,5 +37,5 @@ fn member(file: &std::path::Path, cluster: &str, templates: Option<&std::path::P
     let loaded = fleet.members.swap_remove(at);
     let rendered = Renderer::new(templates)?.render(&loaded)?;
     let layers = deploy::layers(&loaded.profile, &rendered);
-    Ok(Prepared { loaded, layers })
+    Ok(Prepared { loaded, layers, rendered })
 }
