@@ -238,16 +238,21 @@ pub(crate) async fn review(
             }
             Target::Objects { kind, namespace, name, subresource } => (kind, namespace, name, subresource),
         };
-        let Some((ar, scope)) = cluster.resolver.resolve(&kind.object(namespace.as_deref(), "")).await? else {
-            continue;
+        // A kind the cluster does not serve yet (a chart's CRD, installed by an earlier layer of
+        // this run) is reviewed by the resource name `osbx rbac` grants for it, its scope taken
+        // from the need: an access review needs no served resource, and a permission it lacks
+        // must stop the run before its first write, not halfway through it.
+        let (group, plural, namespaced) = match cluster.resolver.resolve(&kind.object(namespace.as_deref(), "")).await?
+        {
+            Some((ar, scope)) => (ar.group, ar.plural, matches!(scope, Scope::Namespaced)),
+            None => (kind.group.clone(), Need::plural(kind), namespace.is_some()),
         };
-        let namespace = namespace.clone().filter(|_| matches!(scope, Scope::Namespaced));
         let key = Key {
-            group: ar.group.clone(),
-            plural: ar.plural.clone(),
+            group,
+            plural,
             subresource: *subresource,
-            namespace,
-            namespaced: matches!(scope, Scope::Namespaced),
+            namespace: namespace.clone().filter(|_| namespaced),
+            namespaced,
             verb: need.verb,
         };
         let names = keys.entry(key).or_insert_with(|| Some(BTreeSet::new()));

@@ -82,6 +82,48 @@ async fn a_read_only_user_is_refused_by_preflight_naming_what_is_missing() {
     assert!(inventories.get_opt("osbx-inventory-ro-ro").await.unwrap().is_none(), "no inventory written");
 }
 
+/// A kind the cluster does not serve yet is reviewed too: on a cluster with Flux only (the Pool
+/// CRD comes with the OpenSandbox chart, an earlier layer of the same run), a user allowed
+/// everything but the OpenSandbox group is refused before the first write, naming the pools it
+/// could not write; preflight used to skip the kinds discovery did not know, so the run stopped
+/// halfway, after the chart's layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_cluster_does_not_serve_yet_is_reviewed_before_any_write() {
+    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    cluster::install_crds(&client, "flux").await;
+    create_namespace(&client, "fr-flux").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("profile.yaml"), profile("fr", &[("pod", "runc", [0, 1, 0, 2])])).unwrap();
+    let user = cluster::user_kubeconfig(&plane.kubeconfig, "fr-deployer", dir.path());
+    let groups = [
+        "",
+        "apps",
+        "authorization.k8s.io",
+        "source.toolkit.fluxcd.io",
+        "kustomize.toolkit.fluxcd.io",
+        "helm.toolkit.fluxcd.io",
+    ];
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "fr-deployer"},
+        "rules": [{"apiGroups": groups, "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["get"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "fr-deployer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "fr-deployer"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "fr-deployer"}]});
+    for obj in [&role, &binding] {
+        let (api, name) = cluster::api_for(&client, obj).await;
+        api.patch(&name, &PatchParams::apply("test"), &Patch::Apply(obj)).await.unwrap();
+    }
+
+    let out = run(&user, dir.path(), &["apply", "--timeout", "20s"]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the current user may not do everything this apply needs"), "{stderr}");
+    assert!(stderr.contains("pools.sandbox.opensandbox.io in namespace fr-sbx"), "{stderr}");
+    let names = cluster::namespace_names(&client).await;
+    assert!(!names.iter().any(|n| n == "fr-system" || n == "fr-sbx"), "nothing written: {names:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_cluster_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
