@@ -223,6 +223,7 @@ pub(crate) async fn run(
                     WaveState::Pending
                 },
                 commit: None,
+                gated: None,
                 files: *files,
                 results: Vec::new(),
             })
@@ -243,6 +244,7 @@ pub(crate) async fn run(
             None => repo::head(root)?,
         };
         report.waves[k].commit = commit;
+        report.waves[k].gated = Some(sha.clone());
         let gated = stream::iter(wave.clusters.iter().map(|c| {
             let target = targets.iter().find(|t| t.member.profile.cluster.name == *c);
             let sha = sha.clone();

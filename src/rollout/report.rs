@@ -70,6 +70,10 @@ pub(crate) struct WaveReport {
     /// The commit this run made for it (`None`: nothing to commit).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The commit its clusters were gated at, where their gate records are (this run's commit
+    /// for it, else the branch's HEAD then); `None` until gated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gated: Option<String>,
     /// The files it changes (in a dry run: would change).
     pub files: usize,
     /// Its clusters' gates.

@@ -401,6 +401,9 @@ async fn a_healthy_rollout_goes_wave_by_wave() {
     let _one_at_a_time = SERIAL.lock().await;
     let mut guard = world().await;
     let w = guard.as_mut().unwrap();
+    // What another scenario may have left set when it failed: lab-b's override, a cordoned node.
+    w.overrides[1] = Value::Null;
+    w.cordon(0, false).await;
     bump_pool(w, 11);
     let before = w.log().len();
     let started = Instant::now();
@@ -454,6 +457,8 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
     let _one_at_a_time = SERIAL.lock().await;
     let mut guard = world().await;
     let w = guard.as_mut().unwrap();
+    w.overrides[1] = Value::Null;
+    w.cordon(0, false).await;
     // lab-c must hold a render for "keeps its files" to say something: when no scenario has
     // reached it yet, this change is rolled out everywhere first, then another one breaks lab-b.
     if !w.files_of("lab-c").keys().any(|p| p.starts_with("clusters/lab-c/apps/")) {
@@ -497,7 +502,10 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
     let text = serde_json::to_string(&r).unwrap();
     assert!(!text.contains(KEY));
     // Each gate is recorded on the commit it gated, and pushed.
-    let (canary, second) = (w.commit_of("canary"), w.commit_of("second"));
+    // The commits the report says each wave was gated at (a wave whose render did not change
+    // since an earlier scenario is gated at the commit that holds it, not a new one).
+    let commit = |i: usize| r["waves"][i]["gated"].as_str().unwrap_or_else(|| panic!("not gated: {r}")).to_owned();
+    let (canary, second) = (commit(0), commit(1));
     let gate = w.gate(&canary, "lab-a");
     assert_eq!((&gate["fleet"], &gate["wave"], &gate["outcome"]), (&json!("labs"), &json!("canary"), &json!("passed")));
     assert_eq!(gate["commit"], json!(canary));
@@ -567,7 +575,7 @@ async fn a_cluster_whose_checks_all_skip_has_no_evidence_unless_the_fleet_accept
     let _one_at_a_time = SERIAL.lock().await;
     let mut guard = world().await;
     let w = guard.as_mut().unwrap();
-    bump_pool(w, 14);
+    bump_pool(w, 16);
     w.overrides[1] = Value::Null;
     // The SPIFFE checks skip on every cluster: the profile names no SPIFFE identity.
     let out = w.rollout(&["--only", "spiffe", "-o", "json"]).await;
@@ -578,7 +586,8 @@ async fn a_cluster_whose_checks_all_skip_has_no_evidence_unless_the_fleet_accept
     let c = &r["waves"][0]["results"][0];
     assert_eq!((c["outcome"].as_str(), c["failure"]["check"].as_str()), (Some("no-evidence"), Some("gate.evidence")));
     assert!(c["failure"]["evidence"].as_str().unwrap().starts_with("every check skipped: spiffe.issued ("), "{c}");
-    let gate = w.gate(&w.commit_of("canary"), "lab-a");
+    let canary = r["waves"][0]["gated"].as_str().unwrap_or_else(|| panic!("not gated: {r}")).to_owned();
+    let gate = w.gate(&canary, "lab-a");
     assert_eq!((&gate["outcome"], &gate["failed"]), (&json!("no-evidence"), &json!("gate.evidence")), "{gate}");
 
     // The fleet file accepts it: every wave passes, each cluster recorded as no-evidence.
@@ -595,7 +604,8 @@ async fn a_cluster_whose_checks_all_skip_has_no_evidence_unless_the_fleet_accept
         }
     }
     // The canary, gated again at the same commit, has one record there: the new one.
-    let canary = w.gates(&w.commit_of("canary"));
+    assert_eq!(r["waves"][0]["gated"].as_str(), Some(canary.as_str()), "{r}");
+    let canary = w.gates(&canary);
     let records: Vec<&Value> = canary.iter().filter(|g| g["cluster"] == "lab-a").collect();
     assert_eq!(records.len(), 1, "{canary:?}");
     assert!(records[0].get("failed").is_none(), "the accepted gate replaced the failed one: {canary:?}");
