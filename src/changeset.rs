@@ -13,7 +13,7 @@ use crate::object::ObjectRef;
 /// What happened to one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub(crate) enum Action {
     /// It did not exist and was (or would be) created.
     Created,
     /// It existed and differed; it was (or would be) changed.
@@ -40,7 +40,7 @@ impl fmt::Display for Action {
 
 /// One object and its action.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Change {
+pub(crate) struct Change {
     /// The object.
     pub id: ObjectRef,
     /// What happened.
@@ -55,7 +55,7 @@ pub struct Change {
 impl Change {
     /// A change without detail.
     #[must_use]
-    pub fn new(id: ObjectRef, action: Action) -> Self {
+    pub(crate) fn new(id: ObjectRef, action: Action) -> Self {
         Self { id, action, reason: None, diff: None }
     }
 }
@@ -87,34 +87,34 @@ impl Serialize for Change {
 /// Every change of one run, in apply order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(transparent)]
-pub struct ChangeSet(pub Vec<Change>);
+pub(crate) struct ChangeSet(pub Vec<Change>);
 
 impl ChangeSet {
     /// Add a change.
-    pub fn push(&mut self, change: Change) {
+    pub(crate) fn push(&mut self, change: Change) {
         self.0.push(change);
     }
 
     /// How many changes have `action`.
     #[must_use]
-    pub fn count(&self, action: Action) -> usize {
+    pub(crate) fn count(&self, action: Action) -> usize {
         self.0.iter().filter(|c| c.action == action).count()
     }
 
     /// Whether anything was (or would be) created, configured or deleted.
     #[must_use]
-    pub fn has_changes(&self) -> bool {
+    pub(crate) fn has_changes(&self) -> bool {
         self.0.iter().any(|c| matches!(c.action, Action::Created | Action::Configured | Action::Deleted))
     }
 
     /// The objects, in order.
-    pub fn ids(&self) -> impl Iterator<Item = &ObjectRef> {
+    pub(crate) fn ids(&self) -> impl Iterator<Item = &ObjectRef> {
         self.0.iter().map(|c| &c.id)
     }
 
     /// `N created, N configured, N unchanged, N deleted, N skipped`.
     #[must_use]
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         [Action::Created, Action::Configured, Action::Unchanged, Action::Deleted, Action::Skipped]
             .map(|a| format!("{} {a}", self.count(a)))
             .join(", ")

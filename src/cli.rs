@@ -148,9 +148,42 @@ pub struct DiffArgs {
     /// Cluster access.
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Output format.
+    /// Output format (`markdown`, a pull-request comment, with --base only).
     #[arg(short, long, value_enum, default_value_t)]
-    pub output: Output,
+    pub output: DiffOutput,
+    /// Review offline instead: compare the render of the profile (or fleet) in the work tree with
+    /// what the Flux repository holds at REF (default: the merge base of the branch with its
+    /// upstream), charts expanded; no cluster is contacted.
+    #[arg(long, value_name = "REF", num_args = 0..=1, default_missing_value = "", help_heading = "Review (--base)")]
+    pub base: Option<String>,
+    /// With --base: review every cluster of a fleet file instead of one profile.
+    #[arg(long, value_name = "FILE", requires = "base", help_heading = "Review (--base)")]
+    pub fleet: Option<PathBuf>,
+    /// With --base: the Flux repository (a git work tree) [default: .].
+    #[arg(long, value_name = "DIR", requires = "base", help_heading = "Review (--base)")]
+    pub repo: Option<PathBuf>,
+    /// With --base: read charts from this copy of the chart cache and never fetch (air-gapped).
+    #[arg(long, value_name = "DIR", requires = "base", conflicts_with = "no_charts", help_heading = "Review (--base)")]
+    pub charts: Option<PathBuf>,
+    /// With --base: compare the Flux objects only (no chart expansion, no helm needed).
+    #[arg(long, requires = "base", help_heading = "Review (--base)")]
+    pub no_charts: bool,
+    /// With -o markdown: the comment's size limit in characters (what does not fit is cut, and
+    /// the comment says so).
+    #[arg(long, value_name = "CHARS", default_value_t = 60_000, help_heading = "Review (--base)")]
+    pub max_size: usize,
+}
+
+/// `osbx diff`'s output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DiffOutput {
+    /// Human-readable text (coloured diffs on a terminal).
+    #[default]
+    Text,
+    /// One JSON document on stdout.
+    Json,
+    /// A pull-request comment (with --base).
+    Markdown,
 }
 
 /// `osbx apply` arguments.

@@ -5,8 +5,10 @@
 //! ```text
 //! cli → commands (settings) → profile (load + validate; components own their sections)
 //!     → render (Tera → objects + files) ─┬→ repo (stage, atomic write, git)
-//!                                        └→ deploy (plan → preflight → execute) → cluster
-//!                                           (ssa, diff, wait, inventory)
+//!                                        ├→ deploy (plan → preflight → execute) → cluster
+//!                                        │  (ssa, diff, wait, inventory)
+//!                                        └→ review (a git ref's tree vs the render, charts
+//!                                           expanded; deploy's comparison of two renders)
 //! verify: checks over the cluster;  every command → printer
 //! ```
 //!
@@ -34,6 +36,7 @@ pub mod progress;
 pub mod rbac;
 pub mod render;
 mod repo;
+mod review;
 mod rollout;
 mod spec;
 mod status;

@@ -127,6 +127,41 @@ impl Printer {
         self.diff_text(diff);
     }
 
+    /// A review (`osbx diff --base`) as text: what was compared on stderr, then each changed
+    /// object's diff and notes on stdout, and a summary line per cluster and layer.
+    pub(crate) fn review(self, review: &crate::review::Review) {
+        self.action(&format!("comparing {} with {}", review.head.label, review.base.label));
+        for (cluster, how) in &review.base.how {
+            self.action(&format!("base of {cluster}: {how}"));
+        }
+        if let Some(why) = &review.base.unrenderable {
+            self.warn(&format!("the base cannot be rendered ({why}): everything in the head is shown as created"));
+        }
+        match &review.helm {
+            Some(helm) => self.action(&format!("charts expanded with {helm}")),
+            None => self.action("charts not expanded (--no-charts): Flux objects only"),
+        }
+        let note = self.out_style(Style::new().yellow());
+        for e in &review.changes {
+            let from = e.release.as_ref().map_or_else(String::new, |r| format!(", chart of {r}"));
+            let subject = format!("{} {} [{}; layer {}{from}]", e.object, e.action, e.clusters.join(", "), e.layer);
+            println!("{}", self.out_style(Style::new().bold()).apply_to(format!("► {subject}")));
+            for n in &e.notes {
+                println!("  {} {n}", note.apply_to("◆"));
+            }
+            self.diff_text(&e.diff);
+        }
+        for c in crate::review::changed_counts(review) {
+            self.data(&format!(
+                "{} / {}: {} to create, {} to change, {} to delete, {} unchanged",
+                c.cluster, c.layer, c.created, c.configured, c.deleted, c.unchanged
+            ));
+        }
+        if review.changes.is_empty() {
+            self.success(&format!("no change on {}", review.clusters.join(", ")));
+        }
+    }
+
     /// Lint warnings on stderr; one shared by several clusters of a fleet is printed once, with
     /// the number of other clusters (see [`crate::lint::group`]).
     pub fn lint_warnings(&self, groups: &[(&crate::lint::Finding, usize)]) {
@@ -396,6 +431,10 @@ impl crate::progress::Progress for ProgressView {
             drop(seen);
             self.line(&format!("{glyph} {unit}: {text}"));
         }
+    }
+
+    fn step(&self, what: &str) {
+        self.line(&format!("{} {what}", self.style(Style::new().cyan()).apply_to("►")));
     }
 
     fn warn(&self, message: &str) {

@@ -78,6 +78,8 @@ pub trait Progress: Sync {
     fn wave(&self, _wave: &str, _clusters: &[String], _commit: Option<&str>) {}
     /// A cluster of a rollout's wave reached a state.
     fn cluster(&self, _wave: &str, _cluster: &str, _state: &ClusterState) {}
+    /// A step of a longer task starts (a review: reading a side, expanding charts).
+    fn step(&self, _what: &str) {}
     /// A counted task (rendering a fleet's clusters, writing files) reached `done` of `total`;
     /// `done == total` ends it.
     fn count(&self, _task: &str, _done: usize, _total: usize) {}

@@ -7,6 +7,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::changeset::{Action, Change};
+use crate::object::ObjectRef;
+
 const NOISY_METADATA: &[&str] = &[
     "managedFields",
     "resourceVersion",
@@ -116,6 +119,29 @@ pub(crate) fn unified(subject: &str, live: Option<&Value>, merged: &Value) -> St
         .context_radius(3)
         .header(&format!("live/{subject}"), &format!("merged/{subject}"))
         .to_string()
+}
+
+/// One object in two renders (pure): created (`before` absent), deleted (`after` absent),
+/// configured or unchanged, with a unified diff `before/<id>` → `after/<id>` of the normalised
+/// objects, Secret values masked (a created or deleted object is shown whole).
+#[must_use]
+pub(crate) fn between(id: &ObjectRef, before: Option<&Value>, after: Option<&Value>) -> Change {
+    let mut old = before.map(normalize);
+    let mut new = after.map(normalize);
+    let action = match (&old, &new) {
+        (None, _) => Action::Created,
+        (Some(_), None) => Action::Deleted,
+        (Some(o), Some(n)) if o == n => return Change::new(id.clone(), Action::Unchanged),
+        (Some(_), Some(_)) => Action::Configured,
+    };
+    mask_secrets(old.as_mut(), new.as_mut());
+    let text = |v: &Option<Value>| v.as_ref().map(to_yaml).unwrap_or_default();
+    let diff = similar::TextDiff::from_lines(text(&old).as_str(), text(&new).as_str())
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("before/{id}"), &format!("after/{id}"))
+        .to_string();
+    Change { id: id.clone(), action, reason: None, diff: Some(diff) }
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@ pub(crate) fn managed_by_osbx(live: &Value) -> bool {
 
 /// Why an object could not be applied or deleted.
 #[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
+pub(crate) enum ApplyError {
     /// Another field manager owns fields osbx sets.
     #[error("{subject}: {message}; rerun with --force-conflicts to take ownership of these fields")]
     Conflict {

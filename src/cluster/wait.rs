@@ -31,7 +31,7 @@ pub(crate) struct WaitOptions {
 
 /// Why a wait ended without every object ready.
 #[derive(Debug, thiserror::Error)]
-pub enum WaitError {
+pub(crate) enum WaitError {
     /// An object failed (fail fast).
     #[error("failed early due to stalled resources:\n{}", list(.0))]
     Failed(Vec<(ObjectRef, StatusResult)>),

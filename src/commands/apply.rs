@@ -6,7 +6,6 @@ use super::session::{self, prepare, runtime, start_connect};
 use super::settings::ApplySettings;
 use crate::cli::Output;
 use crate::cluster::flux_applier::FluxRender;
-use crate::cluster::preflight;
 use crate::deploy;
 use crate::printer::Printer;
 use crate::progress::Progress as _;
@@ -43,27 +42,12 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     rt.block_on(async {
         let (cluster, report) = connecting.await??;
         printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
-        let ids = deploy::ids(layers);
         // With --verify, what the verify run does is reviewed before the apply writes too.
         let verifying = settings.verify.as_ref().map_or_else(Vec::new, |v| {
             verify::session::operations(profile, &deploy::flux_objects(layers), &v.run.selection, v.run.reach())
         });
-        let plan = match deploy::plan(&cluster, profile, layers, opts, flux).await {
-            Ok(plan) => plan,
-            Err(e) if e.forbidden() => {
-                // Name every missing permission, not only the read that was refused.
-                let mut operations = deploy::operations(profile, layers, opts.scope());
-                operations.extend(verifying);
-                preflight::review(&cluster, &operations, "this apply").await?;
-                return Err(e.into());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let mut operations = plan.operations(profile, layers, opts.scope());
-        operations.extend(verifying);
-        preflight::check(&cluster, &ids, &operations, &profile.cluster.flux_namespace).await?;
         let progress = printer.progress();
-        let result = deploy::execute(&cluster, profile, layers, plan, opts, &progress).await;
+        let result = deploy::apply(&cluster, profile, layers, opts, flux, verifying, &progress).await;
         progress.finish();
         let report = result?;
         for c in report.changes.0.iter().filter(|c| c.reason.is_some()) {

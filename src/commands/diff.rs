@@ -1,21 +1,44 @@
-//! `osbx diff`: what `osbx apply` would change on the cluster.
+//! `osbx diff`: what `osbx apply` would change on the cluster, or (`--base REF`) what a change to
+//! the profile does compared with what the Flux repository holds at REF, offline.
 
 use serde_json::json;
 
 use super::ExitStatus;
 use super::session::{prepare, runtime, start_connect};
-use super::settings::DiffSettings;
+use super::settings::{DiffSettings, LiveDiffSettings, ReviewSettings};
 use crate::changeset::Action;
-use crate::cli::Output;
-use crate::cluster::preflight;
+use crate::cli::{DiffOutput, Output};
 use crate::deploy;
 use crate::printer::Printer;
+use crate::review;
 
 /// Run `osbx diff`.
 ///
 /// # Errors
 /// Profile, render, connection or dry-run errors (exit 2).
 pub(super) fn run(settings: &DiffSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
+    match settings {
+        DiffSettings::Live(live) => run_live(live, printer),
+        DiffSettings::Review(review) => run_review(review, printer),
+    }
+}
+
+/// `osbx diff --base`: the offline review (no cluster).
+fn run_review(settings: &ReviewSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let progress = printer.progress();
+    let result = review::review(&settings.review, &progress);
+    progress.finish();
+    let review = result?;
+    match settings.output {
+        DiffOutput::Json => printer.json(&review),
+        DiffOutput::Markdown => printer.data(review::markdown(&review, settings.max_size).trim_end()),
+        DiffOutput::Text => printer.review(&review),
+    }
+    Ok(if review.has_changes() { ExitStatus::Failure } else { ExitStatus::Success })
+}
+
+/// `osbx diff` against a cluster.
+fn run_live(settings: &LiveDiffSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
     let mut prepared = prepare(&settings.profile)?;
@@ -25,15 +48,7 @@ pub(super) fn run(settings: &DiffSettings, printer: Printer) -> anyhow::Result<E
     rt.block_on(async {
         let (cluster, _) = connecting.await??;
         let (profile, layers) = (&prepared.loaded.profile, &prepared.layers);
-        let changes = match deploy::diff(&cluster, profile, layers).await {
-            Ok(changes) => changes,
-            Err(e) if e.forbidden() => {
-                // Name every missing permission, not only the read that was refused.
-                preflight::review(&cluster, &deploy::diff_operations(profile, layers, false), "this diff").await?;
-                return Err(e.into());
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let changes = deploy::compare(deploy::Before::Cluster(&cluster, profile), layers).await?;
         match settings.output {
             Output::Json => printer.json(&json!({
                 "changes": changes,

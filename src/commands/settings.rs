@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::chart::Chart;
 use crate::cli::{
-    ApplyArgs, ClusterArgs, DiffArgs, InitArgs, LimitArgs, LintArgs, Output, ProfileArgs, RbacArgs, RbacFor,
-    RenderArgs, RolloutArgs, RuntimeArg, VerifyArgs, VerifyFlags,
+    ApplyArgs, ClusterArgs, DiffArgs, DiffOutput, InitArgs, LimitArgs, LintArgs, Output, ProfileArgs, RbacArgs,
+    RbacFor, RenderArgs, RolloutArgs, RuntimeArg, VerifyArgs, VerifyFlags,
 };
 use crate::cluster::ConnectOptions;
 use crate::deploy::ApplyOptions;
@@ -123,9 +123,18 @@ impl From<&InitArgs> for InitSettings {
     }
 }
 
-/// `osbx diff`.
+/// `osbx diff`: against a live cluster, or (`--base`) offline against a git ref.
 #[derive(Debug, Clone)]
-pub(super) struct DiffSettings {
+pub(super) enum DiffSettings {
+    /// Against a cluster.
+    Live(LiveDiffSettings),
+    /// Against what the Flux repository holds at a ref.
+    Review(ReviewSettings),
+}
+
+/// `osbx diff` against a cluster.
+#[derive(Debug, Clone)]
+pub(super) struct LiveDiffSettings {
     /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// The cluster.
@@ -136,16 +145,62 @@ pub(super) struct DiffSettings {
     pub api_key: Option<String>,
 }
 
+/// `osbx diff --base`.
+#[derive(Debug, Clone)]
+pub(super) struct ReviewSettings {
+    /// What to review, and how.
+    pub review: crate::review::Settings,
+    /// Output format.
+    pub output: DiffOutput,
+    /// `-o markdown`'s size limit.
+    pub max_size: usize,
+}
+
 impl TryFrom<&DiffArgs> for DiffSettings {
     type Error = anyhow::Error;
 
     fn try_from(a: &DiffArgs) -> anyhow::Result<Self> {
-        Ok(Self {
-            profile: (&a.profile).into(),
-            connect: (&a.cluster).into(),
+        let Some(base) = &a.base else {
+            let output = match a.output {
+                DiffOutput::Text => Output::Text,
+                DiffOutput::Json => Output::Json,
+                DiffOutput::Markdown => anyhow::bail!("-o markdown: a pull-request comment needs --base REF"),
+            };
+            return Ok(Self::Live(LiveDiffSettings {
+                profile: (&a.profile).into(),
+                connect: (&a.cluster).into(),
+                output,
+                api_key: api_key(None)?,
+            }));
+        };
+        let subject = match &a.fleet {
+            Some(_) if a.profile.profile.is_some() => {
+                anyhow::bail!("--fleet: give a fleet or a profile (-p), not both")
+            }
+            Some(fleet) => crate::review::Subject::Fleet(fleet.clone()),
+            None => crate::review::Subject::Profile(ProfileSource::from_arg(a.profile.profile.as_deref())),
+        };
+        let charts = match (&a.charts, a.no_charts) {
+            (_, true) => crate::review::ChartMode::Off,
+            (Some(dir), false) => {
+                anyhow::ensure!(dir.is_dir(), "--charts {}: no such directory", dir.display());
+                crate::review::ChartMode::Expand { cache: dir.clone(), air_gapped: true }
+            }
+            (None, false) => {
+                crate::review::ChartMode::Expand { cache: crate::review::charts::default_cache(), air_gapped: false }
+            }
+        };
+        Ok(Self::Review(ReviewSettings {
+            review: crate::review::Settings {
+                repo: a.repo.clone().unwrap_or_else(|| PathBuf::from(".")),
+                base: Some(base.clone()).filter(|b| !b.is_empty()),
+                subject,
+                templates: a.profile.templates.clone(),
+                charts,
+            },
             output: a.output,
-            api_key: api_key(None)?,
-        })
+            max_size: a.max_size,
+        }))
     }
 }
 

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{ApplyOptions, DeployError, Layer, Plan, ids};
+use super::plan::Plan;
+use super::{ApplyOptions, DeployError, Layer, ids};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::flux_applier::FluxRender;
 use crate::cluster::inventory::Inventory;

@@ -9,24 +9,34 @@
 //! Kustomization) are waited for, so the next layer finds what it needs, e.g. the Pool CRD the
 //! chart of the previous layer installs. An inventory of what osbx created is kept in the
 //! cluster for `--prune`.
+//!
+//! This module owns the sequences the commands run: [`apply`] (plan, preflight, execute) and
+//! [`compare`], one comparison of the render with what it replaces, whose "before" is a live
+//! cluster (`osbx diff`: a server-side dry-run of every object) or another render (`osbx diff
+//! --base`: the layers as a git ref holds them, `crate::review`).
 
 mod execute;
 mod plan;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub(crate) use self::execute::execute;
-pub(crate) use self::plan::{ApplyOptions, Plan, Scope, operations, plan};
+pub(crate) use self::execute::ApplyReport;
+use self::execute::execute;
+use self::plan::plan;
+pub(crate) use self::plan::{ApplyOptions, Scope, operations};
 use crate::changeset::{Action, ChangeSet};
+use crate::cluster::flux_applier::FluxRender;
 use crate::cluster::flux_applier::OnConflict;
 use crate::cluster::inventory::Inventory;
 use crate::cluster::operation::{Objects, Operation};
+use crate::cluster::preflight::{self, PreflightError};
 use crate::cluster::ssa::{self, ApplyError, PlanOptions};
 use crate::cluster::wait::WaitError;
 use crate::cluster::{Cluster, ClusterError};
 use crate::components::Supplied;
 use crate::object::{Object, ObjectRef};
 use crate::profile::Profile;
+use crate::progress::Progress;
 use crate::render::Rendered;
 
 /// One layer to apply.
@@ -58,7 +68,7 @@ fn objects(layers: &[Layer]) -> impl Iterator<Item = &Object> {
 
 /// Why a deploy could not be planned or applied.
 #[derive(Debug, thiserror::Error)]
-pub enum DeployError {
+pub(crate) enum DeployError {
     /// An object could not be applied.
     #[error(transparent)]
     Apply(#[from] ApplyError),
@@ -68,18 +78,21 @@ pub enum DeployError {
     /// Definitions (CRDs, Namespaces) did not become ready.
     #[error("{0}")]
     Definitions(WaitError),
+    /// A check before the first write failed (Flux missing, a permission lacking).
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
 }
 
 impl DeployError {
     /// Whether the server refused a read or write for lack of permission (403).
     #[must_use]
-    pub fn forbidden(&self) -> bool {
+    pub(crate) fn forbidden(&self) -> bool {
         let api_403 =
             |e: &ClusterError| matches!(e, ClusterError::Api { error: kube::Error::Api(s), .. } if s.code == 403);
         match self {
             DeployError::Apply(ApplyError::Forbidden { .. }) => true,
             DeployError::Apply(ApplyError::Cluster(e)) | DeployError::Cluster(e) => api_403(e),
-            DeployError::Apply(_) | DeployError::Definitions(_) => false,
+            DeployError::Apply(_) | DeployError::Definitions(_) | DeployError::Preflight(_) => false,
         }
     }
 }
@@ -174,6 +187,95 @@ pub fn inventory(profile: &Profile) -> ObjectRef {
     Inventory::config_map(&profile.cluster.flux_namespace, profile.name(), &profile.cluster.name)
 }
 
+/// Apply `layers` to `cluster`: plan everything (one read wave), review before the first write
+/// that Flux is there and the caller may do what the plan needs (and `also`: what a verify run
+/// after the apply will do), then apply layer by layer, prune and wait. When a read of the plan
+/// is refused, every permission the apply could need is reviewed, so the error names all that is
+/// missing, not only the read.
+///
+/// # Errors
+/// [`DeployError`]: a preflight failure, a refused or failed apply, the cluster failing.
+pub(crate) async fn apply(
+    cluster: &Cluster,
+    profile: &Profile,
+    layers: &[Layer],
+    opts: &ApplyOptions,
+    flux: FluxRender,
+    also: Vec<Operation>,
+    progress: &dyn Progress,
+) -> Result<ApplyReport, DeployError> {
+    let planned = match plan(cluster, profile, layers, opts, flux).await {
+        Ok(planned) => planned,
+        Err(e) if e.forbidden() => {
+            let mut operations = operations(profile, layers, opts.scope());
+            operations.extend(also);
+            preflight::review(cluster, &operations, "this apply").await?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut operations = planned.operations(profile, layers, opts.scope());
+    operations.extend(also);
+    preflight::check(cluster, &ids(layers), &operations, &profile.cluster.flux_namespace).await?;
+    execute(cluster, profile, layers, planned, opts, progress).await
+}
+
+/// What the render is compared with.
+pub(crate) enum Before<'a> {
+    /// A live cluster: what a server-side apply would make of each object, and what osbx
+    /// created there before for this profile and no longer renders (its inventory).
+    Cluster(&'a Cluster, &'a Profile),
+    /// Another render of the same layers (the objects as a git ref holds them): objects are
+    /// matched by identity within their layer (an object that moves to another layer is pruned
+    /// by one Flux Kustomization and created by the other).
+    Render(&'a [Layer]),
+}
+
+/// Compare `layers` with what they replace: created, configured (with a unified diff, Secret
+/// values masked), unchanged, deleted.
+///
+/// # Errors
+/// [`DeployError`] when a dry-run is refused (every permission the diff needs is then reviewed
+/// and named) or the cluster fails; comparing two renders cannot fail.
+pub(crate) async fn compare(before: Before<'_>, layers: &[Layer]) -> Result<ChangeSet, DeployError> {
+    match before {
+        Before::Render(old) => Ok(between(old, layers)),
+        Before::Cluster(cluster, profile) => match diff(cluster, profile, layers).await {
+            Err(e) if e.forbidden() => {
+                preflight::review(cluster, &diff_operations(profile, layers, false), "this diff").await?;
+                Err(e)
+            }
+            other => other,
+        },
+    }
+}
+
+/// Two renders compared layer by layer (pure): each object of `after` created or configured
+/// (or unchanged) against the same object in the same layer of `before`, then each object of
+/// `before` no longer in its layer, deleted. Layers in `after`'s order, then those only `before`
+/// has.
+#[must_use]
+fn between(before: &[Layer], after: &[Layer]) -> ChangeSet {
+    let mut changes = ChangeSet::default();
+    let old_layer = |name: &str| before.iter().find(|l| l.name == name).map_or(&[][..], |l| &l.objects[..]);
+    for layer in after {
+        let old = old_layer(&layer.name);
+        for o in &layer.objects {
+            let was = old.iter().find(|b| b.id == o.id);
+            changes.push(crate::cluster::diff::between(&o.id, was.map(|b| &b.value), Some(&o.value)));
+        }
+        for b in old.iter().filter(|b| !layer.objects.iter().any(|o| o.id == b.id)) {
+            changes.push(crate::cluster::diff::between(&b.id, Some(&b.value), None));
+        }
+    }
+    for layer in before.iter().filter(|b| !after.iter().any(|a| a.name == b.name)) {
+        for b in &layer.objects {
+            changes.push(crate::cluster::diff::between(&b.id, Some(&b.value), None));
+        }
+    }
+    changes
+}
+
 /// Everything [`diff`] can do: the plan's reads, a server-side dry-run of creating or changing
 /// every object (the Secrets the components read included), reading the inventory and, with
 /// `stale`, reading any object of the rendered kinds in the rendered namespaces (what the
@@ -195,7 +297,7 @@ pub(crate) fn diff_operations(profile: &Profile, layers: &[Layer], stale: bool) 
 ///
 /// # Errors
 /// [`DeployError`] when a dry-run is refused or the cluster fails.
-pub async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<ChangeSet, DeployError> {
+async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<ChangeSet, DeployError> {
     let (planned, inventory) = futures::try_join!(
         async {
             // What the objects would become, whoever owns their fields now.

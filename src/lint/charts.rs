@@ -1,10 +1,7 @@
 //! `chart.*`: charts that are not pinned, and values the pinned chart does not read.
 
-use serde_json::Value;
-
 use super::{Linter, Severity};
-use crate::chart::Chart;
-use crate::merge::merge;
+use crate::chart::{Chart, chart_name, release_values};
 use crate::object::Object;
 use crate::render::RenderedObject;
 
@@ -62,74 +59,17 @@ pub(super) fn unpinned(l: &mut Linter<'_>, objects: &[RenderedObject]) {
     }
 }
 
-/// The chart a HelmRelease installs, by name: the last segment of its chart path, or of the
-/// URL of the OCIRepository its `chartRef` names.
-fn chart_name(release: &Value, objects: &[RenderedObject]) -> Option<String> {
-    let spec = &release["spec"];
-    if let Some(chart) = spec["chart"]["spec"]["chart"].as_str() {
-        return chart.trim_end_matches('/').rsplit('/').next().map(str::to_owned);
-    }
-    let name = spec["chartRef"]["name"].as_str()?;
-    let source = objects.iter().find(|o| o.object.id.kind() == spec["chartRef"]["kind"] && o.object.id.name == name)?;
-    source.object.value["spec"]["url"].as_str()?.trim_end_matches('/').rsplit('/').next().map(str::to_owned)
-}
-
-/// The values a HelmRelease passes, as helm-controller merges them: `valuesFrom` in order (the
-/// ConfigMaps and Secrets of the render), then the inline `values`.
-fn release_values(release: &Value, objects: &[RenderedObject]) -> Value {
-    let mut values = Value::Object(serde_json::Map::new());
-    for from in release["spec"]["valuesFrom"].as_array().into_iter().flatten() {
-        let key = from["valuesKey"].as_str().unwrap_or("values.yaml");
-        let ns = release["metadata"]["namespace"].as_str();
-        let Some(source) = objects.iter().find(|o| {
-            o.object.id.kind() == from["kind"]
-                && o.object.id.name == from["name"]
-                && o.object.id.namespace.as_deref() == ns
-        }) else {
-            continue;
-        };
-        let text = source.object.value["data"][key].as_str().unwrap_or_default();
-        let part: Value = serde_saphyr::from_str(text).unwrap_or(Value::Null);
-        match from["targetPath"].as_str() {
-            Some(path) => {
-                let mut at = &mut values;
-                for k in path.split('.') {
-                    at = &mut at[k];
-                }
-                *at = Value::String(text.to_owned());
-            }
-            None => merge(&mut values, &part),
-        }
-    }
-    merge(&mut values, &release["spec"]["values"]);
-    values
-}
-
-/// Every leaf of `values` with its key path.
-fn leaves(values: &Value, at: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
-    match values {
-        Value::Object(map) if !map.is_empty() => {
-            for (k, v) in map {
-                at.push(k.clone());
-                leaves(v, at, out);
-                at.pop();
-            }
-        }
-        _ => out.push(at.clone()),
-    }
-}
-
 pub(super) fn unread_values(l: &mut Linter<'_>, objects: &[RenderedObject], chart: &Chart) {
+    let all = || objects.iter().map(|o| &o.object);
     for o in objects.iter().filter(|o| o.object.id.kind() == "HelmRelease") {
-        if chart_name(&o.object.value, objects).as_deref() != Some(chart.name.as_str()) {
+        if chart_name(&o.object.value, all()).as_deref() != Some(chart.name.as_str()) {
             continue;
         }
-        let mut paths = Vec::new();
-        leaves(&release_values(&o.object.value, objects), &mut Vec::new(), &mut paths);
+        let (values, _) = release_values(&o.object.value, &all());
         let component = l.loaded.profile.component_of(&o.layer);
         let field = component.map_or("layers", |c| c.section);
         let extra = component.and_then(|c| (c.values)(&l.loaded.profile.sections));
-        for path in paths.iter().filter(|p| !p.is_empty() && !chart.reads(p)) {
+        for path in chart.unread(&values) {
             // A key of the section's own `values` is located there.
             let in_extra = extra.is_some_and(|e| path.iter().try_fold(e, |at, k| at.get(k)).is_some());
             let at = if in_extra { format!("{field}.values.{}", path.join(".")) } else { field.to_owned() };

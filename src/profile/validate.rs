@@ -30,6 +30,15 @@ pub(super) fn validate(p: &Profile) -> Vec<Violation> {
     }
     v.dns_label("cluster.fluxNamespace", &p.cluster.flux_namespace);
     v.dns_label("cluster.sourceRef", &p.cluster.source_ref);
+    if !p.cluster.kubernetes_version_valid() {
+        v.push(
+            "cluster.kubernetesVersion",
+            format!(
+                "{:?} is not a Kubernetes version: write MAJOR.MINOR or vMAJOR.MINOR.PATCH (e.g. 1.36)",
+                p.cluster.kubernetes_version
+            ),
+        );
+    }
     layers(p, &mut v);
     let site = p.site();
     for c in components::ALL {

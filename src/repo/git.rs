@@ -24,7 +24,7 @@ pub(crate) enum GitError {
     Git(#[from] git2::Error),
 }
 
-fn open(root: &Path) -> Result<(Repository, PathBuf), GitError> {
+pub(super) fn open(root: &Path) -> Result<(Repository, PathBuf), GitError> {
     let repo = Repository::discover(root).map_err(|_| GitError::NotARepo { path: root.display().to_string() })?;
     let workdir = repo.workdir().ok_or_else(|| GitError::NotARepo { path: root.display().to_string() })?;
     let workdir = workdir.canonicalize().unwrap_or_else(|_| workdir.to_path_buf());
@@ -32,7 +32,7 @@ fn open(root: &Path) -> Result<(Repository, PathBuf), GitError> {
 }
 
 /// `root`-relative paths → work-tree-relative paths.
-fn to_workdir<'a>(root: &Path, workdir: &Path, paths: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+pub(super) fn to_workdir<'a>(root: &Path, workdir: &Path, paths: impl IntoIterator<Item = &'a String>) -> Vec<String> {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let prefix = root.strip_prefix(workdir).unwrap_or(Path::new(""));
     paths.into_iter().map(|p| prefix.join(p).to_string_lossy().replace('\\', "/")).collect()

@@ -12,6 +12,7 @@
 mod git;
 mod journal;
 mod kustomization;
+mod snapshot;
 mod state;
 mod write;
 
@@ -24,6 +25,7 @@ pub(crate) use git::{
     set_note, staged_conflicts, unchanged_since, uncommitted,
 };
 pub(crate) use kustomization::MergeError;
+pub(crate) use snapshot::{Base, BaseError, Snapshot, at_commit, base, file_at, relative, work_tree};
 use state::State;
 pub(crate) use write::{lock, write};
 

@@ -8,6 +8,7 @@ pub(crate) mod syntax;
 pub(crate) mod values;
 mod violations;
 
+pub(crate) use cluster::KUBERNETES_VERSION;
 pub use cluster::TargetCluster;
 pub use locate::{Locations, Pos};
 pub use violations::{Violation, Violations};

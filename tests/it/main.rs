@@ -21,6 +21,7 @@ mod played;
 mod profile_rules;
 mod reference;
 mod reliability;
+mod review;
 mod render_lifecycle;
 mod rollout_first_run;
 mod rollout_plan;

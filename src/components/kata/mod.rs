@@ -172,6 +172,9 @@ pub struct OciChart {
     pub version: String,
     /// Fetch interval.
     pub interval: String,
+    /// Plain HTTP (Flux's `spec.insecure`): a registry without TLS on a private network.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
 }
 
 impl Default for OciChart {
@@ -180,6 +183,7 @@ impl Default for OciChart {
             url: "oci://ghcr.io/kata-containers/kata-deploy-charts/kata-deploy".into(),
             version: "4.1.0".into(),
             interval: "1h".into(),
+            insecure: false,
         }
     }
 }

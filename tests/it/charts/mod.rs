@@ -17,7 +17,7 @@
 mod cases;
 mod checks;
 mod dryrun;
-mod helm;
+pub(crate) mod helm;
 mod manifest;
 mod placement;
 mod server_config;

@@ -18,7 +18,7 @@
 mod chart_failure;
 mod flux;
 mod full_loop;
-mod git;
+pub(crate) mod git;
 mod git_changes;
 mod quota;
 mod renamed;

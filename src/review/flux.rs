@@ -1,0 +1,283 @@
+//! What Flux applies from a repository, read the way its controllers read it, without a cluster:
+//! a cluster's directory (`clusters/<name>/`) built as kustomize-controller builds a path, then
+//! every Flux `Kustomization` found there followed to its `spec.path` in the same repository,
+//! each one a layer holding its own objects and itself (as [`crate::deploy::layers`] groups a
+//! render).
+//!
+//! kustomize-controller's build, as far as osbx's trees and their neighbours go: a directory
+//! with a `kustomization.yaml` takes its `resources` (files and directories, recursively) and
+//! its `namespace`; a directory without one takes every YAML file under it (Flux generates that
+//! kustomization). Any other kustomize feature (patches, generators, name prefixes, images,
+//! components) is refused, naming the file: the review would not show what Flux applies.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::deploy::Layer;
+use crate::object::{KnownKind, Object};
+use crate::repo::Snapshot;
+
+/// Why a tree cannot be read as Flux reads it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FluxError {
+    /// A file is not YAML, or a document is not a Kubernetes object.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// A kustomization uses what the offline review does not build.
+    #[error(
+        "{path}: kustomize's {feature} is not built by the offline review (it builds resources and namespace): compare this tree with a cluster instead (osbx diff)"
+    )]
+    Unsupported {
+        /// The kustomization file.
+        path: String,
+        /// The field.
+        feature: String,
+    },
+    /// A resource a kustomization names is not in the tree.
+    #[error("{path}: resource {resource} is not in the repository")]
+    Missing {
+        /// The kustomization file.
+        path: String,
+        /// The resource.
+        resource: String,
+    },
+}
+
+/// A generous budget: a chart's CRDs and a generated list of objects are large, and the text is
+/// the repository's (or helm's) own.
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_documents: 1_000_000,
+            max_nodes: 50_000_000,
+            max_events: 200_000_000,
+        },
+    }
+}
+
+/// The Kubernetes objects of a multi-document YAML text (empty documents and kustomize's own
+/// `Kustomization` skipped).
+///
+/// # Errors
+/// Why the text is not YAML, or a document not an object with `apiVersion`, `kind` and
+/// `metadata.name`.
+pub(crate) fn objects(text: &str) -> Result<Vec<Object>, String> {
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple_with_options(text, options()).map_err(|e| e.to_string())?;
+    docs.into_iter()
+        .filter(|d| d.as_object().is_some_and(|m| !m.is_empty()))
+        .filter(|d| !d["apiVersion"].as_str().is_some_and(|v| v.starts_with("kustomize.config.k8s.io/")))
+        .map(|d| Object::new(d).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// The kustomize fields [`build`] honours.
+const BUILT: [&str; 5] = ["apiVersion", "kind", "metadata", "resources", "namespace"];
+
+/// The objects kustomize-controller builds from the directory `dir` of `tree`.
+///
+/// # Errors
+/// [`FluxError`]: a file that does not parse, a kustomize feature the review does not build, a
+/// resource that is not there.
+pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<Object>, FluxError> {
+    let dir = dir.trim_start_matches("./").trim_end_matches('/');
+    let join = |rel: &str| {
+        let rel = rel.trim_start_matches("./");
+        if dir.is_empty() { rel.to_owned() } else { format!("{dir}/{rel}") }
+    };
+    let kustomization = ["kustomization.yaml", "kustomization.yml", "Kustomization"]
+        .into_iter()
+        .map(join)
+        .find(|p| tree.read(p).is_some());
+    let Some(path) = kustomization else {
+        // Flux generates a kustomization of every manifest under the path.
+        let mut out = Vec::new();
+        for (path, bytes) in tree.under(dir) {
+            out.extend(parse(path, bytes)?);
+        }
+        return Ok(out);
+    };
+    let text = String::from_utf8_lossy(tree.read(&path).unwrap_or_default()).into_owned();
+    let doc: Value =
+        serde_saphyr::from_str(&text).map_err(|e| FluxError::Invalid { path: path.clone(), message: e.to_string() })?;
+    if let Some(feature) = doc.as_object().and_then(|m| m.keys().find(|k| !BUILT.contains(&k.as_str()))) {
+        return Err(FluxError::Unsupported { path, feature: feature.clone() });
+    }
+    let mut out = Vec::new();
+    for resource in doc["resources"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        let target = normalize(&join(resource));
+        if let Some(bytes) = tree.read(&target) {
+            out.extend(parse(&target, bytes)?);
+        } else if tree.has_dir(&target) {
+            out.extend(build(tree, &target)?);
+        } else {
+            return Err(FluxError::Missing { path, resource: resource.to_owned() });
+        }
+    }
+    if let Some(ns) = doc["namespace"].as_str() {
+        for o in &mut out {
+            if namespaced(&o.value, &[]) {
+                o.value["metadata"]["namespace"] = Value::String(ns.to_owned());
+                o.id.namespace = Some(ns.to_owned());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `a/b/../c` → `a/c`.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
+fn parse(path: &str, bytes: &[u8]) -> Result<Vec<Object>, FluxError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| FluxError::Invalid { path: path.to_owned(), message: format!("not UTF-8: {e}") })?;
+    objects(text).map_err(|message| FluxError::Invalid { path: path.to_owned(), message })
+}
+
+/// Kinds that are not namespaced, whatever a manifest says (Kubernetes' own; a CRD's scope is
+/// its `spec.scope`).
+const CLUSTER_SCOPED: [&str; 16] = [
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "StorageClass",
+    "PriorityClass",
+    "RuntimeClass",
+    "IngressClass",
+    "CSIDriver",
+    "APIService",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
+
+/// Whether `obj` is namespaced: not a cluster-scoped Kubernetes kind, and not the kind of a
+/// cluster-scoped CRD among `crds`.
+pub(crate) fn namespaced(obj: &Value, crds: &[&Value]) -> bool {
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    if CLUSTER_SCOPED.contains(&kind) {
+        return false;
+    }
+    let group = obj["apiVersion"].as_str().and_then(|v| v.split_once('/')).map_or("", |(g, _)| g);
+    !crds.iter().any(|crd| {
+        crd["spec"]["scope"] == "Cluster" && crd["spec"]["group"] == group && crd["spec"]["names"]["kind"] == kind
+    })
+}
+
+/// Flux's `Kustomization`.
+const FLUX_KUSTOMIZATION: KnownKind = KnownKind::FLUX_KUSTOMIZATION;
+
+/// The layers Flux applies for the cluster whose directory is `cluster_dir`: each Flux
+/// Kustomization reached from it (also through other layers) with what its path builds to, in
+/// the order they are found; the directory's other objects form a layer named after it.
+///
+/// # Errors
+/// [`FluxError`] as [`build`] refuses a path.
+pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str) -> Result<Vec<Layer>, FluxError> {
+    let root = build(tree, cluster_dir)?;
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut pending: Vec<Object> = Vec::new();
+    let mut rest = Vec::new();
+    for o in root {
+        if FLUX_KUSTOMIZATION.is(&o.id.gvk) { pending.push(o) } else { rest.push(o) }
+    }
+    if !rest.is_empty() {
+        out.push(layer(cluster_dir.trim_end_matches('/').to_owned(), rest));
+    }
+    while let Some(k) = (!pending.is_empty()).then(|| pending.remove(0)) {
+        if !seen.insert(k.id.clone()) {
+            continue;
+        }
+        let path = k.value["spec"]["path"].as_str().unwrap_or_default().to_owned();
+        let from_here = k.value["spec"]["sourceRef"]["kind"].as_str().unwrap_or("GitRepository") == "GitRepository";
+        let mut objects = vec![k.clone()];
+        if from_here && (tree.has_dir(&path) || tree.read(&path).is_some()) {
+            for o in build(tree, &path)? {
+                if FLUX_KUSTOMIZATION.is(&o.id.gvk) {
+                    pending.push(o.clone());
+                }
+                objects.push(o);
+            }
+        }
+        out.push(layer(k.id.name.clone(), objects));
+    }
+    Ok(out)
+}
+
+fn layer(name: String, mut objects: Vec<Object>) -> Layer {
+    objects.sort_by(|a, b| a.id.cmp(&b.id));
+    objects.dedup_by(|a, b| a.id == b.id);
+    Layer { name, external_deps: Vec::new(), objects }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> Snapshot {
+        Snapshot::of(files.iter().map(|(p, t)| ((*p).to_owned(), t.as_bytes().to_vec())))
+    }
+
+    #[test]
+    fn a_cluster_directory_is_followed_to_its_layers() {
+        let t = tree(&[
+            (
+                "clusters/c/kustomization.yaml",
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [apps/a.yaml]\n",
+            ),
+            (
+                "clusters/c/apps/a.yaml",
+                "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: a, namespace: flux-system}\nspec: {path: ./platform/a, sourceRef: {kind: GitRepository, name: flux-system}}\n",
+            ),
+            ("clusters/c/apps/ignored.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: not-listed}\n"),
+            (
+                "platform/a/x.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: n}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: n}\n",
+            ),
+        ]);
+        let layers = layers(&t, "clusters/c").unwrap();
+        assert_eq!(layers.len(), 1);
+        assert_eq!(layers[0].name, "a");
+        let ids: Vec<String> = layers[0].objects.iter().map(|o| o.id.to_string()).collect();
+        assert_eq!(ids, ["ConfigMap/n/x", "Kustomization/flux-system/a", "Namespace/n"]);
+    }
+
+    #[test]
+    fn a_namespace_is_set_and_other_features_are_refused() {
+        let t = tree(&[
+            ("p/kustomization.yaml", "resources: [a.yaml]\nnamespace: z\n"),
+            (
+                "p/a.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: z}\n",
+            ),
+            ("q/kustomization.yaml", "resources: [../p]\npatches: []\n"),
+        ]);
+        let objs = build(&t, "p").unwrap();
+        assert_eq!(objs[0].id.namespace.as_deref(), Some("z"));
+        assert_eq!(objs[1].id.namespace, None);
+        let e = build(&t, "q").unwrap_err().to_string();
+        assert!(e.contains("q/kustomization.yaml: kustomize's patches is not built"), "{e}");
+    }
+}
