@@ -7,14 +7,14 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::plan::Plan;
-use super::{ApplyOptions, DeployError, Layer, ids};
+use super::{ApplyOptions, DeployError, Layer, flux_kustomization, ids};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::flux_applier::FluxRender;
 use crate::cluster::inventory::Inventory;
 use crate::cluster::ssa::{self, Planned};
 use crate::cluster::wait::{self, WaitError, WaitOptions};
 use crate::cluster::{Cluster, RequestCounts};
-use crate::object::{Gvk, ObjectRef, Stage};
+use crate::object::{ObjectRef, Stage};
 use crate::profile::Profile;
 use crate::progress::{Phase, Progress};
 use crate::status::{self, Status};
@@ -147,10 +147,6 @@ pub(crate) async fn execute(
 fn covers_every_object(layers: &[Layer], changes: &ChangeSet) -> bool {
     let applied: BTreeSet<&ObjectRef> = changes.ids().collect();
     ids(layers).iter().all(|id| applied.contains(id))
-}
-
-pub(super) fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
-    Gvk::new("kustomize.toolkit.fluxcd.io", "v1", "Kustomization").object(Some(&profile.cluster.flux_namespace), name)
 }
 
 impl Run<'_> {

@@ -34,7 +34,7 @@ use crate::cluster::ssa::{self, ApplyError, PlanOptions};
 use crate::cluster::wait::WaitError;
 use crate::cluster::{Cluster, ClusterError};
 use crate::components::Supplied;
-use crate::object::{Object, ObjectRef};
+use crate::object::{Gvk, Object, ObjectRef};
 use crate::profile::Profile;
 use crate::progress::Progress;
 use crate::render::Rendered;
@@ -326,6 +326,11 @@ async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<
         }
     }
     Ok(changes)
+}
+
+/// The Flux Kustomization of the layer `name` (a layer's `dependsOn` names these).
+pub(super) fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
+    Gvk::new("kustomize.toolkit.fluxcd.io", "v1", "Kustomization").object(Some(&profile.cluster.flux_namespace), name)
 }
 
 #[cfg(test)]

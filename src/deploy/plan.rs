@@ -3,8 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::execute::flux_kustomization;
-use super::{DeployError, Layer, ids, inventory, kept, objects};
+use super::{DeployError, Layer, flux_kustomization, ids, inventory, kept, objects};
 use crate::changeset::Action;
 use crate::cluster::Cluster;
 use crate::cluster::flux_applier::{FluxRender, OnConflict};

@@ -51,7 +51,7 @@ impl Snapshot {
 /// The commit a review compares with, and how to name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Base {
-    /// The commit.
+    /// The commit the head is compared with.
     pub commit: Oid,
     /// What it is, for people: `origin/main (1a2b3c4)`, `the merge base of main and origin/main
     /// (1a2b3c4)`.

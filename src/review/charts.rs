@@ -190,7 +190,7 @@ pub(crate) struct ChartId {
 /// A HelmRelease expanded.
 #[derive(Debug, Clone)]
 pub(crate) struct Expansion {
-    /// The chart.
+    /// The chart's name, version and app version, read from its Chart.yaml.
     pub chart: ChartId,
     /// What helm-controller would install, each with whether it comes from the chart's `crds/`.
     pub objects: Vec<(Object, bool)>,

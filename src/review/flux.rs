@@ -44,7 +44,7 @@ pub(crate) enum FluxError {
     Missing {
         /// The kustomization file.
         path: String,
-        /// The resource.
+        /// The `resources` entry that cannot be read.
         resource: String,
     },
 }

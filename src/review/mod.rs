@@ -154,9 +154,9 @@ pub(crate) struct Entry {
 /// The counts of one cluster's layer.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub(crate) struct Count {
-    /// The cluster.
+    /// The cluster these counts are of.
     pub cluster: String,
-    /// The layer.
+    /// The layer (its Flux Kustomization) these counts are of.
     pub layer: String,
     /// Objects created.
     pub created: usize,

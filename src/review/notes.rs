@@ -26,9 +26,9 @@ pub(crate) struct Sides<'a> {
     pub before: Vec<&'a Object>,
     /// Every object after.
     pub after: Vec<&'a Object>,
-    /// The charts before, by HelmRelease.
+    /// The charts the base expands, by HelmRelease.
     pub charts_before: &'a [(ObjectRef, Expansion)],
-    /// The charts after.
+    /// The charts the head expands, by HelmRelease.
     pub charts_after: &'a [(ObjectRef, Expansion)],
 }
 

@@ -173,7 +173,6 @@ pub struct OciChart {
     /// Fetch interval.
     pub interval: String,
     /// Plain HTTP (Flux's `spec.insecure`): a registry without TLS on a private network.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
 }
 

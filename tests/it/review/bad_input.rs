@@ -60,7 +60,9 @@ fn an_unreachable_chart_source_names_the_source_and_the_ref() {
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
     assert!(
-        stderr.contains("cannot fetch the chart from") && stderr.contains("http://127.0.0.1:9/opensandbox.git") && stderr.contains("helm/opensandbox/0.2.2"),
+        stderr.contains("cannot fetch the chart from")
+            && stderr.contains("http://127.0.0.1:9/opensandbox.git")
+            && stderr.contains("helm/opensandbox/0.2.2"),
         "{stderr}"
     );
     assert_eq!(case.state(), before);
@@ -76,7 +78,10 @@ fn a_chart_that_fails_to_template_quotes_helm() {
     let out = case.review("HEAD", &[]);
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
-    assert!(stderr.contains("helm template of chart") && stderr.contains("incompatible with Kubernetes v1.20"), "{stderr}");
+    assert!(
+        stderr.contains("helm template of chart") && stderr.contains("incompatible with Kubernetes v1.20"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -155,9 +155,8 @@ impl ChartSources {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the registry");
-        let registry_port = read_port(&mut child, "the registry", |line| {
-            line.split("serving on port ").nth(1)?.trim().parse().ok()
-        });
+        let registry_port =
+            read_port(&mut child, "the registry", |line| line.split("serving on port ").nth(1)?.trim().parse().ok());
         let registry = Server(child);
 
         // The OpenSandbox repository: one commit per tag, each holding that tag's charts.
@@ -185,7 +184,12 @@ impl ChartSources {
         copy_dir(&shared().join("charts/spire-0.30.0"), &spire);
         run(helm_command(dir.path()).args(["dependency", "build", "--skip-refresh"]).current_dir(spire.join("spire")));
         let out = srv.join("static/helm-charts-hardened");
-        run(helm_command(dir.path()).arg("package").arg(spire.join("spire")).arg(spire.join("spire-crds")).arg("-d").arg(&out));
+        run(helm_command(dir.path())
+            .arg("package")
+            .arg(spire.join("spire"))
+            .arg(spire.join("spire-crds"))
+            .arg("-d")
+            .arg(&out));
         run(helm_command(dir.path()).args(["repo", "index"]).arg(&out).args(["--url", &spire_repo]));
 
         // kata-deploy, pushed to the registry.
