@@ -497,12 +497,27 @@ impl Charts {
             .ok()
             .and_then(|t| serde_saphyr::from_str(&t).ok())
             .unwrap_or(Value::Null);
-        let deps = meta["dependencies"].as_array().map_or(0, Vec::len);
-        if deps == 0 || marker.is_file() {
-            return Ok(());
-        }
-        let packaged = dir.join("charts").read_dir().map_or(0, Iterator::count);
-        if packaged >= deps {
+        let names: Vec<&str> =
+            meta["dependencies"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();
+        // Built when `charts/` holds each one, unpacked or as the archive `helm package` and
+        // `helm dependency build` leave (a chart pulled from a repository comes so).
+        let vendored: Vec<String> = dir
+            .join("charts")
+            .read_dir()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let built = |name: &str| {
+            dir.join("charts").join(name).join("Chart.yaml").is_file()
+                || vendored.iter().any(|f| {
+                    f.strip_prefix(name)
+                        .and_then(|rest| rest.strip_prefix('-'))
+                        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()) && rest.ends_with(".tgz"))
+                })
+        };
+        if marker.is_file() || names.iter().all(|n| built(n)) {
             return Ok(());
         }
         if self.air_gapped {

@@ -7,6 +7,7 @@
 //! in the work tree (the head) and reads what the review says, object by object and note by note.
 
 mod bad_input;
+mod bench;
 mod fleet;
 mod sources;
 
@@ -169,6 +170,7 @@ fn a_pool_template_and_capacity_change_says_what_the_controller_does_and_writes_
     let r = case.review_json("HEAD", &[], 0);
     assert!(r["changes"].as_array().unwrap().is_empty(), "{}", summary(&r));
     assert!(r["helm"].as_str().unwrap().starts_with("helm v3."), "{r}");
+    let first = r.clone();
     let unchanged = |layer: &str| -> u64 {
         r["summary"]
             .as_array()
@@ -191,6 +193,17 @@ fn a_pool_template_and_capacity_change_says_what_the_controller_does_and_writes_
     for kind in ["git", "helm", "oci"] {
         assert!(cached.iter().any(|c| c == kind), "no {kind} chart was fetched into the cache: {cached:?}");
     }
+    // Air-gapped: that cache copied elsewhere is enough, and an empty one names what it lacks.
+    let copy = case.scratch().join("air-gapped");
+    sources::copy_dir(&case.scratch().join("chart-cache"), &copy);
+    let r = case.review_json("HEAD", &["--charts", &copy.display().to_string()], 0);
+    assert_eq!(r["summary"], first["summary"], "{r}");
+    let empty = case.scratch().join("empty-cache");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = case.review("HEAD", &["--charts", &empty.display().to_string()]);
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains(&format!("--charts {}: no ", empty.display())), "{stderr}");
 
     // The head: the shared pool image changes (both Pools' templates), the runc pool grows.
     p["pools"]["defaults"]["image"] = json!("registry.example/code-interpreter:v1.2.0");
@@ -211,7 +224,11 @@ fn a_pool_template_and_capacity_change_says_what_the_controller_does_and_writes_
     let vm = notes(&r, "Pool/opensandbox/vm");
     assert!(vm.contains("at most poolMax = 4 pods") && !vm.contains("capacity"), "{vm}");
     let diff = entry(&r, "Pool/opensandbox/pod")["diff"].as_str().unwrap();
-    assert!(diff.contains("+        image: registry.example/code-interpreter:v1.2.0"), "{diff}");
+    assert!(
+        diff.lines().any(|l| l.starts_with('+')
+            && l.trim_start_matches('+').trim() == "image: registry.example/code-interpreter:v1.2.0"),
+        "{diff}"
+    );
     // Only the Pools change: no chart object, no other Flux object.
     let objects: Vec<&str> = r["changes"].as_array().unwrap().iter().map(|e| e["object"].as_str().unwrap()).collect();
     assert_eq!(objects, ["Pool/opensandbox/pod", "Pool/opensandbox/vm"], "{}", summary(&r));
