@@ -427,3 +427,19 @@ fn the_worked_comment_in_docs_review_md_is_what_osbx_prints() {
         "docs/review.md's worked comment differs from what osbx prints; refresh it with OSBX_UPDATE_EXAMPLES=1 tests/run review\n{generated}"
     );
 }
+
+#[test]
+fn a_base_that_holds_only_the_profile_is_rendered_as_that_commit_holds_it() {
+    let mut p = profile(None);
+    let case = Case::new(None, &p);
+    std::fs::remove_dir_all(case.repo.join("clusters")).unwrap();
+    std::fs::remove_dir_all(case.repo.join("platform")).unwrap();
+    case.commit("the profile only: Flux's tree is made elsewhere");
+    let r = case.review_json("HEAD", &["--no-charts"], 0);
+    assert_eq!(r["base"]["how"]["sandbox"], "rendered from the profile as HEAD holds it", "{r}");
+    pool(&mut p, "vm")["capacity"]["poolMax"] = json!(6);
+    case.set_profile(&p);
+    let r = case.review_json("HEAD", &["--no-charts"], 1);
+    let objects: Vec<&str> = r["changes"].as_array().unwrap().iter().map(|e| e["object"].as_str().unwrap()).collect();
+    assert_eq!(objects, ["Pool/opensandbox/vm"], "{}", summary(&r));
+}
