@@ -432,21 +432,38 @@ impl<'a> Bases<'a> {
 /// could not read, a chart that cannot be fetched or templated. A base that does not render is
 /// not an error: it is reported, and the head is shown whole.
 pub(crate) fn review(settings: &Settings, progress: &dyn Progress) -> Result<Review, ReviewError> {
-    let renderer = Renderer::new(settings.templates.as_deref())?;
-    let base = repo::base(&settings.repo, settings.base.as_deref())?;
-    progress.step(&format!("rendering the head; the base is {}", base.label));
-    let head = head(settings, &renderer, progress)?;
+    // `helm version` (a process start) runs while the sides are rendered.
+    let finding = matches!(settings.charts, ChartMode::Expand { .. }).then(|| std::thread::spawn(charts::Helm::find));
+    // The base commit's tree is read (libgit2's start-up, loading the system's certificates, is
+    // most of it) while the head renders; a base that cannot be found is said first.
+    let (base, committed, renderer, head) = std::thread::scope(|scope| {
+        let git = scope.spawn(|| -> Result<_, ReviewError> {
+            let base = repo::base(&settings.repo, settings.base.as_deref())?;
+            let committed = repo::at_commit(&settings.repo, base.commit)?;
+            Ok((base, committed))
+        });
+        progress.step("rendering the head");
+        let rendered = Renderer::new(settings.templates.as_deref())
+            .map_err(ReviewError::from)
+            .and_then(|renderer| Ok((head(settings, &renderer, progress)?, renderer)));
+        let (base, committed) = git.join().unwrap_or_else(|e| std::panic::resume_unwind(e))?;
+        let (head, renderer) = rendered?;
+        Ok::<_, ReviewError>((base, committed, renderer, head))
+    })?;
+    progress.step(&format!("the base is {}", base.label));
     let staged = repo::stage(&settings.repo, &head.rendered, &renderer, false)?;
     let head_tree = repo::work_tree(&settings.repo, &staged)?;
     let mut dirs = cluster_dirs(&head.rendered);
     let bases = Bases::new(settings, &renderer, &base, &mut dirs);
-    let (base_trees, base_how, unrenderable) = bases.trees(&repo::at_commit(&settings.repo, base.commit)?, &dirs);
+    let (base_trees, base_how, unrenderable) = bases.trees(&committed, &dirs);
     let head_how: BTreeMap<String, String> =
         dirs.keys().map(|c| (c.clone(), "rendered from the work tree".to_owned())).collect();
     let charts = match &settings.charts {
         ChartMode::Off => None,
         ChartMode::Expand { cache, air_gapped } => {
-            let helm = charts::Helm::find().map_err(|source| ReviewError::Chart { side: "head", source })?;
+            let found =
+                finding.map_or_else(charts::Helm::find, |f| f.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+            let helm = found.map_err(|source| ReviewError::Chart { side: "head", source })?;
             // Every cluster of one run renders for its own Kubernetes version; charts are
             // keyed by it.
             Some((helm, cache.clone(), *air_gapped))
