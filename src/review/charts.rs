@@ -512,9 +512,10 @@ impl Charts {
         let built = |name: &str| {
             dir.join("charts").join(name).join("Chart.yaml").is_file()
                 || vendored.iter().any(|f| {
-                    f.strip_prefix(name)
-                        .and_then(|rest| rest.strip_prefix('-'))
-                        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()) && rest.ends_with(".tgz"))
+                    f.strip_prefix(name).and_then(|rest| rest.strip_prefix('-')).is_some_and(|rest| {
+                        rest.starts_with(|c: char| c.is_ascii_digit())
+                            && Path::new(rest).extension().is_some_and(|e| e.eq_ignore_ascii_case("tgz"))
+                    })
                 })
         };
         if marker.is_file() || names.iter().all(|n| built(n)) {
