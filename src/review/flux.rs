@@ -254,14 +254,15 @@ mod tests {
             ("clusters/c/apps/ignored.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: not-listed}\n"),
             (
                 "platform/a/x.yaml",
-                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: n}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: n}\n",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: ns}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n",
             ),
         ]);
         let layers = layers(&t, "clusters/c").unwrap();
         assert_eq!(layers.len(), 1);
         assert_eq!(layers[0].name, "a");
         let ids: Vec<String> = layers[0].objects.iter().map(|o| o.id.to_string()).collect();
-        assert_eq!(ids, ["ConfigMap/n/x", "Kustomization/flux-system/a", "Namespace/n"]);
+        // (`n` would be YAML 1.1's false, to kustomize as to osbx.)
+        assert_eq!(ids, ["Namespace/ns", "ConfigMap/ns/x", "Kustomization/flux-system/a"], "in apply order");
     }
 
     #[test]
