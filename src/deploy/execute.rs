@@ -14,7 +14,7 @@ use crate::cluster::inventory::Inventory;
 use crate::cluster::ssa::{self, Planned};
 use crate::cluster::wait::{self, WaitError, WaitOptions};
 use crate::cluster::{Cluster, RequestCounts};
-use crate::object::{ObjectRef, Stage};
+use crate::object::{Object, ObjectRef, Stage};
 use crate::profile::Profile;
 use crate::progress::{Phase, Progress};
 use crate::status::{self, Status};
@@ -49,7 +49,15 @@ struct Run<'a> {
     /// next stage that writes.
     intent: bool,
     changes: ChangeSet,
+    /// Whether a readiness wait has returned in this run (a chart may have installed CRDs).
+    waited: bool,
 }
+
+/// After a readiness wait, how long a kind the cluster does not serve yet may take to appear in
+/// discovery before its objects are skipped: helm makes a chart's CRDs Established before its
+/// release is Ready, and the API server's discovery follows a moment later (seconds on a loaded
+/// server).
+const DISCOVERY_GRACE: Duration = Duration::from_secs(10);
 
 /// Apply the layers as planned.
 ///
@@ -78,7 +86,8 @@ pub(crate) async fn execute(
     // Written with the first objects (see `apply_layer`), before any other.
     let saved = inventory.entries.clone();
     let intent = !opts.dry_run && inventory != previous;
-    let mut run = Run { cluster, opts, progress, planned, flux, inventory, intent, changes: ChangeSet::default() };
+    let mut run =
+        Run { cluster, opts, progress, planned, flux, inventory, intent, changes: ChangeSet::default(), waited: false };
     let mut not_ready: Option<WaitError> = None;
     let wait_opts = WaitOptions { interval: opts.interval, deadline, fail_fast: true };
     let waits = opts.wait && !opts.dry_run;
@@ -92,6 +101,7 @@ pub(crate) async fn execute(
                 break;
             }
             run.planned.clear();
+            run.waited = true;
         }
         progress.phase(&layer.name, if opts.dry_run { Phase::Planning } else { Phase::Applying });
         let applied = run.apply_layer(layer).await?;
@@ -108,6 +118,7 @@ pub(crate) async fn execute(
                 break;
             }
             progress.phase(&layer.name, Phase::Ready);
+            run.waited = true;
         }
     }
 
@@ -168,7 +179,10 @@ impl Run<'_> {
             for slot in stage_plan.iter_mut().filter(|p| p.is_none()) {
                 *slot = fresh.next();
             }
-            let stage_plan: Vec<Planned> = stage_plan.into_iter().flatten().collect();
+            let mut stage_plan: Vec<Planned> = stage_plan.into_iter().flatten().collect();
+            if self.waited {
+                self.replan_unserved(&objects, &mut stage_plan).await?;
+            }
             let answers = self.write(&stage_plan).await?;
             self.changes.0.extend(stage_plan.iter().map(|p| p.change(false)));
             if stage != Stage::Resources && !self.opts.dry_run {
@@ -177,6 +191,27 @@ impl Run<'_> {
             applied.extend(stage_plan.into_iter().filter(|p| p.action != Action::Skipped));
         }
         Ok(applied)
+    }
+
+    /// Plan again, for up to [`DISCOVERY_GRACE`], the objects skipped because their kind is not
+    /// served yet: after a wait, their CRD is usually there and discovery has not caught up.
+    async fn replan_unserved(&self, objects: &[&Object], plans: &mut [Planned]) -> Result<(), DeployError> {
+        let started = Instant::now();
+        loop {
+            let skipped: Vec<usize> =
+                plans.iter().enumerate().filter(|(_, p)| p.action == Action::Skipped).map(|(i, _)| i).collect();
+            if skipped.is_empty() || started.elapsed() >= DISCOVERY_GRACE {
+                return Ok(());
+            }
+            // Longer than the resolver's refresh interval, so the next miss runs discovery again.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let again: Vec<&Object> =
+                skipped.iter().filter_map(|&i| objects.iter().copied().find(|o| o.id == plans[i].id)).collect();
+            let fresh = ssa::plan_all(self.cluster, again, self.opts.plan_options(&self.flux)).await?;
+            for (i, p) in skipped.into_iter().zip(fresh) {
+                plans[i] = p;
+            }
+        }
     }
 
     /// Write a stage; returns the server's answer for each object (`None`: not written). The
