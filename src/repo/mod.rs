@@ -25,7 +25,7 @@ pub(crate) use git::{
     set_note, staged_conflicts, unchanged_since, uncommitted,
 };
 pub(crate) use kustomization::MergeError;
-pub(crate) use snapshot::{Base, BaseError, Snapshot, at_commit, base, file_at, relative, work_tree};
+pub(crate) use snapshot::{Base, BaseError, Snapshot, at_commit, base, file_at, join, relative, work_tree};
 use state::State;
 pub(crate) use write::{lock, write};
 

@@ -48,6 +48,23 @@ impl Snapshot {
     }
 }
 
+/// `dir/rel` as a repository path: `.` dropped, `..` resolved (`a/b` + `../c` → `a/c`), no
+/// leading or doubled `/`.
+#[must_use]
+pub(crate) fn join(dir: &str, rel: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in dir.split('/').chain(rel.split('/')) {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
 /// The commit a review compares with, and how to name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Base {

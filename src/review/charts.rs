@@ -653,27 +653,12 @@ fn export(repo: &git2::Repository, tree: &git2::Tree<'_>, path: &str, to: &Path)
             .unwrap_or(Value::Null);
         for dep in meta["dependencies"].as_array().into_iter().flatten() {
             if let Some(rel) = dep["repository"].as_str().and_then(|r| r.strip_prefix("file://")) {
-                pending.push(join(&dir, rel));
+                pending.push(crate::repo::join(&dir, rel));
             }
         }
         done.push(dir);
     }
     Ok(())
-}
-
-/// `dir/rel` with `..` resolved.
-fn join(dir: &str, rel: &str) -> String {
-    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
-    for p in rel.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    parts.join("/")
 }
 
 fn write_tree(repo: &git2::Repository, tree: &git2::Tree<'_>, to: &Path) -> Result<(), String> {
@@ -814,10 +799,10 @@ mod tests {
     #[test]
     fn paths_join_like_file_dependencies() {
         assert_eq!(
-            join("kubernetes/charts/opensandbox", "../opensandbox-server"),
+            crate::repo::join("kubernetes/charts/opensandbox", "../opensandbox-server"),
             "kubernetes/charts/opensandbox-server"
         );
-        assert_eq!(join("a", "./b"), "a/b");
+        assert_eq!(crate::repo::join("a", "./b"), "a/b");
         assert_eq!(slug("https://github.com/a/b.git"), "github.com_a_b.git");
     }
 }

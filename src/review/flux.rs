@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::deploy::Layer;
 use crate::object::{KnownKind, Object};
-use crate::repo::Snapshot;
+use crate::repo::{Snapshot, join};
 
 /// Why a tree cannot be read as Flux reads it.
 #[derive(Debug, thiserror::Error)]
@@ -86,13 +86,9 @@ const BUILT: [&str; 5] = ["apiVersion", "kind", "metadata", "resources", "namesp
 /// resource that is not there.
 pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<Object>, FluxError> {
     let dir = dir.trim_start_matches("./").trim_end_matches('/');
-    let join = |rel: &str| {
-        let rel = rel.trim_start_matches("./");
-        if dir.is_empty() { rel.to_owned() } else { format!("{dir}/{rel}") }
-    };
     let kustomization = ["kustomization.yaml", "kustomization.yml", "Kustomization"]
         .into_iter()
-        .map(join)
+        .map(|name| join(dir, name))
         .find(|p| tree.read(p).is_some());
     let Some(path) = kustomization else {
         // Flux generates a kustomization of every manifest under the path.
@@ -110,7 +106,7 @@ pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<Object>, FluxError
     }
     let mut out = Vec::new();
     for resource in doc["resources"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-        let target = normalize(&join(resource));
+        let target = join(dir, resource);
         if let Some(bytes) = tree.read(&target) {
             out.extend(parse(&target, bytes)?);
         } else if tree.has_dir(&target) {
@@ -128,21 +124,6 @@ pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<Object>, FluxError
         }
     }
     Ok(out)
-}
-
-/// `a/b/../c` → `a/c`.
-fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for p in path.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    parts.join("/")
 }
 
 fn parse(path: &str, bytes: &[u8]) -> Result<Vec<Object>, FluxError> {

@@ -40,7 +40,7 @@ fn bare(plane: &ControllerPlane, name: &str) -> String {
     format!("{}/git/{name}.git", plane.git_http_url)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())).flatten() {
         let target = to.join(entry.file_name());

@@ -57,20 +57,8 @@ fn bench_a_review_costs_little_beyond_helm() {
 
     // helm by hand: the same chart and values, once per side.
     let values = case.scratch().join("values.yaml");
-    let cm = std::fs::read_to_string(case.repo.join("platform/sandbox-opensandbox/opensandbox-values.yaml"))
-        .or_else(|_| {
-            let dir = case.repo.join("platform/sandbox-opensandbox");
-            let f = std::fs::read_dir(&dir)
-                .unwrap()
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| {
-                    std::fs::read_to_string(p).is_ok_and(|t| t.contains("kind: ConfigMap") && t.contains("values.yaml"))
-                })
-                .unwrap();
-            std::fs::read_to_string(f)
-        })
-        .unwrap();
+    // The values ConfigMap the HelmRelease reads (homelab keeps no inline values).
+    let cm = std::fs::read_to_string(case.repo.join("platform/sandbox-opensandbox/values.yaml")).unwrap();
     let doc: Value = serde_saphyr::from_str(&cm).unwrap();
     std::fs::write(&values, doc["data"]["values.yaml"].as_str().unwrap()).unwrap();
     let by_hand: Vec<f64> = (0..rounds)

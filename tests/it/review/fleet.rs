@@ -34,13 +34,16 @@ fn identical_changes_of_a_fleets_clusters_are_folded_into_one_entry() {
     // The shared image changes everywhere.
     p["pools"]["defaults"]["image"] = json!("registry.example/code-interpreter:v1.2.0");
     case.set_profile(&p);
-    let out = crate::support::osbx()
-        .args(["diff", "--base=HEAD", "--no-charts", "-o", "json", "--fleet"])
-        .arg(&fleet_path)
-        .arg("--repo")
-        .arg(&case.repo)
-        .output()
-        .unwrap();
+    let review = |output: &str| {
+        crate::support::osbx()
+            .args(["diff", "--base=HEAD", "--no-charts", "-o", output, "--fleet"])
+            .arg(&fleet_path)
+            .arg("--repo")
+            .arg(&case.repo)
+            .output()
+            .unwrap()
+    };
+    let out = review("json");
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     let r: Value = serde_json::from_str(&stdout).unwrap();
@@ -55,13 +58,6 @@ fn identical_changes_of_a_fleets_clusters_are_folded_into_one_entry() {
     assert_eq!(vm.len(), 1, "{stdout}");
     assert_eq!(vm[0]["clusters"], json!(["lab-a", "lab-b", "lab-c"]));
     // The markdown comment names them in its summary.
-    let out = crate::support::osbx()
-        .args(["diff", "--base=HEAD", "--no-charts", "-o", "markdown", "--fleet"])
-        .arg(&fleet_path)
-        .arg("--repo")
-        .arg(&case.repo)
-        .output()
-        .unwrap();
-    let (stdout, _) = outputs(&out);
+    let (stdout, _) = outputs(&review("markdown"));
     assert!(stdout.contains("lab-a, lab-b"), "{stdout}");
 }

@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::charts::helm::helm;
+pub use crate::e2e::git::copy_dir;
 use crate::e2e::git::git;
 use crate::support::{outputs, root, shared};
 
@@ -87,18 +88,6 @@ pub fn helm_command(scratch: &Path) -> Command {
     }
     cmd.env_remove("KUBECONFIG");
     cmd
-}
-
-pub fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())).flatten() {
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Wait until `find` finds the port in a line of the child's stderr (read to its end after).
