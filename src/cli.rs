@@ -65,6 +65,12 @@ pub enum Command {
     ///
     /// Exit status: 0 printed, 2 the profile cannot be loaded or rendered.
     Rbac(RbacArgs),
+    /// Keep the Secrets osbx supplies (the API key) in git, encrypted with SOPS for the
+    /// profile's age recipients (`secrets.sops`), for Flux to decrypt.
+    ///
+    /// Exit status: 0 done, 2 error (nothing is written on error).
+    #[command(subcommand)]
+    Secret(SecretCommand),
     /// Print the JSON Schema of the profile format (or of the fleet format).
     Schema {
         /// The fleet format instead.
@@ -159,9 +165,14 @@ pub struct DiffArgs {
     /// With --base: review every cluster of a fleet file instead of one profile.
     #[arg(long, value_name = "FILE", requires = "base", help_heading = "Review (--base)")]
     pub fleet: Option<PathBuf>,
-    /// With --base: the Flux repository (a git work tree) [default: .].
-    #[arg(long, value_name = "DIR", requires = "base", help_heading = "Review (--base)")]
+    /// The Flux repository (a git work tree) [default: .]: with --base, the one reviewed;
+    /// without, where the sealed Secrets compared are read (`secrets.sops`).
+    #[arg(long, value_name = "DIR")]
     pub repo: Option<PathBuf>,
+    /// age identity file that opens the sealed Secrets (`secrets.sops`; default:
+    /// SOPS_AGE_KEY_FILE, then SOPS_AGE_KEY); without one they are not compared.
+    #[arg(long, value_name = "FILE")]
+    pub age_key_file: Option<PathBuf>,
     /// With --base: read charts from this copy of the chart cache and never fetch (air-gapped).
     #[arg(long, value_name = "DIR", requires = "base", conflicts_with = "no_charts", help_heading = "Review (--base)")]
     pub charts: Option<PathBuf>,
@@ -211,9 +222,15 @@ pub struct ApplyArgs {
     #[arg(long)]
     pub force_conflicts: bool,
     /// The Flux repository holding the render: checked for uncommitted or unpushed changes, and
-    /// whether its pushed HEAD holds this render (only then are fields Flux's applier owns taken).
+    /// whether its pushed HEAD holds this render (only then are fields Flux's applier owns taken);
+    /// with `secrets.sops`, where the sealed Secrets are read.
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
+    /// age identity file that opens the sealed Secrets (`secrets.sops`; default:
+    /// SOPS_AGE_KEY_FILE, then SOPS_AGE_KEY). The first apply given one also creates the
+    /// cluster's decryption Secret from it, once.
+    #[arg(long, value_name = "FILE")]
+    pub age_key_file: Option<PathBuf>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
@@ -329,6 +346,14 @@ pub struct LintArgs {
     /// report values the profile sets that the chart does not read.
     #[arg(long)]
     pub chart: Option<PathBuf>,
+    /// The Flux repository the profile renders into: check its layers for plaintext Secrets
+    /// and its sealed Secrets (`secrets.sops`) for form, recipients and MAC.
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+    /// age identity file: with --repo, also check that each sealed Secret opens and its MAC
+    /// matches (default: SOPS_AGE_KEY_FILE, then SOPS_AGE_KEY).
+    #[arg(long, value_name = "FILE", requires = "repo")]
+    pub age_key_file: Option<PathBuf>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
@@ -456,6 +481,69 @@ pub struct RenderArgs {
     /// Also list the profile fields osbx filled in with their defaults.
     #[arg(short, long)]
     pub verbose: bool,
+    /// age identity file for re-encrypting sealed Secrets when `secrets.sops.age` changed
+    /// (default: SOPS_AGE_KEY_FILE, then SOPS_AGE_KEY).
+    #[arg(long, value_name = "FILE")]
+    pub age_key_file: Option<PathBuf>,
+}
+
+/// `osbx secret` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Seal a value into the Flux repository and render the profile around it. The value is read
+    /// from stdin (piped), --from-file or --from-env, never from an argument; only ciphertext
+    /// reaches the disk. Setting the value a file already holds (checked when an identity is
+    /// given) keeps the file byte for byte.
+    Set(SecretSetArgs),
+    /// List the Secrets the profile supplies: where each is sealed and for whom.
+    List(SecretListArgs),
+}
+
+/// `osbx secret set` arguments.
+#[derive(Debug, Args)]
+pub struct SecretSetArgs {
+    /// The Secret's name (`osbx secret list` names them; the API key's is
+    /// `opensandbox.server.apiKey.secretRef.name`).
+    pub name: String,
+    /// Profile file, or the name of an embedded profile; default: the embedded `default` profile.
+    #[arg(short, long, env = "OSBX_PROFILE")]
+    pub profile: Option<String>,
+    /// The Flux repository to write into.
+    #[arg(short, long, default_value = ".")]
+    pub out: PathBuf,
+    /// Directory of templates that replace embedded ones with the same relative path.
+    #[arg(long, env = "OSBX_TEMPLATES")]
+    pub templates: Option<PathBuf>,
+    /// Read the value from this file (one trailing newline is dropped).
+    #[arg(long, value_name = "FILE", conflicts_with = "from_env")]
+    pub from_file: Option<PathBuf>,
+    /// Read the value from this environment variable.
+    #[arg(long, value_name = "VAR")]
+    pub from_env: Option<String>,
+    /// age identity file: compares the value with the sealed one, and re-encrypts files whose
+    /// recipients changed (default: SOPS_AGE_KEY_FILE, then SOPS_AGE_KEY).
+    #[arg(long, value_name = "FILE")]
+    pub age_key_file: Option<PathBuf>,
+    /// Commit the sealed file and the render (git2).
+    #[arg(long)]
+    pub commit: bool,
+    /// Commit message (with --commit).
+    #[arg(short, long, requires = "commit")]
+    pub message: Option<String>,
+}
+
+/// `osbx secret list` arguments.
+#[derive(Debug, Args)]
+pub struct SecretListArgs {
+    /// Profile file, or the name of an embedded profile; default: the embedded `default` profile.
+    #[arg(short, long, env = "OSBX_PROFILE")]
+    pub profile: Option<String>,
+    /// The Flux repository.
+    #[arg(long, default_value = ".")]
+    pub out: PathBuf,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[cfg(test)]

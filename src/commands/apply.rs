@@ -10,6 +10,7 @@ use crate::deploy;
 use crate::printer::Printer;
 use crate::progress::Progress as _;
 use crate::repo;
+use crate::secrets;
 use crate::verify;
 
 /// Run `osbx apply`.
@@ -19,9 +20,13 @@ use crate::verify;
 pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
-    let mut prepared = prepare(&settings.profile)?;
-    if let Some(key) = &settings.api_key {
-        deploy::add_supplied_secrets(&prepared.loaded.profile, &mut prepared.layers, key);
+    let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
+    let identity =
+        session::supply(&mut prepared, settings.api_key.as_deref(), settings.age_key_file.as_deref(), true, printer)?;
+    let (cluster, report) = rt.block_on(connecting)??;
+    printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
+    if let Some(text) = identity {
+        rt.block_on(decryption_secret(&cluster, &mut prepared, &text, printer))?;
     }
     let (profile, layers, opts) = (&prepared.loaded.profile, &prepared.layers, &settings.apply);
     if let Some(state) = repo::repo_state(&settings.repo) {
@@ -40,8 +45,6 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     let flux =
         repo::pushed(&settings.repo, &prepared.rendered).map_or_else(FluxRender::Unproven, |()| FluxRender::Pushed);
     rt.block_on(async {
-        let (cluster, report) = connecting.await??;
-        printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
         // With --verify, what the verify run does is reviewed before the apply writes too.
         let verifying = settings.verify.as_ref().map_or_else(Vec::new, |v| {
             verify::session::operations(profile, &deploy::flux_objects(layers), &v.run.selection, v.run.reach())
@@ -76,4 +79,32 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
             None => Ok(ExitStatus::Success),
         }
     })
+}
+
+/// With `secrets.sops` and an identity given: create the cluster's decryption Secret from it
+/// when the cluster has none (once: an existing one is never replaced), in the first layer that
+/// holds a sealed Secret.
+async fn decryption_secret(
+    cluster: &crate::cluster::Cluster,
+    prepared: &mut session::Prepared,
+    identity: &str,
+    printer: Printer,
+) -> anyhow::Result<()> {
+    let profile = &prepared.loaded.profile;
+    let (Some(id), Some(slot)) = (secrets::decryption_secret(profile), secrets::slots(profile).into_iter().next())
+    else {
+        return Ok(());
+    };
+    let api = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        cluster.client.clone(),
+        id.namespace.as_deref().unwrap_or_default(),
+    );
+    if api.get_metadata_opt(&id.name).await?.is_some() {
+        return Ok(());
+    }
+    if let Some(object) = secrets::decryption_object(profile, identity) {
+        printer.action(&format!("{id} does not exist: creating it from the age identity given (the key is not shown), for Flux to decrypt with"));
+        deploy::add_objects(&mut prepared.layers, vec![(slot.layer, object)]);
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::ExitStatus;
-use super::session::{prepare, runtime, start_connect};
+use super::session::{self, prepare, runtime, start_connect};
 use super::settings::{DiffSettings, LiveDiffSettings, ReviewSettings};
 use crate::changeset::Action;
 use crate::cli::{DiffOutput, Output};
@@ -41,10 +41,8 @@ fn run_review(settings: &ReviewSettings, printer: Printer) -> anyhow::Result<Exi
 fn run_live(settings: &LiveDiffSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
-    let mut prepared = prepare(&settings.profile)?;
-    if let Some(key) = &settings.api_key {
-        deploy::add_supplied_secrets(&prepared.loaded.profile, &mut prepared.layers, key);
-    }
+    let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
+    session::supply(&mut prepared, settings.api_key.as_deref(), settings.age_key_file.as_deref(), false, printer)?;
     rt.block_on(async {
         let (cluster, _) = connecting.await??;
         let (profile, layers) = (&prepared.loaded.profile, &prepared.layers);

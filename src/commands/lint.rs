@@ -19,12 +19,34 @@ pub(super) fn run(settings: &LintSettings, printer: Printer) -> anyhow::Result<E
         Source::Fleet(path) => fleet::load(path, &printer.progress()).map(|f| f.members),
         Source::Profile(source) => profile::load(source).map(|p| vec![p]),
     };
+    let identities = match &settings.repo {
+        Some(_) => crate::secrets::identities(settings.age_key_file.as_deref())?,
+        None => None,
+    };
     let findings: Vec<Finding> = match loaded {
-        Ok(members) => {
+        Ok(mut members) => {
             let mut all = Vec::new();
-            for m in &members {
-                let rendered = renderer.render(m)?;
-                let inputs = lint::Inputs { pool_crd: settings.pool_crd.as_ref(), chart: settings.chart.as_ref() };
+            for m in &mut members {
+                if let Some(repo) = &settings.repo {
+                    crate::secrets::attach(m, repo)?;
+                }
+                let rendered = match renderer.render(m) {
+                    Ok(r) => r,
+                    // A sealed file that is not a SOPS file is a finding of its own (below).
+                    Err(crate::render::RenderError::Sealed(_)) => {
+                        let sealed = std::mem::take(&mut m.sealed);
+                        let rendered = renderer.render(m);
+                        m.sealed = sealed;
+                        rendered?
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let inputs = lint::Inputs {
+                    pool_crd: settings.pool_crd.as_ref(),
+                    chart: settings.chart.as_ref(),
+                    repo: settings.repo.as_deref(),
+                    identities: identities.as_ref().map(|(ids, _, _)| ids),
+                };
                 all.extend(lint::lint(m, &rendered, inputs));
             }
             all

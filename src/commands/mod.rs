@@ -10,6 +10,7 @@ mod profiles;
 mod rbac;
 mod render;
 mod rollout;
+mod secret;
 mod session;
 mod settings;
 mod verify;
@@ -57,6 +58,7 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Lint(args) => lint::run(&(&args).try_into()?, printer),
         Command::Init(args) => init::run(&(&args).into(), printer),
         Command::Rbac(args) => rbac::run(&(&args).into(), printer),
+        Command::Secret(cmd) => secret::run(cmd, printer),
         Command::Schema { fleet } => {
             printer.json(&if fleet { crate::fleet::schema() } else { crate::profile::schema() });
             Ok(ExitStatus::Success)

@@ -17,7 +17,7 @@ use crate::render::Renderer;
 /// Profile or render errors, a cluster the fleet does not have (exit 2).
 pub(super) fn run(settings: &RbacSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let prepared = match &settings.member {
-        None => prepare(&settings.profile)?,
+        None => prepare(&settings.profile, None)?,
         Some((file, cluster)) => member(file, cluster, settings.profile.templates.as_deref())?,
     };
     let (profile, opts) = (&prepared.loaded.profile, &settings.rbac);

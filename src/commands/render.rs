@@ -6,6 +6,8 @@ use super::ExitStatus;
 use super::settings::{RenderSettings, Source};
 use crate::printer::Printer;
 use crate::render::Renderer;
+use crate::repo::FileChange;
+use crate::secrets::{self, Sealing};
 use crate::{fleet, lint, profile, repo};
 
 /// Run `osbx render`.
@@ -15,17 +17,12 @@ use crate::{fleet, lint, profile, repo};
 /// templates are invalid.
 pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let renderer = Renderer::new(opts.templates.as_deref())?;
+    let mut sealed = Sealed::default();
     let (rendered, name) = match &opts.source {
         Source::Profile(source) => {
-            let loaded = profile::load(source)?;
-            if opts.verbose {
-                for (field, value) in loaded.filled_in() {
-                    printer.action(&format!("default {field}: {value}"));
-                }
-            }
-            let rendered = renderer.render(&loaded)?;
-            printer.lint_warnings(&lint::group(&lint::gate(&loaded, &rendered)?));
-            (rendered, format!("profile {}", loaded.profile.name()))
+            let (rendered, name, s) = render_profile(source, opts, &renderer, printer)?;
+            sealed = s;
+            (rendered, name)
         }
         Source::Fleet(path) => {
             let progress = printer.progress();
@@ -35,7 +32,7 @@ pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<Exi
             let current = fleet::Current::new(repo::rendered_before(&opts.out, &source)?);
             let mut warnings = Vec::new();
             let rendered = fleet::render_checked(&fleet, &renderer, &current, &progress, |m, r| {
-                warnings.extend(lint::gate(m, r)?);
+                warnings.extend(lint::gate(m, r, None)?);
                 Ok::<_, anyhow::Error>(())
             })?;
             printer.lint_warnings(&lint::group(&warnings));
@@ -51,22 +48,32 @@ pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<Exi
         printer.warn(&done);
     }
     // --check compares everything, owned or not.
-    let staged = repo::stage(&opts.out, &rendered, &renderer, opts.force || opts.check)?;
+    let mut staged = repo::stage(&opts.out, &rendered, &renderer, opts.force || opts.check)?;
+    let sealed_paths: Vec<String> = sealed.files.iter().map(|f| f.path.clone()).collect();
+    staged.files.extend(sealed.files);
     let changed: Vec<_> = staged.changed().collect();
 
     if opts.check {
         for f in &changed {
             printer.file_diff(&f.path, f.old.as_deref(), f.new.as_deref());
         }
-        if changed.is_empty() {
+        for m in &sealed.mismatched {
+            printer.failure(&m.to_string());
+        }
+        if changed.is_empty() && sealed.mismatched.is_empty() {
             printer.success(&format!("{} is up to date with {name}", opts.out.display()));
             return Ok(ExitStatus::Success);
         }
-        printer.failure(&format!("{} file(s) differ from {name}; run `osbx render` to update", changed.len()));
+        printer.failure(&format!(
+            "{} file(s) differ from {name}; run `osbx render` to update",
+            changed.len() + sealed.mismatched.len()
+        ));
         return Ok(ExitStatus::Failure);
     }
 
-    let ours = repo::commit_paths(&staged, &rendered);
+    let mut ours = repo::commit_paths(&staged, &rendered);
+    // A sealed file is committed with the render that lists it, whoever wrote it last.
+    ours.extend(sealed_paths);
     if opts.commit.is_some() {
         let unrelated = repo::staged_conflicts(&opts.out, &ours)?;
         if !unrelated.is_empty() {
@@ -110,4 +117,87 @@ pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<Exi
         }
     }
     Ok(ExitStatus::Success)
+}
+
+/// The profile's sealed Secret files (`secrets.sops`) as a render writes them: carried byte for
+/// byte, re-keyed when the recipients changed, or holding the value `osbx secret set` gives; and
+/// with --check, those whose recipients differ (a difference, as a file's would be).
+#[derive(Default)]
+struct Sealed {
+    files: Vec<FileChange>,
+    mismatched: Vec<secrets::Mismatch>,
+}
+
+/// Load, seal and render one profile, through the lint gate.
+fn render_profile(
+    source: &profile::ProfileSource,
+    opts: &RenderSettings,
+    renderer: &Renderer,
+    printer: Printer,
+) -> anyhow::Result<(crate::render::Rendered, String, Sealed)> {
+    let mut loaded = profile::load(source)?;
+    if opts.verbose {
+        for (field, value) in loaded.filled_in() {
+            printer.action(&format!("default {field}: {value}"));
+        }
+    }
+    secrets::attach(&mut loaded, &opts.out)?;
+    let on_disk = loaded.sealed.clone();
+    let mismatched = seal(&mut loaded, opts, printer)?;
+    let rendered = renderer.render(&loaded)?;
+    printer.lint_warnings(&lint::group(&lint::gate(&loaded, &rendered, Some(&opts.out))?));
+    let files = loaded
+        .sealed
+        .0
+        .iter()
+        .map(|(path, text)| FileChange {
+            path: path.clone(),
+            old: on_disk.0.get(path).cloned(),
+            new: Some(text.clone()),
+        })
+        .collect();
+    Ok((rendered, format!("profile {}", loaded.profile.name()), Sealed { files, mismatched }))
+}
+
+/// Set the value `osbx secret set` gives, then re-key the sealed files the profile's recipients
+/// changed for (with --check: only say which differ, as a render difference would).
+fn seal(
+    loaded: &mut profile::LoadedProfile,
+    opts: &RenderSettings,
+    printer: Printer,
+) -> anyhow::Result<Vec<secrets::Mismatch>> {
+    if loaded.profile.secrets.sops.is_none() {
+        anyhow::ensure!(opts.set.is_none(), secrets::SecretsError::NotConfigured);
+        return Ok(Vec::new());
+    }
+    let ids = secrets::identities(opts.age_key_file.as_deref())?;
+    let ids = ids.as_ref().map(|(ids, _, _)| ids);
+    if let Some(set) = &opts.set {
+        let slot = secrets::slot(&loaded.profile, &set.name)?;
+        let existing = loaded.sealed.0.get(&slot.path).map(String::as_str);
+        match secrets::seal(&loaded.profile, &slot, &set.value, existing, ids)? {
+            Sealing::Unchanged => printer.success(&format!(
+                "{}: {} already holds this value for these recipients (kept as it is)",
+                slot.name(),
+                slot.path
+            )),
+            Sealing::Written(text) => {
+                printer.action(&format!(
+                    "{}: sealed into {} for {} recipient(s)",
+                    slot.name(),
+                    slot.path,
+                    loaded.profile.secrets.sops.as_ref().map_or(0, |s| s.age.len())
+                ));
+                loaded.sealed.0.insert(slot.path, text);
+            }
+        }
+    }
+    if opts.check {
+        return Ok(secrets::mismatches(loaded)?);
+    }
+    for (m, text) in secrets::rekey(loaded, ids)? {
+        printer.action(&format!("{m}: its data key is re-encrypted for them; the values are unchanged"));
+        loaded.sealed.0.insert(m.path, text);
+    }
+    Ok(Vec::new())
 }

@@ -23,21 +23,72 @@ pub(super) struct Prepared {
     pub rendered: Rendered,
 }
 
-/// Load, validate and render a profile (no cluster needed).
+/// Load, validate and render a profile (no cluster needed), with the sealed Secret files of the
+/// Flux repository at `repo` when it keeps its Secrets in git (`secrets.sops`).
 ///
 /// # Errors
 /// Profile, template or render errors.
-pub(super) fn prepare(settings: &ProfileSettings) -> anyhow::Result<Prepared> {
+pub(super) fn prepare(settings: &ProfileSettings, repo: Option<&std::path::Path>) -> anyhow::Result<Prepared> {
     // The templates compile while the profile loads.
     let (loaded, renderer) = std::thread::scope(|scope| {
         let renderer = scope.spawn(|| Renderer::new(settings.templates.as_deref()));
         let loaded = profile::load(&settings.source);
         (loaded, renderer.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
     });
-    let loaded = loaded?;
+    let mut loaded = loaded?;
+    if let Some(repo) = repo {
+        crate::secrets::attach(&mut loaded, repo)?;
+    }
     let rendered = renderer?.render(&loaded)?;
     let layers = deploy::layers(&loaded.profile, &rendered);
     Ok(Prepared { loaded, layers, rendered })
+}
+
+/// The Secrets a run adds to the render: the value it was given (`--api-key-file`,
+/// `OSBX_API_KEY`) for the components' Secrets, or with `secrets.sops` the sealed files
+/// decrypted as kustomize-controller decrypts them. Returns the identity's file text (for the
+/// decryption Secret), when one was given.
+///
+/// # Errors
+/// Both a value and `secrets.sops` (the value belongs in git); a sealed file that cannot be
+/// opened when `required` (apply), naming it.
+pub(super) fn supply(
+    prepared: &mut Prepared,
+    api_key: Option<&str>,
+    age_key_file: Option<&std::path::Path>,
+    required: bool,
+    printer: Printer,
+) -> anyhow::Result<Option<String>> {
+    let profile = &prepared.loaded.profile;
+    if profile.secrets.sops.is_none() {
+        if let Some(key) = api_key {
+            deploy::add_supplied_secrets(profile, &mut prepared.layers, key);
+        }
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        api_key.is_none(),
+        "the profile keeps its Secrets in git (secrets.sops): set the API key with `osbx secret set`, not with OSBX_API_KEY or --api-key-file"
+    );
+    let ids = crate::secrets::identities(age_key_file)?;
+    for slot in crate::secrets::slots(profile) {
+        if !prepared.loaded.sealed.0.contains_key(&slot.path) {
+            printer.warn(&format!(
+                "{} has no value in git yet ({} is missing): set it with `osbx secret set {}`",
+                slot.name(),
+                slot.path,
+                slot.name()
+            ));
+        }
+    }
+    match crate::secrets::open(&prepared.loaded, ids.as_ref().map(|(ids, _, _)| ids)) {
+        Ok(opened) => deploy::add_objects(&mut prepared.layers, opened),
+        Err(e) if !required && ids.is_none() => {
+            printer.warn(&format!("the sealed Secrets are not compared: {e}"));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(ids.map(|(_, text, _)| text))
 }
 
 /// A runtime for this command.

@@ -71,6 +71,25 @@ pub(super) struct RenderSettings {
     pub force: bool,
     /// List the defaults filled in.
     pub verbose: bool,
+    /// The age identity file (`--age-key-file`; else `SOPS_AGE_KEY_FILE`, `SOPS_AGE_KEY`).
+    pub age_key_file: Option<PathBuf>,
+    /// `osbx secret set`: the value to seal before rendering.
+    pub set: Option<SecretValue>,
+}
+
+/// A Secret's value given to `osbx secret set` (never printed: `Debug` shows its length only).
+#[derive(Clone)]
+pub(super) struct SecretValue {
+    /// The Secret's name.
+    pub name: String,
+    /// The value.
+    pub value: Vec<u8>,
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretValue({}, {} bytes)", self.name, self.value.len())
+    }
 }
 
 impl From<RenderArgs> for RenderSettings {
@@ -86,6 +105,8 @@ impl From<RenderArgs> for RenderSettings {
             commit: a.commit.then(|| a.message.unwrap_or_else(|| "osbx: render the OpenSandbox platform".to_owned())),
             force: a.force,
             verbose: a.verbose,
+            age_key_file: a.age_key_file,
+            set: None,
         }
     }
 }
@@ -143,6 +164,10 @@ pub(super) struct LiveDiffSettings {
     pub output: Output,
     /// The API key Secret's value to compare (`OSBX_API_KEY`), if given.
     pub api_key: Option<String>,
+    /// The Flux repository whose sealed Secrets are compared (`secrets.sops`).
+    pub repo: PathBuf,
+    /// The age identity that opens them (`--age-key-file`, else the environment's).
+    pub age_key_file: Option<PathBuf>,
 }
 
 /// `osbx diff --base`.
@@ -171,6 +196,8 @@ impl TryFrom<&DiffArgs> for DiffSettings {
                 connect: (&a.cluster).into(),
                 output,
                 api_key: api_key(None)?,
+                repo: a.repo.clone().unwrap_or_else(|| PathBuf::from(".")),
+                age_key_file: a.age_key_file.clone(),
             }));
         };
         let subject = match &a.fleet {
@@ -216,6 +243,8 @@ pub(super) struct ApplySettings {
     /// The Flux repository: checked for uncommitted or unpushed changes, and whether its pushed
     /// HEAD holds the render.
     pub repo: PathBuf,
+    /// The age identity that opens the sealed Secrets (`secrets.sops`).
+    pub age_key_file: Option<PathBuf>,
     /// Output format.
     pub output: Output,
     /// The API key to write to the profile's Secret (`--api-key-file`, `OSBX_API_KEY`).
@@ -242,6 +271,7 @@ impl TryFrom<&ApplyArgs> for ApplySettings {
                 force_conflicts: a.force_conflicts,
             },
             repo: a.repo.clone(),
+            age_key_file: a.age_key_file.clone(),
             output: a.output,
             api_key: key,
             verify: (a.verify && !a.dry_run).then_some(verify),
@@ -349,6 +379,10 @@ pub(super) struct LintSettings {
     pub chart: Option<Chart>,
     /// Output format.
     pub output: Output,
+    /// The Flux repository to check too.
+    pub repo: Option<PathBuf>,
+    /// The age identity file given.
+    pub age_key_file: Option<PathBuf>,
 }
 
 impl TryFrom<&LintArgs> for LintSettings {
@@ -363,6 +397,8 @@ impl TryFrom<&LintArgs> for LintSettings {
             templates: a.profile.templates.clone(),
             pool_crd: a.pool_crd.as_deref().map(read_yaml).transpose()?,
             chart: a.chart.as_deref().map(Chart::load).transpose()?,
+            repo: a.repo.clone(),
+            age_key_file: a.age_key_file.clone(),
             output: a.output,
         })
     }

@@ -12,7 +12,7 @@ use crate::printer::Printer;
 pub(super) fn run(settings: &VerifySettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
-    let prepared = prepare(&settings.profile)?;
+    let prepared = prepare(&settings.profile, None)?;
     rt.block_on(async {
         let (cluster, _) = connecting.await??;
         session::verify(&cluster, &prepared, &settings.verify, settings.output, printer).await

@@ -142,8 +142,8 @@ fn supplied(profile: &Profile) -> Vec<(String, Supplied)> {
 /// layers that render those components, so that apply creates or rotates them like any other
 /// object (and diff masks them). The value is never part of the render, so it never reaches git.
 pub(crate) fn add_supplied_secrets(profile: &Profile, layers: &mut [Layer], value: &str) {
+    let mut objects = Vec::new();
     for (layer_name, supplied) in supplied(profile) {
-        let Some(layer) = layers.iter_mut().find(|l| l.name == layer_name) else { continue };
         let mut data = BTreeMap::new();
         data.insert(supplied.key.clone(), k8s_openapi::ByteString(value.as_bytes().to_vec()));
         let secret = k8s_openapi::api::core::v1::Secret {
@@ -161,21 +161,35 @@ pub(crate) fn add_supplied_secrets(profile: &Profile, layers: &mut [Layer], valu
         value["apiVersion"] = supplied.secret.gvk.api_version().into();
         value["kind"] = supplied.secret.gvk.kind.clone().into();
         if let Ok(object) = Object::new(value) {
-            layer.objects.push(object);
-            layer.objects.sort_by(|a, b| a.id.cmp(&b.id));
+            objects.push((layer_name, object));
         }
+    }
+    add_objects(layers, objects);
+}
+
+/// Add objects that are not part of the render to the layers named (the Secrets a run supplies
+/// or decrypts, the decryption key): apply creates or changes them like any other object, in
+/// their layer's stage, and diff masks Secrets. An object for a layer not rendered is dropped.
+pub(crate) fn add_objects(layers: &mut [Layer], objects: Vec<(String, Object)>) {
+    for (layer_name, object) in objects {
+        let Some(layer) = layers.iter_mut().find(|l| l.name == layer_name) else { continue };
+        layer.objects.retain(|o| o.id != object.id);
+        layer.objects.push(object);
+        layer.objects.sort_by(|a, b| a.id.cmp(&b.id));
     }
 }
 
-/// What osbx keeps on the cluster for this profile: every rendered object, and the supplied
-/// Secrets of its components even when this run was given no value (they are written only when
-/// one is, and must never be pruned because a later run was not).
+/// What osbx keeps on the cluster for this profile: every rendered object, the supplied Secrets
+/// of its components even when this run was given no value (they are written only when one is,
+/// and must never be pruned because a later run was not), and with `secrets.sops` the
+/// decryption Secret (created once, by the first run given the key).
 #[must_use]
 pub fn kept(profile: &Profile, layers: &[Layer]) -> Vec<ObjectRef> {
     let mut ids = ids(layers);
-    for (_, supplied) in supplied(profile) {
-        if !ids.contains(&supplied.secret) {
-            ids.push(supplied.secret);
+    let decryption = crate::secrets::decryption_secret(profile);
+    for id in supplied(profile).into_iter().map(|(_, s)| s.secret).chain(decryption) {
+        if !ids.contains(&id) {
+            ids.push(id);
         }
     }
     ids

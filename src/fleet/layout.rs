@@ -326,6 +326,12 @@ impl LoadedProfile {
                 layer.path = Some(path.clone());
             }
         }
-        LoadedProfile { profile, origin: self.origin.clone(), text: self.text.clone(), locations: Locations::default() }
+        LoadedProfile {
+            profile,
+            origin: self.origin.clone(),
+            text: self.text.clone(),
+            locations: Locations::default(),
+            sealed: self.sealed.clone(),
+        }
     }
 }

@@ -69,6 +69,30 @@ struct Linter<'a> {
 }
 
 impl Linter<'_> {
+    /// A finding located in a file of the repository rather than in the profile.
+    #[allow(clippy::too_many_arguments)]
+    fn add_at(
+        &mut self,
+        id: &'static str,
+        severity: Severity,
+        file: String,
+        pos: Pos,
+        field: &str,
+        message: String,
+        fix: &str,
+    ) {
+        self.out.push(Finding {
+            id,
+            severity,
+            file,
+            line: pos.line,
+            column: pos.column,
+            field: field.to_owned(),
+            message,
+            fix: fix.to_owned(),
+        });
+    }
+
     fn add(&mut self, id: &'static str, severity: Severity, field: &str, message: String, fix: &str) {
         let Pos { line, column } = self.loaded.locations.find(field);
         self.out.push(Finding {
@@ -92,6 +116,12 @@ pub(crate) struct Inputs<'a> {
     pub pool_crd: Option<&'a Value>,
     /// The pinned chart of a HelmRelease, to find values it does not read.
     pub chart: Option<&'a Chart>,
+    /// The Flux repository the profile renders into (its sealed Secrets attached to the
+    /// profile): its layers are checked for plaintext Secrets and its sealed files for form,
+    /// recipients and (with `identities`) their MAC.
+    pub repo: Option<&'a std::path::Path>,
+    /// age identities that open the sealed files.
+    pub identities: Option<&'a crate::sops::Identities>,
 }
 
 /// Run every rule over a valid profile and its render.
@@ -100,6 +130,9 @@ pub(crate) fn lint(loaded: &LoadedProfile, rendered: &Rendered, inputs: Inputs<'
     let mut l = Linter { loaded, out: Vec::new() };
     let objects = rendered.objects();
     secrets::api_key(&mut l);
+    if let Some(repo) = inputs.repo {
+        secrets::in_git(&mut l, repo, inputs.identities);
+    }
     pools::pools(&mut l, &objects, inputs.pool_crd);
     images::images(&mut l);
     spire::spire(&mut l);
@@ -121,9 +154,14 @@ pub(crate) struct LintErrors(pub Vec<Finding>);
 ///
 /// # Errors
 /// [`LintErrors`] with every error found.
-pub(crate) fn gate(loaded: &LoadedProfile, rendered: &Rendered) -> Result<Vec<Finding>, LintErrors> {
+pub(crate) fn gate(
+    loaded: &LoadedProfile,
+    rendered: &Rendered,
+    repo: Option<&std::path::Path>,
+) -> Result<Vec<Finding>, LintErrors> {
+    let inputs = Inputs { repo, ..Inputs::default() };
     let (errors, warnings): (Vec<Finding>, Vec<Finding>) =
-        lint(loaded, rendered, Inputs::default()).into_iter().partition(|f| f.severity == Severity::Error);
+        lint(loaded, rendered, inputs).into_iter().partition(|f| f.severity == Severity::Error);
     if errors.is_empty() { Ok(warnings) } else { Err(LintErrors(errors)) }
 }
 

@@ -1,6 +1,7 @@
 //! `api-key.*`: an API key that would be empty or committed to git.
 
 use super::{Linter, Severity};
+use crate::profile::Pos;
 
 pub(super) fn api_key(l: &mut Linter<'_>) {
     let server = &l.loaded.profile.sections.opensandbox.server;
@@ -22,4 +23,138 @@ pub(super) fn api_key(l: &mut Linter<'_>) {
         ),
         _ => {}
     }
+}
+
+/// `secret.*`: the Secrets of the profile's layers in the Flux repository at `repo`. A plaintext
+/// Secret in a layer's directory is an error wherever it is; with `secrets.sops`, a sealed file
+/// that is malformed, or (with `identities`) does not open or whose MAC does not match, is an
+/// error, one encrypted for other recipients than the profile's a warning, and a Secret with no
+/// sealed value yet a warning.
+pub(super) fn in_git(l: &mut Linter<'_>, repo: &std::path::Path, identities: Option<&crate::sops::Identities>) {
+    let sealed = l.loaded.sealed.clone();
+    let dirs: Vec<String> = l.loaded.profile.rendered_layers().map(crate::profile::LayerSpec::repo_path).collect();
+    for dir in dirs {
+        plaintext(l, repo, &dir, &sealed);
+    }
+    let slots = crate::secrets::slots(&l.loaded.profile);
+    let mismatched = crate::secrets::mismatches(l.loaded).unwrap_or_default();
+    for slot in slots {
+        let Some(text) = sealed.0.get(&slot.path) else {
+            l.add(
+                "secret.unset",
+                Severity::Warning,
+                "secrets.sops",
+                format!("{} has no value in git yet ({} is missing): Flux cannot create it", slot.name(), slot.path),
+                &format!("pipe the value into `osbx secret set {}`", slot.name()),
+            );
+            continue;
+        };
+        let file = match crate::sops::File::parse(text) {
+            Ok(file) => file,
+            Err(e) => {
+                l.add_at(
+                    "secret.malformed",
+                    Severity::Error,
+                    slot.path.clone(),
+                    pos_of(text, "sops:"),
+                    "sops",
+                    e.to_string(),
+                    "restore the file from git history, or set the value again with `osbx secret set`",
+                );
+                continue;
+            }
+        };
+        if let Some(m) = mismatched.iter().find(|m| m.path == slot.path) {
+            l.add_at(
+                "secret.recipients",
+                Severity::Warning,
+                slot.path.clone(),
+                pos_of(text, "age:"),
+                "sops.age",
+                m.to_string(),
+                "run `osbx render` with an age identity that opens it (it re-encrypts the data key)",
+            );
+        }
+        if let Some(ids) = identities
+            && let Err(e) = file.decrypt(ids)
+        {
+            let (id, at) = match e {
+                crate::sops::SopsError::NoMatchingIdentity { .. } => ("secret.undecryptable", "age:"),
+                _ => ("secret.tampered", "mac:"),
+            };
+            l.add_at(
+                id,
+                Severity::Error,
+                slot.path.clone(),
+                pos_of(text, at),
+                "sops",
+                e.to_string(),
+                "restore the file from git history, or set the value again with `osbx secret set`",
+            );
+        }
+    }
+}
+
+/// Every YAML document of kind Secret without SOPS metadata in `dir` (and below) of `repo`.
+fn plaintext(l: &mut Linter<'_>, repo: &std::path::Path, dir: &str, sealed: &crate::spec::Sealed) {
+    let mut stack = vec![repo.join(dir)];
+    let mut files = Vec::new();
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    for path in files {
+        let rel = path.strip_prefix(repo).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        if sealed.0.contains_key(&rel) || !text.contains("Secret") {
+            continue;
+        }
+        // The documents, each with the line it starts on (0-based).
+        let mut docs: Vec<(usize, String)> = vec![(0, String::new())];
+        for (i, line) in text.lines().enumerate() {
+            if line.starts_with("---") {
+                docs.push((i + 1, String::new()));
+            } else if let Some((_, doc)) = docs.last_mut() {
+                doc.push_str(line);
+                doc.push('\n');
+            }
+        }
+        for (start, doc) in docs {
+            let Ok(v) = serde_saphyr::from_str::<serde_json::Value>(&doc) else { continue };
+            if v["kind"] != "Secret" || v.get("sops").is_some() {
+                continue;
+            }
+            let at = doc.lines().position(|t| t.starts_with("kind:")).unwrap_or(0);
+            let name = v["metadata"]["name"].as_str().unwrap_or("?");
+            l.add_at(
+                "secret.plaintext",
+                Severity::Error,
+                rel.clone(),
+                Pos { line: start + at + 1, column: 1 },
+                "kind",
+                format!(
+                    "Secret {name} is in git in plain text (no SOPS metadata): anyone with the repository can read it"
+                ),
+                "remove it (and from git history); with secrets.sops, set its value with `osbx secret set`",
+            );
+        }
+    }
+}
+
+/// The position of the first line starting (after indentation) with `key` in `text`.
+fn pos_of(text: &str, key: &str) -> Pos {
+    text.lines()
+        .enumerate()
+        .find_map(|(i, t)| {
+            t.trim_start().strip_prefix(key).map(|_| Pos { line: i + 1, column: t.len() - t.trim_start().len() + 1 })
+        })
+        .unwrap_or(Pos { line: 1, column: 1 })
 }

@@ -13,8 +13,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::verify::{SpiffeSmoke, Verify};
 use crate::components::{self, Component, Sections, Site};
-use crate::spec::TargetCluster;
 use crate::spec::syntax::normalize_repo_path;
+use crate::spec::{Secrets, TargetCluster};
 
 /// The only `apiVersion` this build understands.
 pub(crate) const API_VERSION: &str = "osbx.dev/v1alpha1";
@@ -41,6 +41,8 @@ pub struct Profile {
     /// The components' sections (`opensandbox`, `pools`, `kata`, `spire`).
     #[serde(flatten)]
     pub sections: Sections,
+    /// Where the Secrets osbx supplies are kept (`sops`: encrypted in git).
+    pub secrets: Secrets,
     /// How `osbx verify` probes the platform.
     pub verify: Verify,
 }
@@ -65,6 +67,7 @@ impl Default for Profile {
                 },
             ],
             sections: Sections::default(),
+            secrets: Secrets::default(),
             verify: Verify::default(),
         }
     }
@@ -73,7 +76,7 @@ impl Default for Profile {
 /// Every top-level key, in schema order: the document's own and [`Sections::KEYS`].
 static KEYS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
     let own = ["apiVersion", "kind", "metadata", "cluster", "layers"];
-    own.into_iter().chain(Sections::KEYS.iter().copied()).chain(["verify"]).collect()
+    own.into_iter().chain(Sections::KEYS.iter().copied()).chain(["secrets", "verify"]).collect()
 });
 
 /// Read key by key, so that a section's errors keep their location (serde's `flatten` would
@@ -101,6 +104,7 @@ impl<'de> Deserialize<'de> for Profile {
                         "metadata" => p.metadata = map.next_value()?,
                         "cluster" => p.cluster = map.next_value()?,
                         "layers" => p.layers = map.next_value()?,
+                        "secrets" => p.secrets = map.next_value()?,
                         "verify" => p.verify = map.next_value()?,
                         other => {
                             if !p.sections.read(other, &mut map)? {

@@ -11,7 +11,7 @@ mod verify;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use crate::spec::{Locations, Pos, TargetCluster, Violation, Violations};
+pub use crate::spec::{Locations, Pos, Sealed, Secrets, Sops, TargetCluster, Violation, Violations};
 pub use document::*;
 pub use verify::{SpiffeSmoke, Verify};
 
@@ -120,6 +120,9 @@ pub struct LoadedProfile {
     pub text: String,
     /// Field positions in the source text.
     pub locations: Locations,
+    /// The profile's sealed Secret files, as the repository it renders into holds them (empty
+    /// until a command that has the repository reads them: [`crate::secrets::read`]).
+    pub sealed: crate::spec::Sealed,
 }
 
 impl LoadedProfile {
@@ -215,6 +218,7 @@ pub fn from_value(origin: &str, value: &serde_json::Value) -> Result<LoadedProfi
             origin: origin.to_owned(),
             text: String::new(),
             locations: Locations::default(),
+            sealed: crate::spec::Sealed::default(),
         }),
         _ => parse(origin, serde_saphyr::to_string(value).unwrap_or_default()),
     }
@@ -243,7 +247,7 @@ pub fn parse(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> 
             .collect();
         return Err(ProfileError::Invalid(diagnostics));
     }
-    Ok(LoadedProfile { profile, origin: origin.to_owned(), text, locations })
+    Ok(LoadedProfile { profile, origin: origin.to_owned(), text, locations, sealed: crate::spec::Sealed::default() })
 }
 
 /// A deserializer error as a diagnostic with its position and (when known) field path.

@@ -40,6 +40,7 @@ pub(super) fn validate(p: &Profile) -> Vec<Violation> {
         );
     }
     layers(p, &mut v);
+    p.secrets.validate(&mut v);
     let site = p.site();
     for c in components::ALL {
         (c.validate)(&p.sections, &site, &mut v);

@@ -43,6 +43,9 @@ pub enum RenderError {
         /// Tera's error chain, joined.
         message: String,
     },
+    /// A sealed Secret file of the profile is not a SOPS file.
+    #[error(transparent)]
+    Sealed(#[from] crate::secrets::SecretsError),
     /// A template produced YAML that does not parse, or a document that is not a Kubernetes
     /// object.
     #[error("template {name} produced invalid YAML: {message}")]
@@ -167,13 +170,34 @@ impl Renderer {
         let p = &loaded.profile;
         let mut ctx = view::base(p);
         let cluster_dir = format!("clusters/{}", p.cluster.name);
+        // The sealed Secrets (secrets.sops): each layer lists its files and names the decryption
+        // Secret, and the workloads reading one are marked with its revision.
+        let slots = crate::secrets::slots(p);
+        let mut revisions = BTreeMap::new();
+        for slot in &slots {
+            if let Some(text) = loaded.sealed.0.get(&slot.path) {
+                revisions.insert(slot.name(), crate::secrets::revision(&slot.path, text)?);
+            }
+        }
+        ctx.insert("sealed", &revisions);
         let mut files = Vec::new();
         let mut entries = Vec::new();
         for layer in &p.layers {
             let Some(component) = layer.renders() else { continue };
             // One context for every layer, its `layer` replaced each time (a fleet renders
             // thousands of profiles: the context is not copied per layer).
-            ctx.insert("layer", &view::layer(layer));
+            let mut view = view::layer(layer);
+            let held: Vec<_> = slots.iter().filter(|s| s.layer == layer.name).collect();
+            if let (Some(sops), false) = (&p.secrets.sops, held.is_empty()) {
+                view["decryption"] = sops.secret_ref.clone().into();
+                view["sealed"] = held
+                    .iter()
+                    .filter(|s| loaded.sealed.0.contains_key(&s.path))
+                    .map(|s| s.file_name())
+                    .collect::<Vec<_>>()
+                    .into();
+            }
+            ctx.insert("layer", &view);
             let app = format!("apps/{}.yaml", layer.name);
             let (owner, profile) = (&layer.name, p.name());
             files.extend(self.file("cluster/layer.yaml", &ctx, format!("{cluster_dir}/{app}"), owner, profile)?);

@@ -26,5 +26,9 @@ pub(super) fn layer(l: &LayerSpec) -> Value {
     if !l.external {
         v["path"] = json!(l.repo_path());
     }
+    // What the render adds for sealed Secrets (`secrets.sops`): the files the layer lists and
+    // the decryption Secret its Kustomization names.
+    v["sealed"] = json!([]);
+    v["decryption"] = Value::Null;
     v
 }

@@ -22,7 +22,6 @@
 //! out unless `spec.test.enable`.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -253,7 +252,7 @@ pub(crate) fn release_name(release: &Value) -> String {
     if full.len() <= 53 {
         return full;
     }
-    let hash = sha256_hex(full.as_bytes());
+    let hash = crate::hash::sha256_hex(full.as_bytes());
     format!("{}-{}", &full[..40], &hash[..12])
 }
 
@@ -266,13 +265,6 @@ pub(crate) fn release_namespace(release: &Value) -> String {
         .or(release["metadata"]["namespace"].as_str())
         .unwrap_or("default")
         .to_owned()
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().iter().fold(String::new(), |mut hex, b| {
-        let _ = write!(hex, "{b:02x}");
-        hex
-    })
 }
 
 impl Charts {

@@ -4,6 +4,7 @@
 
 mod cluster;
 mod locate;
+pub(crate) mod secrets;
 pub(crate) mod syntax;
 pub(crate) mod values;
 mod violations;
@@ -11,4 +12,5 @@ mod violations;
 pub(crate) use cluster::KUBERNETES_VERSION;
 pub use cluster::TargetCluster;
 pub use locate::{Locations, Pos};
+pub use secrets::{Sealed, Secrets, Sops};
 pub use violations::{Violation, Violations};
