@@ -346,6 +346,22 @@ pub fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(Mi
     Ok(out)
 }
 
+/// Check every sealed file that `ids` opens: its values decrypt and its MAC matches. A file
+/// encrypted only for others is not checked (nothing here can).
+///
+/// # Errors
+/// [`SecretsError::File`] naming a malformed or tampered file.
+pub fn check(loaded: &LoadedProfile, ids: &Identities) -> Result<(), SecretsError> {
+    for (path, text) in &loaded.sealed.0 {
+        let err = |source| SecretsError::File { path: path.clone(), source };
+        match File::parse(text).map_err(err)?.decrypt(ids) {
+            Ok(_) | Err(SopsError::NoMatchingIdentity { .. }) => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Ok(())
+}
+
 /// The profile's sealed Secrets decrypted, each with its layer: what kustomize-controller
 /// applies, for `osbx apply` and `osbx diff`.
 ///

@@ -172,6 +172,11 @@ fn seal(
     }
     let ids = secrets::identities(opts.age_key_file.as_deref())?;
     let ids = ids.as_ref().map(|(ids, _, _)| ids);
+    // With an identity, a file changed without the key stops the render (without one, only
+    // its form can be checked: the render does that).
+    if let Some(ids) = ids {
+        secrets::check(loaded, ids)?;
+    }
     if let Some(set) = &opts.set {
         let slot = secrets::slot(&loaded.profile, &set.name)?;
         let existing = loaded.sealed.0.get(&slot.path).map(String::as_str);

@@ -25,5 +25,6 @@ mod render_lifecycle;
 mod review;
 mod rollout_first_run;
 mod rollout_plan;
+mod secrets;
 mod support;
 mod verify;

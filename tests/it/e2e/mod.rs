@@ -23,6 +23,7 @@ mod git_changes;
 mod quota;
 mod renamed;
 mod rollout;
+mod secrets;
 mod world;
 
 use std::time::SystemTime;

@@ -180,22 +180,36 @@ impl World {
     /// `osbx <args> --profile <profile> [--kubeconfig <plane>]` off the runtime, with
     /// `OSBX_API_KEY` set; returns its output and wall time. The key is never printed.
     pub async fn osbx(&self, args: &[&str]) -> (Output, Duration) {
-        let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-        full.extend(["--profile".into(), self.profile_path().display().to_string()]);
-        if args[0] != "render" {
-            full.extend(["--kubeconfig".into(), self.plane.kubeconfig.display().to_string()]);
-        }
-        let cwd = self.work.path().to_path_buf();
-        let (out, took) = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let out = osbx().current_dir(cwd).env("OSBX_API_KEY", KEY).args(full).output().unwrap();
-            (out, started.elapsed())
-        })
-        .await
-        .unwrap();
+        let (out, took) = self.osbx_with(args, &[("OSBX_API_KEY", KEY)], None).await;
         let (stdout, stderr) = outputs(&out);
         assert!(!stdout.contains(KEY) && !stderr.contains(KEY), "osbx {args:?} printed the API key");
         (out, took)
+    }
+
+    /// `osbx <args> --profile <profile> [--kubeconfig <plane>]` off the runtime with exactly
+    /// the environment `env` adds (no API key unless given) and `stdin` piped in.
+    pub async fn osbx_with(&self, args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>) -> (Output, Duration) {
+        let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        full.extend(["--profile".into(), self.profile_path().display().to_string()]);
+        if !matches!(args[0], "render" | "secret") {
+            full.extend(["--kubeconfig".into(), self.plane.kubeconfig.display().to_string()]);
+        }
+        let cwd = self.work.path().to_path_buf();
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let stdin = stdin.map(<[u8]>::to_vec);
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let mut cmd = osbx();
+            cmd.current_dir(cwd).env_remove("OSBX_API_KEY").env_remove("SOPS_AGE_KEY_FILE").env_remove("SOPS_AGE_KEY");
+            cmd.envs(env).args(full);
+            if let Some(input) = stdin {
+                cmd.write_stdin(input);
+            }
+            let out = cmd.output().unwrap();
+            (out, started.elapsed())
+        })
+        .await
+        .unwrap()
     }
 
     /// Write the profile, `osbx render --commit` into the Flux work tree and push; returns the
@@ -232,11 +246,18 @@ impl World {
     /// Start the real OpenSandbox server for the sandbox namespace, with the same API key: the
     /// version the pinned chart deploys (`opensandbox-server` 0.2.2).
     pub async fn start_server(&mut self) -> String {
+        self.start_server_with_key(KEY).await
+    }
+
+    /// [`World::start_server`] with the API key `key` (what the chart's pod would read from the
+    /// Secret).
+    pub async fn start_server_with_key(&mut self, key: &str) -> String {
+        let key = key.to_owned();
         let dir = self.work.path().join("server");
         let kubeconfig = self.plane.kubeconfig.clone();
         let namespace = self.layout().sandbox;
         let started = Instant::now();
-        let server = tokio::task::spawn_blocking(move || RealServer::start(&dir, &kubeconfig, &namespace, KEY, &[]))
+        let server = tokio::task::spawn_blocking(move || RealServer::start(&dir, &kubeconfig, &namespace, &key, &[]))
             .await
             .unwrap();
         bench(&self.scenario, "server_start", started.elapsed().as_secs_f64());
