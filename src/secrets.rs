@@ -22,11 +22,11 @@ use crate::spec::Sealed;
 
 /// The key of the decryption Secret that holds the age identity (Flux's convention: a key
 /// ending in `.agekey`).
-pub const AGE_KEY: &str = "age.agekey";
+pub(crate) const AGE_KEY: &str = "age.agekey";
 
 /// Why a secrets step failed. Values never appear in one.
 #[derive(Debug, thiserror::Error)]
-pub enum SecretsError {
+pub(crate) enum SecretsError {
     /// A sealed file is malformed, tampered or cannot be opened.
     #[error("{path}: {source}")]
     File {
@@ -39,7 +39,7 @@ pub enum SecretsError {
     /// A file cannot be read or written.
     #[error("{path}: {source}")]
     Io {
-        /// The path.
+        /// The file it could not read or write.
         path: String,
         /// The I/O error.
         #[source]
@@ -81,32 +81,32 @@ pub enum SecretsError {
 
 /// Where one supplied Secret is sealed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// The layer that renders the component reading it.
-    pub layer: String,
+    pub(crate) layer: String,
     /// The file, relative to the repository root.
-    pub path: String,
+    pub(crate) path: String,
     /// The Secret and its key.
-    pub supplied: Supplied,
+    pub(crate) supplied: Supplied,
 }
 
 impl Slot {
     /// The Secret's name: what `osbx secret set NAME` takes.
     #[must_use]
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.supplied.secret.name
     }
 
     /// The file name inside the layer's directory (its `kustomization.yaml` entry).
     #[must_use]
-    pub fn file_name(&self) -> &str {
+    pub(crate) fn file_name(&self) -> &str {
         self.path.rsplit('/').next().unwrap_or(&self.path)
     }
 }
 
 /// The profile's slots, in layer order; none without `secrets.sops`.
 #[must_use]
-pub fn slots(profile: &Profile) -> Vec<Slot> {
+pub(crate) fn slots(profile: &Profile) -> Vec<Slot> {
     if profile.secrets.sops.is_none() {
         return Vec::new();
     }
@@ -127,7 +127,7 @@ pub fn slots(profile: &Profile) -> Vec<Slot> {
 ///
 /// # Errors
 /// [`SecretsError::NotConfigured`], [`SecretsError::Unknown`].
-pub fn slot(profile: &Profile, name: &str) -> Result<Slot, SecretsError> {
+pub(crate) fn slot(profile: &Profile, name: &str) -> Result<Slot, SecretsError> {
     if profile.secrets.sops.is_none() {
         return Err(SecretsError::NotConfigured);
     }
@@ -141,14 +141,14 @@ pub fn slot(profile: &Profile, name: &str) -> Result<Slot, SecretsError> {
 
 /// The decryption Secret the layers name (`<flux namespace>/<secrets.sops.secretRef>`).
 #[must_use]
-pub fn decryption_secret(profile: &Profile) -> Option<ObjectRef> {
+pub(crate) fn decryption_secret(profile: &Profile) -> Option<ObjectRef> {
     let sops = profile.secrets.sops.as_ref()?;
     Some(KnownKind::SECRET.object(Some(&profile.cluster.flux_namespace), &sops.secret_ref))
 }
 
 /// The decryption Secret holding the identity file's text.
 #[must_use]
-pub fn decryption_object(profile: &Profile, identity_text: &str) -> Option<Object> {
+pub(crate) fn decryption_object(profile: &Profile, identity_text: &str) -> Option<Object> {
     let id = decryption_secret(profile)?;
     let value = json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -164,7 +164,7 @@ pub fn decryption_object(profile: &Profile, identity_text: &str) -> Option<Objec
 ///
 /// # Errors
 /// [`SecretsError::Io`] when a file exists but cannot be read.
-pub fn read(profile: &Profile, root: &Path) -> Result<Sealed, SecretsError> {
+pub(crate) fn read(profile: &Profile, root: &Path) -> Result<Sealed, SecretsError> {
     let mut sealed = Sealed::default();
     for slot in slots(profile) {
         let path = root.join(&slot.path);
@@ -183,7 +183,7 @@ pub fn read(profile: &Profile, root: &Path) -> Result<Sealed, SecretsError> {
 ///
 /// # Errors
 /// As [`read`].
-pub fn attach(loaded: &mut LoadedProfile, root: &Path) -> Result<(), SecretsError> {
+pub(crate) fn attach(loaded: &mut LoadedProfile, root: &Path) -> Result<(), SecretsError> {
     loaded.sealed = read(&loaded.profile, root)?;
     Ok(())
 }
@@ -193,7 +193,7 @@ pub fn attach(loaded: &mut LoadedProfile, root: &Path) -> Result<(), SecretsErro
 ///
 /// # Errors
 /// [`SecretsError::File`] when the file is not a SOPS file.
-pub fn revision(path: &str, text: &str) -> Result<String, SecretsError> {
+pub(crate) fn revision(path: &str, text: &str) -> Result<String, SecretsError> {
     let file = File::parse(text).map_err(|source| SecretsError::File { path: path.to_owned(), source })?;
     Ok(crate::hash::sha256_hex(file.mac().as_bytes())[..12].to_owned())
 }
@@ -205,7 +205,7 @@ pub fn revision(path: &str, text: &str) -> Result<String, SecretsError> {
 /// # Errors
 /// [`SecretsError::Io`] for an unreadable file, [`SecretsError::Identity`] for one that holds
 /// no key.
-pub fn identities(flag: Option<&Path>) -> Result<Option<(Identities, String, String)>, SecretsError> {
+pub(crate) fn identities(flag: Option<&Path>) -> Result<Option<(Identities, String, String)>, SecretsError> {
     let from_env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     let (text, origin) =
         if let Some(path) = flag.map(Path::to_path_buf).or_else(|| from_env("SOPS_AGE_KEY_FILE").map(PathBuf::from)) {
@@ -234,7 +234,7 @@ fn secret_document(slot: &Slot, value: &[u8]) -> Value {
 
 /// What sealing a value did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sealing {
+pub(crate) enum Sealing {
     /// The file already holds this value for these recipients: nothing to write.
     Unchanged,
     /// The new file text.
@@ -246,7 +246,7 @@ pub enum Sealing {
 ///
 /// # Errors
 /// [`SecretsError::NotConfigured`]; [`SecretsError::File`] when the existing file is tampered.
-pub fn seal(
+pub(crate) fn seal(
     profile: &Profile,
     slot: &Slot,
     value: &[u8],
@@ -273,13 +273,13 @@ fn same_set(a: &[String], b: &[String]) -> bool {
 
 /// A sealed file encrypted for other recipients than the profile's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mismatch {
+pub(crate) struct Mismatch {
     /// The file.
-    pub path: String,
+    pub(crate) path: String,
     /// Recipients the profile adds.
-    pub added: Vec<String>,
+    pub(crate) added: Vec<String>,
     /// Recipients the profile drops.
-    pub removed: Vec<String>,
+    pub(crate) removed: Vec<String>,
 }
 
 impl std::fmt::Display for Mismatch {
@@ -299,7 +299,7 @@ impl std::fmt::Display for Mismatch {
 ///
 /// # Errors
 /// [`SecretsError::File`] for a file that is not a SOPS file.
-pub fn mismatches(loaded: &LoadedProfile) -> Result<Vec<Mismatch>, SecretsError> {
+pub(crate) fn mismatches(loaded: &LoadedProfile) -> Result<Vec<Mismatch>, SecretsError> {
     let Some(sops) = &loaded.profile.secrets.sops else { return Ok(Vec::new()) };
     let want: BTreeSet<&String> = sops.age.iter().collect();
     let mut out = Vec::new();
@@ -324,7 +324,7 @@ pub fn mismatches(loaded: &LoadedProfile) -> Result<Vec<Mismatch>, SecretsError>
 /// # Errors
 /// [`SecretsError::RekeyNeedsIdentity`] when there is no identity, or none that opens the file;
 /// [`SecretsError::File`] for a malformed or tampered file.
-pub fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(Mismatch, String)>, SecretsError> {
+pub(crate) fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(Mismatch, String)>, SecretsError> {
     let Some(sops) = &loaded.profile.secrets.sops else { return Ok(Vec::new()) };
     let mut out = Vec::new();
     for m in mismatches(loaded)? {
@@ -351,7 +351,7 @@ pub fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(Mi
 ///
 /// # Errors
 /// [`SecretsError::File`] naming a malformed or tampered file.
-pub fn check(loaded: &LoadedProfile, ids: &Identities) -> Result<(), SecretsError> {
+pub(crate) fn check(loaded: &LoadedProfile, ids: &Identities) -> Result<(), SecretsError> {
     for (path, text) in &loaded.sealed.0 {
         let err = |source| SecretsError::File { path: path.clone(), source };
         match File::parse(text).map_err(err)?.decrypt(ids) {
@@ -367,7 +367,7 @@ pub fn check(loaded: &LoadedProfile, ids: &Identities) -> Result<(), SecretsErro
 ///
 /// # Errors
 /// [`SecretsError::File`]: no identity, none that opens the file, a tampered or malformed file.
-pub fn open(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(String, Object)>, SecretsError> {
+pub(crate) fn open(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(String, Object)>, SecretsError> {
     let mut out = Vec::new();
     for slot in slots(&loaded.profile) {
         let Some(text) = loaded.sealed.0.get(&slot.path) else { continue };

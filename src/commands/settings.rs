@@ -82,7 +82,7 @@ pub(super) struct RenderSettings {
 pub(super) struct SecretValue {
     /// The Secret's name.
     pub name: String,
-    /// The value.
+    /// The value itself (never printed).
     pub value: Vec<u8>,
 }
 

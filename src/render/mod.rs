@@ -43,9 +43,9 @@ pub enum RenderError {
         /// Tera's error chain, joined.
         message: String,
     },
-    /// A sealed Secret file of the profile is not a SOPS file.
-    #[error(transparent)]
-    Sealed(#[from] crate::secrets::SecretsError),
+    /// A sealed Secret file of the profile is not a SOPS file (the message names it).
+    #[error("{0}")]
+    Sealed(String),
     /// A template produced YAML that does not parse, or a document that is not a Kubernetes
     /// object.
     #[error("template {name} produced invalid YAML: {message}")]
@@ -176,7 +176,9 @@ impl Renderer {
         let mut revisions = BTreeMap::new();
         for slot in &slots {
             if let Some(text) = loaded.sealed.0.get(&slot.path) {
-                revisions.insert(slot.name(), crate::secrets::revision(&slot.path, text)?);
+                let revision =
+                    crate::secrets::revision(&slot.path, text).map_err(|e| RenderError::Sealed(e.to_string()))?;
+                revisions.insert(slot.name(), revision);
             }
         }
         ctx.insert("sealed", &revisions);

@@ -31,10 +31,10 @@ use serde_json::{Map, Value, json};
 
 /// The rule osbx writes: only a Secret's `data` and `stringData` are encrypted (Flux's guide
 /// writes the same), so the file still says which Secret it is.
-pub const ENCRYPTED_REGEX: &str = "^(data|stringData)$";
+pub(crate) const ENCRYPTED_REGEX: &str = "^(data|stringData)$";
 
 /// The SOPS release whose format osbx writes, recorded in `sops.version` (and tested against).
-pub const FORMAT_VERSION: &str = "3.13.3";
+pub(crate) const FORMAT_VERSION: &str = "3.13.3";
 
 /// The prefix of the MAC with `mac_only_encrypted` (`sops.go`: `MACOnlyEncryptedInitialization`).
 const MAC_ONLY_ENCRYPTED_INIT: [u8; 32] = [
@@ -44,7 +44,7 @@ const MAC_ONLY_ENCRYPTED_INIT: [u8; 32] = [
 
 /// Why a SOPS file cannot be written or read. No variant carries a secret value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SopsError {
+pub(crate) enum SopsError {
     /// The text is not YAML, or not a SOPS file.
     #[error("{0}")]
     Malformed(String),
@@ -80,7 +80,7 @@ pub enum SopsError {
 }
 
 /// age identities (`AGE-SECRET-KEY-1…`), as a key file holds them.
-pub struct Identities(Vec<age::x25519::Identity>);
+pub(crate) struct Identities(Vec<age::x25519::Identity>);
 
 impl std::fmt::Debug for Identities {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,7 +94,7 @@ impl Identities {
     ///
     /// # Errors
     /// [`SopsError::Identity`] when a line is not a key, or there is none.
-    pub fn parse(text: &str) -> Result<Self, SopsError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, SopsError> {
         let mut keys = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -114,7 +114,7 @@ impl Identities {
 
     /// The recipients (public keys) of the identities.
     #[must_use]
-    pub fn recipients(&self) -> Vec<String> {
+    pub(crate) fn recipients(&self) -> Vec<String> {
         self.0.iter().map(|k| k.to_public().to_string()).collect()
     }
 }
@@ -123,7 +123,7 @@ impl Identities {
 ///
 /// # Errors
 /// [`SopsError::Recipient`] naming it and why.
-pub fn check_recipient(recipient: &str) -> Result<(), SopsError> {
+pub(crate) fn check_recipient(recipient: &str) -> Result<(), SopsError> {
     parse_recipient(recipient).map(|_| ())
 }
 
@@ -135,7 +135,7 @@ fn parse_recipient(recipient: &str) -> Result<age::x25519::Recipient, SopsError>
 
 /// A SOPS file, parsed: the document (values still encrypted) and its `sops` metadata.
 #[derive(Debug, Clone)]
-pub struct File {
+pub(crate) struct File {
     /// The document without the `sops` key, values as the file holds them.
     doc: Map<String, Value>,
     /// The `sops` metadata.
@@ -291,7 +291,7 @@ impl File {
     /// # Errors
     /// [`SopsError::Recipient`] for a recipient that is not an age key; [`SopsError::Malformed`]
     /// when `doc` is not a mapping.
-    pub fn encrypt(doc: &Value, recipients: &[String]) -> Result<Self, SopsError> {
+    pub(crate) fn encrypt(doc: &Value, recipients: &[String]) -> Result<Self, SopsError> {
         let Value::Object(doc) = doc.clone() else {
             return Err(SopsError::Malformed("a SOPS document must be a mapping".into()));
         };
@@ -344,7 +344,7 @@ impl File {
     ///
     /// # Errors
     /// [`SopsError::Malformed`]: not YAML, not a mapping, no `sops` metadata, no MAC.
-    pub fn parse(text: &str) -> Result<Self, SopsError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, SopsError> {
         let value: Value =
             serde_saphyr::from_str(text).map_err(|e| SopsError::Malformed(format!("not a YAML document: {e}")))?;
         let Value::Object(mut doc) = value else {
@@ -382,7 +382,7 @@ impl File {
 
     /// The age recipients the data key is encrypted for, in file order.
     #[must_use]
-    pub fn recipients(&self) -> Vec<String> {
+    pub(crate) fn recipients(&self) -> Vec<String> {
         self.age_entries().filter_map(|e| e["recipient"].as_str().map(str::to_owned)).collect()
     }
 
@@ -391,15 +391,16 @@ impl File {
     }
 
     /// The document as the file holds it (values encrypted), without the `sops` metadata.
+    #[cfg(test)]
     #[must_use]
-    pub fn document(&self) -> &Map<String, Value> {
+    pub(crate) fn document(&self) -> &Map<String, Value> {
         &self.doc
     }
 
     /// The file's MAC as written (encrypted): it changes whenever a value or `lastmodified`
     /// does, so it names the content's revision without revealing it.
     #[must_use]
-    pub fn mac(&self) -> &str {
+    pub(crate) fn mac(&self) -> &str {
         self.meta.get("mac").and_then(Value::as_str).unwrap_or_default()
     }
 
@@ -420,7 +421,7 @@ impl File {
     ///
     /// # Errors
     /// [`SopsError::NoMatchingIdentity`], [`SopsError::Value`], [`SopsError::Mac`].
-    pub fn decrypt(&self, identities: &Identities) -> Result<Value, SopsError> {
+    pub(crate) fn decrypt(&self, identities: &Identities) -> Result<Value, SopsError> {
         let key = self.data_key(identities)?;
         let rules = Rules::of(&self.meta)?;
         let mut hash = ring::digest::Context::new(&ring::digest::SHA512);
@@ -456,7 +457,7 @@ impl File {
     /// # Errors
     /// As [`File::decrypt`] (the file is checked before it is re-keyed), and
     /// [`SopsError::Recipient`].
-    pub fn rekey(
+    pub(crate) fn rekey(
         &mut self,
         identities: &Identities,
         recipients: &[String],
@@ -471,7 +472,7 @@ impl File {
 
     /// The file's YAML text: the document, then `sops`.
     #[must_use]
-    pub fn to_yaml(&self) -> String {
+    pub(crate) fn to_yaml(&self) -> String {
         let mut all = self.doc.clone();
         all.insert("sops".into(), Value::Object(self.meta.clone()));
         serde_saphyr::to_string(&Value::Object(all)).unwrap_or_default()

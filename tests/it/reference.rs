@@ -12,8 +12,10 @@
 //! `controller.snapshot.containerdSocketPath` (else the chart passes `--containerd-socket-path`,
 //! which controller v0.2.0 does not define: it would crash-loop) and both subcharts'
 //! `namespaceOverride` (the chart installs into `opensandbox-system` whatever the release
-//! namespace unless told: the profile's control-plane namespace, here that same name). They are
-//! taken out of the values before comparing; everything else must match.
+//! namespace unless told: the profile's control-plane namespace, here that same name). The values
+//! ConfigMap also carries `reconcile.fluxcd.io/watch: Enabled`, so that helm-controller upgrades
+//! the release when the values change in git rather than at its next interval. They are taken
+//! out before comparing; everything else must match.
 
 use serde_json::{Value, json};
 
@@ -51,6 +53,8 @@ fn yaml_docs(text: &str) -> Vec<Value> {
 /// if one of them is missing or different, so the list stays true.
 fn without_deliberate_values(mut docs: Vec<Value>) -> Vec<Value> {
     for doc in docs.iter_mut().filter(|d| d["kind"] == "ConfigMap") {
+        let labels = doc["metadata"].as_object_mut().unwrap().remove("labels");
+        assert_eq!(labels, Some(json!({"reconcile.fluxcd.io/watch": "Enabled"})), "helm-controller watches the values");
         let text = doc["data"]["values.yaml"].as_str().unwrap_or_default().to_owned();
         let mut values: Value = serde_saphyr::from_str(&text).unwrap();
         let controller = &mut values["opensandbox-controller"]["controller"];

@@ -63,7 +63,7 @@ impl Case {
         git(&repo, &["config", "user.email", "test@osbx.invalid"]);
         let (k1, k2) = (Key::new(dir.path(), "k1"), Key::new(dir.path(), "k2"));
         let case = Self { dir, k1, k2, printed: Vec::new() };
-        case.profile(json!([case.k1.recipient]));
+        case.profile(&json!([case.k1.recipient]));
         case
     }
 
@@ -76,7 +76,7 @@ impl Case {
     }
 
     /// Write the profile with `age` as its recipients.
-    fn profile(&self, age: Value) {
+    fn profile(&self, age: &Value) {
         let mut doc: Value = serde_saphyr::from_str(&TestProfile::new("sx").yaml()).unwrap();
         doc["secrets"] = json!({"sops": {"age": age}});
         std::fs::write(self.dir.path().join("p.yaml"), serde_saphyr::to_string(&doc).unwrap()).unwrap();
@@ -133,7 +133,8 @@ impl Case {
 
     /// No key and no value in anything osbx printed.
     fn assert_nothing_leaked(&self, values: &[&str]) {
-        let needles: Vec<&str> = values.iter().copied().chain([self.k1.secret.as_str(), self.k2.secret.as_str()]).collect();
+        let needles: Vec<&str> =
+            values.iter().copied().chain([self.k1.secret.as_str(), self.k2.secret.as_str()]).collect();
         for text in &self.printed {
             for n in &needles {
                 assert!(!text.contains(n), "osbx printed a secret ({}…):\n{text}", &n[..4]);
@@ -164,7 +165,10 @@ fn sops_and_osbx_read_each_others_files() {
     // A file sops wrote with its defaults (every value encrypted, comments too) at the slot.
     let plain = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: api-key\n  namespace: sx-system\n# a comment\ntype: Opaque\ndata:\n  api-key: ZnJvbS1zb3Bz\n";
     std::fs::write(c.dir.path().join("plain.yaml"), plain).unwrap();
-    let out = c.sops(&k1, &["encrypt", "--age", &c.k1.recipient, "--input-type", "yaml", "--output-type", "yaml", "plain.yaml"]);
+    let out = c.sops(
+        &k1,
+        &["encrypt", "--age", &c.k1.recipient, "--input-type", "yaml", "--output-type", "yaml", "plain.yaml"],
+    );
     let (by_sops, stderr) = outputs(&out);
     assert!(out.status.success(), "sops encrypt: {stderr}");
     std::fs::write(c.repo().join(SEALED), &by_sops).unwrap();
@@ -173,17 +177,18 @@ fn sops_and_osbx_read_each_others_files() {
     let (_, stderr) = assert_exit(&c.set("from-sops", Some(&k1)), 0);
     assert!(stderr.contains("already holds this value"), "{stderr}");
     assert_eq!(c.sealed(), by_sops);
-    let (stdout, _) = assert_exit(&c.osbx(&["lint", "--repo", "repo", "--age-key-file", k1.to_str().unwrap()], &[], None), 0);
+    let (stdout, _) =
+        assert_exit(&c.osbx(&["lint", "--repo", "repo", "--age-key-file", k1.to_str().unwrap()], &[], None), 0);
     assert!(stdout.contains("0 error(s), 0 warning(s)"), "{stdout}");
 
     // Re-keyed by a render when the recipients change (k1 → k2), values untouched.
-    c.profile(json!([c.k2.recipient]));
+    c.profile(&json!([c.k2.recipient]));
     let (_, stderr) = assert_exit(&c.osbx(&["render", "-o", "repo"], &[("SOPS_AGE_KEY_FILE", &k1)], None), 0);
     assert!(stderr.contains("data key is re-encrypted") && stderr.contains(&c.k2.recipient), "{stderr}");
     assert_eq!(c.sops_value(&c.k2.file.clone()).unwrap(), "from-sops");
     assert!(c.sops_value(&k1).is_err(), "the removed recipient still opens the file");
     let rekeyed = c.sealed();
-    let line = |text: &str, key: &str| text.lines().find(|l| l.trim_start().starts_with(key)).map(str::to_owned);
+    let line = |text: &str, key: &str| text.lines().map(str::trim).find(|l| l.starts_with(key)).map(str::to_owned);
     assert_eq!(line(&rekeyed, "lastmodified:"), line(&by_sops, "lastmodified:"), "re-keying changed the values' stamp");
 
     // Rotated by osbx: sops reads the new value.
@@ -206,32 +211,37 @@ fn a_sealed_value_survives_renders_byte_for_byte_and_only_a_new_value_changes_it
     let pools_app = std::fs::read_to_string(c.repo().join("clusters/sx/apps/opensandbox-pools.yaml")).unwrap();
     assert!(!pools_app.contains("decryption"), "a layer without Secrets needs no decryption: {pools_app}");
 
-    assert_exit(&c.osbx(&["secret", "set", "api-key", "--out", "repo", "--commit"], &[], Some("v1\n")), 0);
+    assert_exit(
+        &c.osbx(&["secret", "set", "api-key", "--out", "repo", "--commit"], &[], Some("first-value-08d1\n")),
+        0,
+    );
     let kustomization = std::fs::read_to_string(c.repo().join("platform/opensandbox/kustomization.yaml")).unwrap();
     assert!(kustomization.contains("  - api-key.sops.yaml"), "{kustomization}");
     let values = std::fs::read_to_string(c.repo().join("platform/opensandbox/values.yaml")).unwrap();
-    let revision = |v: &str| v.lines().find_map(|l| l.trim().strip_prefix("osbx.io/api-key-revision: ")).map(str::to_owned);
+    let revision =
+        |v: &str| v.lines().find_map(|l| l.trim().strip_prefix("osbx.io/api-key-revision: ")).map(str::to_owned);
     let first = revision(&values).expect("the server's pods carry the key's revision");
     assert_eq!(git(&c.repo(), &["status", "--porcelain"]), "", "secret set --commit left changes");
 
     let before = tree(&c.repo());
     let head = git(&c.repo(), &["rev-parse", "HEAD"]);
-    let (_, stderr) = assert_exit(&c.osbx(&["render", "-o", "repo", "--commit"], &[("SOPS_AGE_KEY_FILE", &k1)], None), 0);
+    let (_, stderr) =
+        assert_exit(&c.osbx(&["render", "-o", "repo", "--commit"], &[("SOPS_AGE_KEY_FILE", &k1)], None), 0);
     assert!(stderr.contains("nothing to commit"), "{stderr}");
     assert_exit(&c.osbx(&["render", "-o", "repo", "--check"], &[], None), 0);
-    assert_exit(&c.set("v1", Some(&k1)), 0);
+    assert_exit(&c.set("first-value-08d1", Some(&k1)), 0);
     assert_eq!(tree(&c.repo()), before, "a render or the same value changed the tree");
     assert_eq!(git(&c.repo(), &["rev-parse", "HEAD"]), head);
 
     // Without the key osbx cannot compare, so the value is sealed afresh (new ciphertext).
-    assert_exit(&c.set("v1", None), 0);
+    assert_exit(&c.set("first-value-08d1", None), 0);
     assert_ne!(c.sealed(), before[SEALED]);
-    assert_exit(&c.set("v2", Some(&k1)), 0);
+    assert_exit(&c.set("second-value-77ab", Some(&k1)), 0);
     let values = std::fs::read_to_string(c.repo().join("platform/opensandbox/values.yaml")).unwrap();
     assert_ne!(revision(&values).unwrap(), first, "a new value must roll the server");
 
     // --check says when the recipients changed (and writes nothing).
-    c.profile(json!([c.k1.recipient, c.k2.recipient]));
+    c.profile(&json!([c.k1.recipient, c.k2.recipient]));
     let before = tree(&c.repo());
     let (_, stderr) = assert_exit(&c.osbx(&["render", "-o", "repo", "--check"], &[], None), 1);
     assert!(stderr.contains("encrypted for other recipients") && stderr.contains(&c.k2.recipient), "{stderr}");
@@ -239,7 +249,7 @@ fn a_sealed_value_survives_renders_byte_for_byte_and_only_a_new_value_changes_it
     let (stdout, _) = assert_exit(&c.osbx(&["secret", "list", "--out", "repo", "-o", "json"], &[], None), 0);
     let listed: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(listed["secrets"][0]["state"], "sealed for other recipients", "{listed}");
-    c.assert_nothing_leaked(&["v1", "v2"]);
+    c.assert_nothing_leaked(&["first-value-08d1", "second-value-77ab"]);
 }
 
 /// Each bad input: a clear error, exit 2, nothing written.
@@ -247,7 +257,7 @@ fn a_sealed_value_survives_renders_byte_for_byte_and_only_a_new_value_changes_it
 fn bad_input_is_refused_with_exit_2_and_nothing_written() {
     let mut c = Case::new();
     let k1 = c.k1.file.clone();
-    assert_exit(&c.set("good", None), 0);
+    assert_exit(&c.set("good-api-key-41c7", None), 0);
     let sealed = c.sealed();
 
     let refused = |c: &mut Case, args: &[&str], env: &[(&str, &Path)], stdin: Option<&str>, says: &[&str]| {
@@ -263,18 +273,19 @@ fn bad_input_is_refused_with_exit_2_and_nothing_written() {
     let apply = ["apply", "--repo", "repo", "--kubeconfig", "/nonexistent/kubeconfig"];
 
     // A recipient that is not an age key: located in the profile.
-    c.profile(json!(["age1notakey"]));
+    c.profile(&json!(["age1notakey"]));
     refused(&mut c, &["render", "-o", "repo"], &[], None, &["p.yaml:", "secrets.sops.age[0]", "not an age recipient"]);
-    c.profile(json!([c.k1.recipient]));
+    c.profile(&json!([c.k1.recipient]));
 
     // No key where one is needed: apply, and a render that must re-key.
     refused(&mut c, &apply, &[], None, &[SEALED, "SOPS_AGE_KEY_FILE"]);
-    c.profile(json!([c.k2.recipient]));
-    refused(&mut c, &["render", "-o", "repo"], &[], None, &[SEALED, "needs an identity", &c.k2.recipient.clone()]);
+    c.profile(&json!([c.k2.recipient]));
+    let r2 = c.k2.recipient.clone();
+    refused(&mut c, &["render", "-o", "repo"], &[], None, &[SEALED, "needs an identity", &r2]);
     // A wrong key: it cannot re-key, nor open the file for apply.
     let k2 = c.k2.file.clone();
     refused(&mut c, &["render", "-o", "repo"], &[("SOPS_AGE_KEY_FILE", &k2)], None, &[SEALED, "needs an identity"]);
-    c.profile(json!([c.k1.recipient]));
+    c.profile(&json!([c.k1.recipient]));
     refused(&mut c, &apply, &[("SOPS_AGE_KEY_FILE", &k2)], None, &[SEALED, "no age identity given matches"]);
     // A key file that holds no key.
     let bogus = c.dir.path().join("bogus.agekey");
@@ -283,7 +294,7 @@ fn bad_input_is_refused_with_exit_2_and_nothing_written() {
     // The API key given as well as kept in git.
     let mut cmd_env = vec![("SOPS_AGE_KEY_FILE", k1.as_path())];
     let key_file = c.dir.path().join("api.key");
-    std::fs::write(&key_file, "other\n").unwrap();
+    std::fs::write(&key_file, "other-api-key-9f2e\n").unwrap();
     cmd_env.truncate(1);
     let mut args = apply.to_vec();
     let key_arg = key_file.display().to_string();
@@ -307,8 +318,14 @@ fn bad_input_is_refused_with_exit_2_and_nothing_written() {
 
     // No value, an unknown name, a value on a terminal's behalf as an argument: refused.
     refused(&mut c, &["secret", "set", "api-key", "--out", "repo"], &[], Some("\n"), &["empty"]);
-    refused(&mut c, &["secret", "set", "nope", "--out", "repo"], &[], Some("x"), &["no Secret named `nope`", "api-key"]);
-    c.assert_nothing_leaked(&["good", "other"]);
+    refused(
+        &mut c,
+        &["secret", "set", "nope", "--out", "repo"],
+        &[],
+        Some("x"),
+        &["no Secret named `nope`", "api-key"],
+    );
+    c.assert_nothing_leaked(&["good-api-key-41c7", "other-api-key-9f2e"]);
 }
 
 /// lint --repo: a plaintext Secret in a layer is an error at its file:line:column, a file for
@@ -322,16 +339,22 @@ fn lint_finds_plaintext_foreign_recipients_and_malformed_files() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: leak\nstringData:\n  a: b\n",
     )
     .unwrap();
-    c.profile(json!([c.k2.recipient]));
+    c.profile(&json!([c.k2.recipient]));
     let (stdout, _) = assert_exit(&c.osbx(&["lint", "--repo", "repo", "-o", "json"], &[], None), 1);
     let report: Value = serde_json::from_str(&stdout).unwrap();
     let find = |id: &str| report["findings"].as_array().unwrap().iter().find(|f| f["id"] == id).cloned();
     let plain = find("secret.plaintext").expect("the plaintext Secret");
-    assert_eq!((plain["file"].as_str(), plain["line"].as_u64(), plain["severity"].as_str()), (Some("platform/opensandbox-pools/extra.yaml"), Some(7), Some("error")));
+    assert_eq!(
+        (plain["file"].as_str(), plain["line"].as_u64(), plain["severity"].as_str()),
+        (Some("platform/opensandbox-pools/extra.yaml"), Some(7), Some("error"))
+    );
     let rec = find("secret.recipients").expect("the recipients warning");
     assert_eq!(rec["severity"], "warning");
     let msg = rec["message"].as_str().unwrap();
-    assert!(msg.contains(&format!("added: {}", c.k2.recipient)) && msg.contains(&format!("removed: {}", c.k1.recipient)), "{msg}");
+    assert!(
+        msg.contains(&format!("added: {}", c.k2.recipient)) && msg.contains(&format!("removed: {}", c.k1.recipient)),
+        "{msg}"
+    );
 
     std::fs::remove_file(c.repo().join("platform/opensandbox-pools/extra.yaml")).unwrap();
     std::fs::write(c.repo().join(SEALED), "apiVersion: v1\nkind: Secret\nsops:\n  age: []\n").unwrap();

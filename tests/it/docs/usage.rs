@@ -52,8 +52,11 @@ fn sub(name: &str) -> clap::Command {
 /// subcommands (`secret set`).
 fn command_of(rest: &str) -> String {
     let first: String = rest.chars().take_while(char::is_ascii_alphabetic).collect();
-    let second: String =
-        rest[first.len()..].trim_start_matches(['`', ']', ')', ' ']).chars().take_while(char::is_ascii_alphabetic).collect();
+    let second: String = rest[first.len()..]
+        .trim_start_matches(['`', ']', ')', ' '])
+        .chars()
+        .take_while(char::is_ascii_alphabetic)
+        .collect();
     let top = osbx::cli::Cli::command().find_subcommand(&first).cloned();
     match top {
         Some(c) if !second.is_empty() && c.find_subcommand(&second).is_some() => format!("{first} {second}"),
@@ -140,8 +143,11 @@ fn usage_lines_name_exactly_the_flags_of_their_command() {
 
 #[test]
 fn every_command_has_a_usage_line_in_the_readme() {
-    let documented: BTreeSet<String> =
-        usages().into_iter().filter(|u| u.at.starts_with("README")).map(|u| u.command.split(' ').next().unwrap_or_default().to_owned()).collect();
+    let documented: BTreeSet<String> = usages()
+        .into_iter()
+        .filter(|u| u.at.starts_with("README"))
+        .map(|u| u.command.split(' ').next().unwrap_or_default().to_owned())
+        .collect();
     let commands: BTreeSet<String> =
         osbx::cli::Cli::command().get_subcommands().map(|c| c.get_name().to_owned()).filter(|c| c != "help").collect();
     assert_eq!(documented, commands);

@@ -171,7 +171,10 @@ async fn flux_alone_decrypts_the_sealed_api_key_and_a_rotation_through_git_reach
     // as Flux does (and leaves the existing decryption Secret alone), diff sees nothing to do,
     // verify reads the key from the cluster's Secret.
     let key_file = age.file.display().to_string();
-    let out = world.osbx_with(&["apply", "--repo", &flux_dir, "--age-key-file", &key_file, "--timeout", "3m"], &[], None).await.0;
+    let out = world
+        .osbx_with(&["apply", "--repo", &flux_dir, "--age-key-file", &key_file, "--timeout", "3m"], &[], None)
+        .await
+        .0;
     let (stdout, stderr) = printed.keep(&out);
     assert_eq!(out.status.code(), Some(0), "osbx apply: {stdout}{stderr}");
     assert!(!stderr.contains("does not exist: creating it"), "apply replaced the decryption Secret: {stderr}");
@@ -190,17 +193,29 @@ async fn flux_alone_decrypts_the_sealed_api_key_and_a_rotation_through_git_reach
     let needles = [FIRST.to_owned(), SECOND.to_owned(), b64(FIRST), b64(SECOND), age.secret.clone()];
     let mut leaks = Vec::new();
     for (i, text) in printed.0.iter().enumerate() {
-        leaks.extend(needles.iter().filter(|n| text.contains(n.as_str())).map(|n| format!("osbx run {i} printed {}…", &n[..6])));
+        leaks.extend(
+            needles.iter().filter(|n| text.contains(n.as_str())).map(|n| format!("osbx run {i} printed {}…", &n[..6])),
+        );
     }
     for entry in std::fs::read_dir(world.plane.dir()).unwrap().flatten() {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "log") {
             let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
-            leaks.extend(needles.iter().filter(|n| text.contains(n.as_str())).map(|n| format!("{} holds {}…", path.display(), &n[..6])));
+            leaks.extend(
+                needles
+                    .iter()
+                    .filter(|n| text.contains(n.as_str()))
+                    .map(|n| format!("{} holds {}…", path.display(), &n[..6])),
+            );
         }
     }
     for (path, text) in crate::support::tree(&world.flux.dir) {
-        leaks.extend(needles.iter().filter(|n| text.contains(n.as_str())).map(|n| format!("flux repo {path} holds {}…", &n[..6])));
+        leaks.extend(
+            needles
+                .iter()
+                .filter(|n| text.contains(n.as_str()))
+                .map(|n| format!("flux repo {path} holds {}…", &n[..6])),
+        );
     }
     assert!(leaks.is_empty(), "a secret leaked:\n{}", leaks.join("\n"));
     bench(S, "total", started.elapsed().as_secs_f64());
