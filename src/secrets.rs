@@ -165,15 +165,26 @@ pub(crate) fn decryption_object(profile: &Profile, identity_text: &str) -> Optio
 /// # Errors
 /// [`SecretsError::Io`] when a file exists but cannot be read.
 pub(crate) fn read(profile: &Profile, root: &Path) -> Result<Sealed, SecretsError> {
+    read_with(profile, |rel| {
+        let path = root.join(rel);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(SecretsError::Io { path: path.display().to_string(), source }),
+        }
+    })
+}
+
+/// The sealed files of the profile that `get` finds (a repository path → its text, if any):
+/// from a work tree, or from a commit.
+///
+/// # Errors
+/// What `get` returns.
+pub(crate) fn read_with<E>(profile: &Profile, get: impl Fn(&str) -> Result<Option<String>, E>) -> Result<Sealed, E> {
     let mut sealed = Sealed::default();
     for slot in slots(profile) {
-        let path = root.join(&slot.path);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                sealed.0.insert(slot.path, text);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(SecretsError::Io { path: path.display().to_string(), source }),
+        if let Some(text) = get(&slot.path)? {
+            sealed.0.insert(slot.path, text);
         }
     }
     Ok(sealed)

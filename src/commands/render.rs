@@ -26,7 +26,11 @@ pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<Exi
         }
         Source::Fleet(path) => {
             let progress = printer.progress();
-            let fleet = fleet::load(path, &progress)?;
+            let mut fleet = fleet::load(path, &progress)?;
+            // Each cluster's sealed Secrets (secrets.sops) stay listed where the repository has them.
+            for member in &mut fleet.members {
+                secrets::attach(member, &opts.out)?;
+            }
             // Layers stay where the repository has them when their files do not change.
             let source = crate::render::Source { kind: "fleet", name: fleet.name.clone() };
             let current = fleet::Current::new(repo::rendered_before(&opts.out, &source)?);

@@ -236,7 +236,12 @@ fn render_fleet(fleet: fleet::Fleet, renderer: &Renderer, current: &fleet::Curre
 /// keeps them).
 fn head(settings: &Settings, renderer: &Renderer, progress: &dyn Progress) -> Result<Render, ReviewError> {
     Ok(match &settings.subject {
-        Subject::Profile(source) => render_profile(profile::load(source)?, renderer)?,
+        Subject::Profile(source) => {
+            let mut loaded = profile::load(source)?;
+            // Sealed Secrets (secrets.sops) as the work tree holds them.
+            crate::secrets::attach(&mut loaded, &settings.repo).map_err(|e| RenderError::Sealed(e.to_string()))?;
+            render_profile(loaded, renderer)?
+        }
         Subject::Fleet(path) => {
             let fleet = fleet::load(path, progress)?;
             let source = RenderSource { kind: "fleet", name: fleet.name.clone() };
@@ -268,7 +273,12 @@ fn base_render(
         }
         Subject::Profile(ProfileSource::File(path)) => {
             let Some((rel, text)) = read(path)? else { return Ok(None) };
-            let loaded = profile::parse(&format!("{at}:{rel}"), text).map_err(|e| e.to_string())?;
+            let mut loaded = profile::parse(&format!("{at}:{rel}"), text).map_err(|e| e.to_string())?;
+            // Sealed Secrets (secrets.sops) as the commit holds them.
+            loaded.sealed = crate::secrets::read_with(&loaded.profile, |rel| {
+                let bytes = repo::file_at(&settings.repo, commit, rel).map_err(|e| e.to_string())?;
+                Ok::<_, String>(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+            })?;
             Ok(Some(render_profile(loaded, renderer).map_err(|e| e.to_string())?))
         }
         Subject::Fleet(path) => {
@@ -305,10 +315,16 @@ fn base_render(
     }
 }
 
-/// A render's files as a tree (its cluster kustomizations written with osbx's entries).
-fn tree_of(rendered: &Rendered, renderer: &Renderer) -> Result<Snapshot, RenderError> {
+/// A render's files as a tree (its cluster kustomizations written with osbx's entries), with the
+/// sealed Secret files it lists.
+fn tree_of(
+    rendered: &Rendered,
+    sealed: impl IntoIterator<Item = (String, String)>,
+    renderer: &Renderer,
+) -> Result<Snapshot, RenderError> {
     let mut files: Vec<(String, Vec<u8>)> =
         rendered.files.iter().map(|f| (f.path.clone(), f.content.as_bytes().to_vec())).collect();
+    files.extend(sealed.into_iter().map(|(path, text)| (path, text.into_bytes())));
     for c in &rendered.clusters {
         files.push((c.path.clone(), renderer.cluster_kustomization(&c.entries)?.into_bytes()));
     }
@@ -392,7 +408,10 @@ impl<'a> Bases<'a> {
 
     fn tree(&self, rendered: Result<Option<Render>, String>) -> Result<Option<Snapshot>, String> {
         match rendered? {
-            Some(render) => tree_of(&render.rendered, self.renderer).map(Some).map_err(|e| e.to_string()),
+            Some(render) => {
+                let sealed = render.profiles.values().flat_map(|p| p.sealed.0.clone());
+                tree_of(&render.rendered, sealed, self.renderer).map(Some).map_err(|e| e.to_string())
+            }
             None => Ok(None),
         }
     }

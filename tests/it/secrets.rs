@@ -77,7 +77,8 @@ impl Case {
 
     /// Write the profile with `age` as its recipients.
     fn profile(&self, age: &Value) {
-        let mut doc: Value = serde_saphyr::from_str(&TestProfile::new("sx").yaml()).unwrap();
+        let mut doc: Value =
+            serde_saphyr::from_str(&TestProfile::new("sx").pool("pod", "runc", [1, 2, 1, 4]).yaml()).unwrap();
         doc["secrets"] = json!({"sops": {"age": age}});
         std::fs::write(self.dir.path().join("p.yaml"), serde_saphyr::to_string(&doc).unwrap()).unwrap();
     }
@@ -360,4 +361,37 @@ fn lint_finds_plaintext_foreign_recipients_and_malformed_files() {
     std::fs::write(c.repo().join(SEALED), "apiVersion: v1\nkind: Secret\nsops:\n  age: []\n").unwrap();
     let (stdout, _) = assert_exit(&c.osbx(&["lint", "--repo", "repo"], &[], None), 1);
     assert!(stdout.contains(&format!("{SEALED}:")) && stdout.contains("error[secret.malformed]"), "{stdout}");
+}
+
+/// `osbx diff --base` on a rotation: the sealed Secret changes (values masked, never shown) and
+/// the server's pods get the new revision; the review decrypts nothing and needs no key.
+#[test]
+fn a_review_shows_a_rotation_without_the_value() {
+    let mut c = Case::new();
+    assert_exit(&c.osbx(&["secret", "set", "api-key", "--out", "repo", "--commit"], &[], Some("before-4e1f\n")), 0);
+    std::fs::copy(c.dir.path().join("p.yaml"), c.repo().join("p.yaml")).unwrap();
+    git(&c.repo(), &["add", "p.yaml"]);
+    git(&c.repo(), &["commit", "-q", "-m", "profile"]);
+    let mut cmd = osbx();
+    let out = cmd
+        .current_dir(c.repo())
+        .env_remove("SOPS_AGE_KEY_FILE")
+        .args(["diff", "--base", "HEAD", "--no-charts", "-p", "p.yaml"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+
+    let out = c.osbx(&["secret", "set", "api-key", "--out", "repo"], &[], Some("after-93c0\n"));
+    assert_exit(&out, 0);
+    let out = osbx()
+        .current_dir(c.repo())
+        .env_remove("SOPS_AGE_KEY_FILE")
+        .args(["diff", "--base", "HEAD", "--no-charts", "-p", "p.yaml"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = assert_exit(&out, 1);
+    assert!(stdout.contains("Secret/sx-system/api-key configured"), "{stdout}{stderr}");
+    assert!(stdout.contains("osbx.io/api-key-revision"), "the revision change is not shown: {stdout}");
+    c.printed.push(format!("{stdout}{stderr}"));
+    c.assert_nothing_leaked(&["before-4e1f", "after-93c0"]);
 }

@@ -16,6 +16,7 @@ mod changes;
 mod faults;
 mod preflight;
 mod readiness;
+mod secrets;
 
 /// A profile whose namespaces all start with `p` (tests share one plane), with these pools.
 fn profile(p: &str, pools: &[(&str, &str, [i64; 4])]) -> String {

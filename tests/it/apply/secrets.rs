@@ -1,0 +1,128 @@
+//! `osbx apply` with `secrets.sops`, as a CI user holding only what `osbx rbac --for apply`
+//! prints: the sealed API key decrypted and applied as kustomize-controller would, the cluster's
+//! decryption Secret created once from the key file (never replaced, never pruned), and no
+//! value in any output.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::builder::TestProfile;
+
+/// An age identity in a key file: (file, its text, the recipient).
+fn age_key(dir: &Path, name: &str) -> (std::path::PathBuf, String, String) {
+    use age::secrecy::ExposeSecret as _;
+    let id = age::x25519::Identity::generate();
+    let recipient = id.to_public().to_string();
+    let text = format!("# public key: {recipient}\n{}\n", id.to_string().expose_secret());
+    let file = dir.join(format!("{name}.agekey"));
+    std::fs::write(&file, &text).unwrap();
+    (file, text, recipient)
+}
+
+fn secret_data(s: &Secret, key: &str) -> String {
+    String::from_utf8(s.data.as_ref().unwrap()[key].0.clone()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_decrypts_the_sealed_key_and_creates_the_decryption_secret_once_with_the_printed_roles() {
+    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    for crds in ["flux", "opensandbox"] {
+        cluster::install_crds(&client, crds).await;
+    }
+    create_namespace(&client, "sa-flux").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (k1, k1_text, r1) = age_key(dir.path(), "k1");
+    let (k2, _, _) = age_key(dir.path(), "k2");
+    let mut doc: Value =
+        serde_saphyr::from_str(&TestProfile::new("sa").pool("pod", "runc", [0, 1, 0, 2]).yaml()).unwrap();
+    doc["secrets"] = json!({"sops": {"age": [r1]}});
+    std::fs::write(dir.path().join("profile.yaml"), serde_saphyr::to_string(&doc).unwrap()).unwrap();
+    let value = "sa-sealed-key-5d2e";
+    let out = osbx()
+        .current_dir(dir.path())
+        .env_remove("SOPS_AGE_KEY_FILE")
+        .args(["secret", "set", "api-key", "-p", "profile.yaml", "--out", "flux"])
+        .write_stdin(value)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+
+    // The CI user holds exactly the printed roles.
+    let user = cluster::user_kubeconfig(&plane.kubeconfig, "sa-ci", dir.path());
+    let out = osbx()
+        .current_dir(dir.path())
+        .args(["rbac", "--for", "apply", "--user", "sa-ci", "-p", "profile.yaml"])
+        .output()
+        .unwrap();
+    let (roles, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let docs: Vec<Value> = roles.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
+    let flux_role = docs
+        .iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "sa-flux")
+        .unwrap_or_else(|| panic!("no Role in sa-flux:\n{roles}"));
+    let rules = flux_role["rules"].as_array().unwrap();
+    let secrets_rule = |verb: &str| {
+        rules.iter().any(|r| {
+            r["resources"].as_array().unwrap().iter().any(|x| x == "secrets")
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == verb)
+        })
+    };
+    assert!(secrets_rule("get") && secrets_rule("create"), "the decryption Secret is not granted:\n{roles}");
+    for d in &docs {
+        let (api, name) = cluster::api_for(&client, d).await;
+        api.patch(&name, &kube::api::PatchParams::apply("test").force(), &kube::api::Patch::Apply(d)).await.unwrap();
+    }
+
+    let run_as = |key: &Path, extra: &[&str]| {
+        let mut args = vec!["apply", "--no-wait", "--repo", "flux", "-p", "profile.yaml"];
+        args.extend(extra);
+        let (dir, user, key, args) = (
+            dir.path().to_path_buf(),
+            user.clone(),
+            key.to_path_buf(),
+            args.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+        );
+        async move {
+            tokio::task::spawn_blocking(move || {
+                osbx()
+                    .current_dir(dir)
+                    .env_remove("OSBX_API_KEY")
+                    .env("SOPS_AGE_KEY_FILE", key)
+                    .args(args)
+                    .arg("--kubeconfig")
+                    .arg(user)
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let out = run_as(&k1, &[]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("Secret/sa-flux/sops-age does not exist: creating it"), "{stderr}");
+    let flux_secrets = Api::<Secret>::namespaced(client.clone(), "sa-flux");
+    assert_eq!(secret_data(&flux_secrets.get("sops-age").await.unwrap(), "age.agekey"), k1_text);
+    let system_secrets = Api::<Secret>::namespaced(client.clone(), "sa-system");
+    assert_eq!(secret_data(&system_secrets.get("api-key").await.unwrap(), "api-key"), value);
+
+    // Another key file later: the cluster's key is left as it is (and k2 cannot open the file).
+    let out = run_as(&k2, &[]).await;
+    let (_, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no age identity given matches"), "{stderr}");
+    let out = run_as(&k1, &["--prune"]).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stderr.contains("does not exist: creating it"), "{stderr}");
+    assert_eq!(secret_data(&flux_secrets.get("sops-age").await.unwrap(), "age.agekey"), k1_text, "replaced or pruned");
+    assert!(
+        !stdout.contains(value) && !stderr.contains(value) && !stderr.contains("AGE-SECRET-KEY"),
+        "{stdout}{stderr}"
+    );
+}
