@@ -11,6 +11,7 @@
 //! Components sit below the profile document: they see the sections and the [`Site`] (the
 //! cluster, and which layer renders which component), never the document itself.
 
+pub(crate) mod health;
 pub mod kata;
 pub mod opensandbox;
 pub(crate) mod pools;
@@ -49,6 +50,9 @@ pub struct Component {
     /// The Secret the component's workloads read whose value the user supplies to `osbx apply`
     /// (never rendered, so never in git).
     pub supplied: fn(sections: &Sections) -> Option<Supplied>,
+    /// Health rules for the kinds it renders that have no Ready condition: Flux evaluates them
+    /// (the layer Kustomization's `healthCheckExprs`), and so do apply's wait and verify.
+    pub(crate) health: &'static [&'static health::Health],
 }
 
 /// A Secret a component reads whose value the user supplies at apply time.

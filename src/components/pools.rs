@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
 
+use super::health::{Health, Op, Operand, Term};
 use super::{Component, Sections, Site, kata, opensandbox};
 use crate::object::{KnownKind, ObjectRef};
 use crate::spec::Violations;
@@ -23,6 +24,22 @@ pub(crate) static COMPONENT: Component = Component {
     pin: |_| None,
     values: |_| None,
     supplied: |_| None,
+    health: &[&HEALTH],
+};
+
+/// When a Pool is healthy, stated once for Flux, apply and verify: the controller has seen its
+/// generation and holds the capacity asked for, `poolMin ≤ total ≤ poolMax` and
+/// `available ≥ 1` when `bufferMin > 0`. The controller reports no failure of its own (the Pool
+/// has no conditions), so there is no `failed` rule: a Pool that cannot be filled stays in
+/// progress, and Flux's health check times out on it, naming it.
+pub(crate) static HEALTH: Health = Health {
+    kind: POOL,
+    current: &[
+        Term { left: "status.observedGeneration", op: Op::Eq, right: Operand::Field("metadata.generation") },
+        Term { left: "status.total", op: Op::Ge, right: Operand::Field("spec.capacitySpec.poolMin") },
+        Term { left: "status.total", op: Op::Le, right: Operand::Field("spec.capacitySpec.poolMax") },
+        Term { left: "status.available", op: Op::Ge, right: Operand::OneIfPositive("spec.capacitySpec.bufferMin") },
+    ],
 };
 
 /// The OpenSandbox Pool, the kind this component renders (status, verify and lint read it).

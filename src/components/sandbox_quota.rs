@@ -26,6 +26,7 @@ pub(crate) static COMPONENT: Component = Component {
     pin: |_| None,
     values: |_| None,
     supplied: |_| None,
+    health: &[],
 };
 
 /// What the sandboxes may take together, and what a container takes when it says nothing.

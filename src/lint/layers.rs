@@ -27,3 +27,34 @@ pub(super) fn duplicates(l: &mut Linter<'_>, objects: &[RenderedObject]) {
         );
     }
 }
+
+/// `layers.flux-health`: layers holding kinds without a Ready condition (Pools) on a Flux too
+/// old for `healthCheckExprs` (before 2.5): Flux calls them Ready as soon as the objects exist.
+pub(super) fn flux_health(l: &mut Linter<'_>) {
+    let cluster = &l.loaded.profile.cluster;
+    if cluster.flux_takes_health_exprs() {
+        return;
+    }
+    let held: Vec<String> = l
+        .loaded
+        .profile
+        .rendered_layers()
+        .filter(|layer| layer.renders().is_some_and(|c| !c.health.is_empty()))
+        .map(|layer| layer.name.clone())
+        .collect();
+    if held.is_empty() {
+        return;
+    }
+    let (major, minor) = crate::spec::FLUX_HEALTH_EXPRS;
+    l.add(
+        "layers.flux-health",
+        Severity::Warning,
+        "cluster.fluxVersion",
+        format!(
+            "Flux {} takes no healthCheckExprs (Flux ≥ {major}.{minor} does): it calls layer(s) {} Ready as soon as their Pools exist, filled or not (osbx apply and verify still check them)",
+            cluster.flux_version,
+            held.join(", ")
+        ),
+        &format!("upgrade Flux to {major}.{minor} or later and set cluster.fluxVersion"),
+    );
+}

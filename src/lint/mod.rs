@@ -137,6 +137,7 @@ pub(crate) fn lint(loaded: &LoadedProfile, rendered: &Rendered, inputs: Inputs<'
     images::images(&mut l);
     spire::spire(&mut l);
     layers::duplicates(&mut l, &objects);
+    layers::flux_health(&mut l);
     charts::unpinned(&mut l, &objects);
     if let Some(chart) = inputs.chart {
         charts::unread_values(&mut l, &objects, chart);

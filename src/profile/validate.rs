@@ -39,6 +39,15 @@ pub(super) fn validate(p: &Profile) -> Vec<Violation> {
             ),
         );
     }
+    if !p.cluster.flux_version_valid() {
+        v.push(
+            "cluster.fluxVersion",
+            format!(
+                "{:?} is not a Flux version: write MAJOR.MINOR or vMAJOR.MINOR.PATCH (e.g. 2.7)",
+                p.cluster.flux_version
+            ),
+        );
+    }
     layers(p, &mut v);
     p.secrets.validate(&mut v);
     let site = p.site();

@@ -199,6 +199,17 @@ impl Renderer {
                     .collect::<Vec<_>>()
                     .into();
             }
+            // Flux's own health check for the kinds without a Ready condition (Flux ≥ 2.5).
+            if p.cluster.flux_takes_health_exprs() && !component.health.is_empty() {
+                view["healthCheckExprs"] = component
+                    .health
+                    .iter()
+                    .map(|h| {
+                        serde_json::json!({"apiVersion": h.kind.gvk().api_version(), "kind": h.kind.kind, "current": h.cel()})
+                    })
+                    .collect::<Vec<_>>()
+                    .into();
+            }
             ctx.insert("layer", &view);
             let app = format!("apps/{}.yaml", layer.name);
             let (owner, profile) = (&layer.name, p.name());

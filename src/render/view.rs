@@ -30,5 +30,7 @@ pub(super) fn layer(l: &LayerSpec) -> Value {
     // the decryption Secret its Kustomization names.
     v["sealed"] = json!([]);
     v["decryption"] = Value::Null;
+    // Flux's health rules for the kinds the layer holds that have no Ready condition.
+    v["healthCheckExprs"] = Value::Null;
     v
 }

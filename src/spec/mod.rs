@@ -9,8 +9,8 @@ pub(crate) mod syntax;
 pub(crate) mod values;
 mod violations;
 
-pub(crate) use cluster::KUBERNETES_VERSION;
 pub use cluster::TargetCluster;
+pub(crate) use cluster::{FLUX_HEALTH_EXPRS, KUBERNETES_VERSION};
 pub use locate::{Locations, Pos};
 pub use secrets::{Sealed, Secrets, Sops};
 pub use violations::{Violation, Violations};

@@ -239,24 +239,13 @@ fn pod(obj: &Value) -> StatusResult {
     }
 }
 
-/// A Pool is ready when the controller has seen this generation and it holds the capacity asked
-/// for: `total ≥ poolMin` and `available ≥ min(bufferMin, 1)`.
+/// A Pool: the pools component's health rule ([`crate::components::pools::HEALTH`]), the one
+/// Flux evaluates too.
 fn pool(obj: &Value) -> StatusResult {
-    let s = &obj["status"];
-    if s.is_null() || s.as_object().is_some_and(serde_json::Map::is_empty) {
-        return result(Status::InProgress, "no status yet (is the OpenSandbox controller running?)");
+    match crate::components::pools::HEALTH.evaluate(obj) {
+        (true, message) => result(Status::Current, message),
+        (false, message) => result(Status::InProgress, message),
     }
-    let cap = &obj["spec"]["capacitySpec"];
-    let (total, available) = (int(&s["total"]).unwrap_or(0), int(&s["available"]).unwrap_or(0));
-    let pool_min = int(&cap["poolMin"]).unwrap_or(0);
-    let want_available = int(&cap["bufferMin"]).unwrap_or(0).min(1);
-    if total < pool_min {
-        return result(Status::InProgress, format!("total {total} < poolMin {pool_min}"));
-    }
-    if available < want_available {
-        return result(Status::InProgress, format!("available {available} < {want_available}"));
-    }
-    result(Status::Current, format!("total {total}, available {available}"))
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub(crate) static COMPONENT: Component = Component {
     pin: |_| Some("kata.chart.version"),
     values: |s| s.kata.as_ref()?.values.as_ref(),
     supplied: |_| None,
+    health: &[],
 };
 
 /// The shim osbx enables unless the profile names others: Cloud Hypervisor with runtime-rs.

@@ -29,6 +29,7 @@ pub(crate) static COMPONENT: Component = Component {
     pin: |_| Some("opensandbox.source.ref"),
     values: |s| s.opensandbox.values.as_ref(),
     supplied: |s| s.opensandbox.api_key_secret(),
+    health: &[],
 };
 
 /// A sandbox as the controller holds it: created by the server (in `namespaces.sandbox`), from a

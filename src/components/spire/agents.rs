@@ -18,6 +18,7 @@ pub(crate) static COMPONENT: Component = Component {
     pin: |object| Some(if object.name == "spire-crds" { "spire.chart.crdsVersion" } else { "spire.chart.version" }),
     values: |s| s.spire.as_ref()?.values.as_ref(),
     supplied: |_| None,
+    health: &[],
 };
 
 fn validate(sections: &Sections, site: &Site<'_>, v: &mut Violations) {

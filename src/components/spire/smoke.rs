@@ -22,6 +22,7 @@ pub(crate) static COMPONENT: Component = Component {
     pin: |_| None,
     values: |_| None,
     supplied: |_| None,
+    health: &[],
 };
 
 /// spire-controller-manager's ClusterSPIFFEID, the kind of the smoke identity this component

@@ -20,6 +20,7 @@ mod flux;
 mod full_loop;
 pub(crate) mod git;
 mod git_changes;
+mod health;
 mod quota;
 mod renamed;
 mod rollout;
