@@ -43,6 +43,14 @@ pub enum Command {
     /// Exit status: 0 every check passed, 1 a check failed or could not reach a verdict,
     /// 2 error (bad input, unreachable cluster, interrupted).
     Verify(VerifyArgs),
+    /// Show the running platform at a glance, read-only: each layer in dependsOn order (Flux
+    /// Ready, the revision applied against the Flux repository's HEAD, suspended, age, Flux's
+    /// message), each HelmRelease, the server, each Pool against its capacity, the nodes for
+    /// each runtime class the pools use.
+    ///
+    /// Exit status: 0 everything Ready, 1 something is not, 2 error (unreachable cluster,
+    /// refused read).
+    Status(StatusArgs),
     /// Bring a fleet's change to its clusters wave by wave (the fleet file's `rollout.waves`),
     /// each wave committed only after every cluster of the one before it reconciled and passed
     /// the acceptance checks.
@@ -370,6 +378,8 @@ pub enum RbacFor {
     Verify,
     /// `osbx rollout`, on the cluster of this profile (a fleet member).
     Rollout,
+    /// `osbx status` (read-only).
+    Status,
     /// apply, diff and verify, and `osbx apply --verify`.
     #[default]
     All,
@@ -485,6 +495,44 @@ pub struct RenderArgs {
     /// (default: SOPS_AGE_KEY_FILE, then SOPS_AGE_KEY).
     #[arg(long, value_name = "FILE")]
     pub age_key_file: Option<PathBuf>,
+}
+
+/// `osbx status` arguments.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Profile and templates.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Cluster access.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The Flux repository whose HEAD the applied revisions are compared with.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// Read the server's health at this URL instead of through the API server's service proxy.
+    #[arg(long)]
+    pub server_url: Option<String>,
+    /// Output format: text, JSON, or the layers' dependsOn graph as Mermaid or Graphviz DOT.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: StatusOutput,
+    /// Redraw whenever the platform changes (watching it), until interrupted; without a
+    /// terminal, print only the lines that changed.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+/// `osbx status`'s output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum StatusOutput {
+    /// Human-readable text: the layer tree, the Pools as bars.
+    #[default]
+    Text,
+    /// One JSON document on stdout.
+    Json,
+    /// The dependsOn graph as a Mermaid flowchart.
+    Mermaid,
+    /// The dependsOn graph in Graphviz DOT.
+    Dot,
 }
 
 /// `osbx secret` subcommands.

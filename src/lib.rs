@@ -31,6 +31,7 @@ mod lint;
 mod mark;
 mod merge;
 mod object;
+mod overview;
 pub mod printer;
 pub mod profile;
 pub mod progress;

@@ -59,6 +59,41 @@ impl Printer {
         println!("{line}");
     }
 
+    /// Show `lines` in place of `shown` (what the last call showed): on a terminal, the old
+    /// lines are cleared and the new ones drawn in one write (no flicker); otherwise only the
+    /// lines that are new or changed are printed, under a time stamp.
+    pub fn redraw(&self, shown: &[String], lines: &[String]) {
+        use std::fmt::Write as _;
+        use std::io::Write as _;
+        let term = Term::stdout();
+        if term.features().is_attended() {
+            let mut frame = String::new();
+            if !shown.is_empty() {
+                // Up to the first line drawn, and clear from there down.
+                let _ = write!(frame, "\x1b[{}A\r\x1b[J", shown.len());
+            }
+            for l in lines {
+                frame.push_str(l);
+                frame.push('\n');
+            }
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(frame.as_bytes());
+            let _ = out.flush();
+            return;
+        }
+        let changed: Vec<&String> = lines.iter().filter(|l| !shown.contains(l)).collect();
+        if changed.is_empty() {
+            return;
+        }
+        if !shown.is_empty() {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            println!("--- {}", now.strftime("%H:%M:%S"));
+        }
+        for l in changed {
+            println!("{l}");
+        }
+    }
+
     /// `► message` on stderr (hidden by `--quiet`).
     pub fn action(&self, message: &str) {
         if !self.quiet {

@@ -36,6 +36,8 @@ pub enum Purpose {
     /// `osbx rollout` on one cluster of a fleet: Flux's root source asked to fetch, the
     /// rendered objects waited for, every check.
     Rollout,
+    /// `osbx status`: reads only.
+    Status,
     /// `apply`, `diff` and `verify` (and `apply --verify`); a fleet's clusters add `Rollout`.
     All,
 }
@@ -49,12 +51,13 @@ impl Purpose {
             Purpose::Diff => "diff",
             Purpose::Verify => "verify",
             Purpose::Rollout => "rollout",
+            Purpose::Status => "status",
             Purpose::All => "all",
         }
     }
 
     fn covers(self, other: Purpose) -> bool {
-        self == other || (self == Purpose::All && other != Purpose::Rollout)
+        self == other || (self == Purpose::All && !matches!(other, Purpose::Rollout | Purpose::Status))
     }
 }
 
@@ -94,8 +97,11 @@ pub struct Options {
 #[must_use]
 pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) -> Vec<Operation> {
     let mut out = preflight::connecting();
-    // Apply and verify review what they do before they write; diff when a read is refused.
-    out.push(Operation::Review);
+    // Apply and verify review what they do before they write; diff when a read is refused
+    // (status only reads, and reports a refused read as it is).
+    if opts.purpose != Purpose::Status {
+        out.push(Operation::Review);
+    }
     if opts.purpose.covers(Purpose::Apply) {
         out.extend(deploy::operations(profile, layers, Scope { prune: opts.prune, wait: true }));
     }
@@ -105,6 +111,9 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
     if opts.purpose.covers(Purpose::Verify) {
         let flux_objects = deploy::flux_objects(layers);
         out.extend(session::operations(profile, &flux_objects, &Selection::default(), Reach::default()));
+    }
+    if opts.purpose.covers(Purpose::Status) {
+        out.extend(crate::overview::operations(profile, layers));
     }
     if opts.purpose.covers(Purpose::Rollout) {
         let objects = deploy::ids(layers);

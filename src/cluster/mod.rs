@@ -189,6 +189,33 @@ impl Cluster {
             .map_err(|source| ClusterError::Api { subject: id.to_string(), error: source })?;
         Ok(obj.map(|o| serde_json::to_value(o).unwrap_or(serde_json::Value::Null)))
     }
+
+    /// List objects of a kind as JSON, in a namespace when given and the kind is namespaced,
+    /// with a label selector when given; empty when the kind is not served.
+    ///
+    /// # Errors
+    /// [`ClusterError::Api`] when discovery or the list fails.
+    pub async fn list(
+        &self,
+        kind: &crate::object::Gvk,
+        ns: Option<&str>,
+        labels: Option<&str>,
+    ) -> Result<Vec<serde_json::Value>, ClusterError> {
+        let Some((ar, scope)) = self.resolver.resolve(&kind.object(ns, "")).await? else { return Ok(Vec::new()) };
+        let api: kube::Api<kube::api::DynamicObject> = match (scope, ns) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => kube::Api::namespaced_with(self.client.clone(), ns, &ar),
+            _ => kube::Api::all_with(self.client.clone(), &ar),
+        };
+        let mut lp = kube::api::ListParams::default();
+        if let Some(l) = labels {
+            lp = lp.labels(l);
+        }
+        let items = api
+            .list(&lp)
+            .await
+            .map_err(|source| ClusterError::Api { subject: format!("{} list", kind.kind), error: source })?;
+        Ok(items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(serde_json::Value::Null)).collect())
+    }
 }
 
 /// A one-line reason for a client error, without the debug noise of nested hyper errors.

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::chart::Chart;
 use crate::cli::{
     ApplyArgs, ClusterArgs, DiffArgs, DiffOutput, InitArgs, LimitArgs, LintArgs, Output, ProfileArgs, RbacArgs,
-    RbacFor, RenderArgs, RolloutArgs, RuntimeArg, VerifyArgs, VerifyFlags,
+    RbacFor, RenderArgs, RolloutArgs, RuntimeArg, StatusArgs, StatusOutput, VerifyArgs, VerifyFlags,
 };
 use crate::cluster::ConnectOptions;
 use crate::deploy::ApplyOptions;
@@ -279,6 +279,36 @@ impl TryFrom<&ApplyArgs> for ApplySettings {
     }
 }
 
+/// `osbx status`.
+#[derive(Debug, Clone)]
+pub(super) struct StatusSettings {
+    /// Which profile, and which templates render it.
+    pub profile: ProfileSettings,
+    /// The cluster.
+    pub connect: ConnectOptions,
+    /// The Flux repository whose HEAD applied revisions are compared with.
+    pub repo: PathBuf,
+    /// The server's URL, instead of the service proxy.
+    pub server_url: Option<String>,
+    /// Output format.
+    pub output: StatusOutput,
+    /// Redraw on every change until interrupted.
+    pub watch: bool,
+}
+
+impl From<&StatusArgs> for StatusSettings {
+    fn from(a: &StatusArgs) -> Self {
+        Self {
+            profile: (&a.profile).into(),
+            connect: (&a.cluster).into(),
+            repo: a.repo.clone(),
+            server_url: a.server_url.clone(),
+            output: a.output,
+            watch: a.watch,
+        }
+    }
+}
+
 /// A verify run and its report (`osbx verify`, `osbx apply --verify`).
 #[derive(Debug, Clone)]
 pub(super) struct VerifyRunSettings {
@@ -427,6 +457,7 @@ impl From<&RbacArgs> for RbacSettings {
                     RbacFor::Diff => Purpose::Diff,
                     RbacFor::Verify => Purpose::Verify,
                     RbacFor::Rollout => Purpose::Rollout,
+                    RbacFor::Status => Purpose::Status,
                     RbacFor::All => Purpose::All,
                 },
                 prune: a.prune,

@@ -9,7 +9,6 @@ mod spiffe;
 
 pub(crate) use lifecycle::{sweep_sandboxes, sweeping_sandboxes};
 
-use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
 use super::Check;
@@ -37,26 +36,12 @@ pub(crate) fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<
     checks
 }
 
-/// List objects of a kind (in a namespace, when given and the kind is namespaced; empty when
-/// the kind is not served).
+/// List objects of a kind (see [`Cluster::list`]).
 async fn list(
     cluster: &Cluster,
     kind: &Gvk,
     ns: Option<&str>,
     labels: Option<&str>,
 ) -> Result<Vec<Value>, ClusterError> {
-    let Some((ar, scope)) = cluster.resolver.resolve(&kind.object(ns, "")).await? else { return Ok(Vec::new()) };
-    let api: Api<DynamicObject> = match (scope, ns) {
-        (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(cluster.client.clone(), ns, &ar),
-        _ => Api::all_with(cluster.client.clone(), &ar),
-    };
-    let mut lp = kube::api::ListParams::default();
-    if let Some(l) = labels {
-        lp = lp.labels(l);
-    }
-    let items = api
-        .list(&lp)
-        .await
-        .map_err(|source| ClusterError::Api { subject: format!("{} list", kind.kind), error: source })?;
-    Ok(items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)).collect())
+    cluster.list(kind, ns, labels).await
 }

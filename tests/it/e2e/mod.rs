@@ -25,6 +25,7 @@ mod quota;
 mod renamed;
 mod rollout;
 mod secrets;
+mod status;
 mod world;
 
 use std::time::SystemTime;

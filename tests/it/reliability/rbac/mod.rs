@@ -5,6 +5,7 @@
 //! proven the same way against the real controllers, in `e2e::rollout`.)
 
 pub(crate) mod atoms;
+mod status;
 
 use std::path::PathBuf;
 
