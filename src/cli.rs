@@ -503,6 +503,10 @@ pub struct StatusArgs {
     /// Profile and templates.
     #[command(flatten)]
     pub profile: ProfileArgs,
+    /// One line per cluster of a fleet file instead (each reached as `rollout` reaches it; at
+    /// most 8 clusters read at once).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["watch", "server_url"])]
+    pub fleet: Option<PathBuf>,
     /// Cluster access.
     #[command(flatten)]
     pub cluster: ClusterArgs,

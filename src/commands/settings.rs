@@ -294,6 +294,8 @@ pub(super) struct StatusSettings {
     pub output: StatusOutput,
     /// Redraw on every change until interrupted.
     pub watch: bool,
+    /// One line per cluster of this fleet file instead.
+    pub fleet: Option<PathBuf>,
 }
 
 impl From<&StatusArgs> for StatusSettings {
@@ -305,6 +307,7 @@ impl From<&StatusArgs> for StatusSettings {
             server_url: a.server_url.clone(),
             output: a.output,
             watch: a.watch,
+            fleet: a.fleet.clone(),
         }
     }
 }

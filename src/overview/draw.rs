@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Against, LayerState, Overview};
+use super::{Against, ClusterLine, LayerState, Overview};
 
 /// A mark for a good or bad state.
 fn mark(ok: bool) -> &'static str {
@@ -182,6 +182,34 @@ pub(crate) fn text(o: &Overview) -> Vec<String> {
     out
 }
 
+/// One cluster of a fleet: `✔ lab-a  layers 2/2  pools 2/2  main@4f1c2e9 = HEAD`.
+#[must_use]
+pub(crate) fn fleet_line(c: &ClusterLine, width: usize) -> String {
+    if let Some(e) = &c.error {
+        return format!("{} {:width$}  unreadable: {e}", mark(false), c.cluster);
+    }
+    let mut line = format!(
+        "{} {:width$}  layers {}/{} Ready  pools {}/{} healthy",
+        mark(c.ready),
+        c.cluster,
+        c.layers_ready,
+        c.layers,
+        c.pools_healthy,
+        c.pools
+    );
+    if let Some(r) = &c.revision {
+        let against = match c.against_head {
+            Against::Same => " = HEAD",
+            Against::Behind => " behind HEAD",
+            Against::Ahead => " ahead of HEAD",
+            Against::Diverged => " diverged from HEAD",
+            Against::Unknown => "",
+        };
+        let _ = write!(line, "  {}{against}", short_revision(r));
+    }
+    line
+}
+
 fn id(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
 }
@@ -249,8 +277,23 @@ mod tests {
         Overview {
             cluster: "lab".into(),
             layers,
-            releases: Vec::new(),
-            server: ServerState { service: "s/s".into(), reachable: true, healthy: true, detail: "/health 200".into() },
+            releases: vec![crate::overview::ReleaseState {
+                namespace: "opensandbox-system".into(),
+                name: "opensandbox".into(),
+                exists: true,
+                ready: true,
+                chart: Some("opensandbox".into()),
+                version: Some("0.2.2".into()),
+                app_version: Some("0.2.2".into()),
+                last_attempt: Some("0.2.2".into()),
+                message: None,
+            }],
+            server: ServerState {
+                service: "opensandbox-system/opensandbox-server".into(),
+                reachable: true,
+                healthy: true,
+                detail: "/health 200".into(),
+            },
             pools: vec![PoolState {
                 name: "pod".into(),
                 runtime: "runc".into(),
@@ -263,7 +306,11 @@ mod tests {
                 healthy: true,
                 message: String::new(),
             }],
-            runtimes: Vec::new(),
+            runtimes: vec![crate::overview::RuntimeState {
+                class: "kata-qemu".into(),
+                handler: Some("kata-qemu".into()),
+                nodes: vec!["node-1".into(), "node-2".into()],
+            }],
             ready: false,
         }
     }
@@ -280,6 +327,24 @@ mod tests {
             lines.iter().any(|l| l.contains("[█▒|·░░░░░]  total 3/8 (poolMin 2), allocated 1, available 1")),
             "{lines:#?}"
         );
+    }
+
+    /// `tests/golden/status.txt` and `status.json` hold the text and JSON of [`fixed`] (refreshed
+    /// with `OSBX_UPDATE_EXAMPLES=1`, like the integration tests' golden files).
+    #[test]
+    fn the_text_and_json_match_the_golden_files() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+        let o = fixed();
+        let text = text(&o).join("\n") + "\n";
+        let json = serde_json::to_string_pretty(&o).unwrap() + "\n";
+        for (name, actual) in [("status.txt", text), ("status.json", json)] {
+            let path = dir.join(name);
+            if std::env::var_os("OSBX_UPDATE_EXAMPLES").is_some() {
+                std::fs::write(&path, &actual).unwrap();
+            }
+            let expected = std::fs::read_to_string(&path).unwrap_or_default();
+            assert_eq!(expected, actual, "tests/golden/{name} is stale: run OSBX_UPDATE_EXAMPLES=1 cargo test --lib");
+        }
     }
 
     /// docs/status.md shows the Mermaid graph of [`fixed`], as this build draws it.

@@ -251,3 +251,38 @@ fn rbac_prints_the_roles_of_one_cluster_of_a_fleet() {
     );
     assert_eq!(stderr.trim_end(), line);
 }
+
+/// `osbx status --fleet`: one line per cluster, read concurrently; a cluster that cannot be
+/// reached is shown as such (exit 2) while the others are still read.
+#[tokio::test]
+async fn status_of_a_fleet_is_one_line_per_cluster_and_names_an_unreachable_one() {
+    let kubeconfig = cluster::plane().kubeconfig.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let mut doc: Value = serde_saphyr::from_str(&TestFleet::new("look", "default").yaml()).unwrap();
+    let reach = |name: &str, context: &str| json!({"name": name, "context": context, "kubeconfig": kubeconfig.display().to_string()});
+    doc["clusters"] = json!([reach("lab-a", "osbx-test"), reach("lab-b", "no-such-context")]);
+    std::fs::write(dir.path().join("fleet.yaml"), serde_saphyr::to_string(&doc).unwrap()).unwrap();
+    let run = |output: &'static str| {
+        let dir = dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            osbx()
+                .current_dir(&dir)
+                .args(["status", "--fleet", "fleet.yaml", "--repo", ".", "-o", output])
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run("json").await.unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    let clusters = doc["clusters"].as_array().unwrap();
+    assert_eq!(clusters.len(), 2, "{doc:#}");
+    assert_eq!((clusters[0]["cluster"].as_str(), clusters[0]["layers"].as_u64()), (Some("lab-a"), Some(2)), "{doc:#}");
+    assert!(clusters[0].get("error").is_none(), "lab-a was reachable: {doc:#}");
+    assert!(clusters[1]["error"].as_str().is_some_and(|e| e.contains("no-such-context")), "{doc:#}");
+    let out = run("text").await.unwrap();
+    let (stdout, _) = outputs(&out);
+    assert!(stdout.lines().any(|l| l.contains("lab-a") && l.contains("layers ") && l.contains("pools ")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("✘ lab-b") && l.contains("unreadable")), "{stdout}");
+}
