@@ -19,6 +19,17 @@ fn age(seconds: i64) -> String {
     }
 }
 
+/// How an applied revision relates to HEAD, as a suffix (` = HEAD`, ` behind HEAD`, …).
+fn against(a: Against) -> &'static str {
+    match a {
+        Against::Same => " = HEAD",
+        Against::Behind => " behind HEAD",
+        Against::Ahead => " ahead of HEAD",
+        Against::Diverged => " diverged from HEAD",
+        Against::Unknown => "",
+    }
+}
+
 fn short_revision(revision: &str) -> String {
     match revision.rsplit_once(':') {
         Some((r#ref, sha)) => format!("{}{}", r#ref.trim_end_matches("sha1"), &sha[..sha.len().min(7)]),
@@ -35,14 +46,7 @@ fn layer_line(l: &LayerState, prefix: &str) -> String {
         line.push_str(" suspended");
     }
     if let Some(r) = &l.revision {
-        let against = match l.against_head {
-            Against::Same => " = HEAD",
-            Against::Behind => " behind HEAD",
-            Against::Ahead => " ahead of HEAD",
-            Against::Diverged => " diverged from HEAD",
-            Against::Unknown => "",
-        };
-        let _ = write!(line, "  {}{against}", short_revision(r));
+        let _ = write!(line, "  {}{}", short_revision(r), against(l.against_head));
     }
     if let Some(s) = l.age_seconds {
         let _ = write!(line, "  {}", age(s));
@@ -198,14 +202,7 @@ pub(crate) fn fleet_line(c: &ClusterLine, width: usize) -> String {
         c.pools
     );
     if let Some(r) = &c.revision {
-        let against = match c.against_head {
-            Against::Same => " = HEAD",
-            Against::Behind => " behind HEAD",
-            Against::Ahead => " ahead of HEAD",
-            Against::Diverged => " diverged from HEAD",
-            Against::Unknown => "",
-        };
-        let _ = write!(line, "  {}{against}", short_revision(r));
+        let _ = write!(line, "  {}{}", short_revision(r), against(c.against_head));
     }
     line
 }

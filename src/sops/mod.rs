@@ -360,7 +360,6 @@ impl File {
             return Err(SopsError::Malformed("`sops.lastmodified` is missing: the file is incomplete".into()));
         }
         let file = Self { doc, meta };
-        Rules::of(&file.meta)?;
         let mut bad = None;
         let mut root = Value::Object(file.doc.clone());
         let rules = Rules::of(&file.meta)?;
@@ -422,6 +421,11 @@ impl File {
     /// # Errors
     /// [`SopsError::NoMatchingIdentity`], [`SopsError::Value`], [`SopsError::Mac`].
     pub(crate) fn decrypt(&self, identities: &Identities) -> Result<Value, SopsError> {
+        self.open(identities).map(|(_, plain)| plain)
+    }
+
+    /// The data key and the decrypted document, the MAC checked.
+    fn open(&self, identities: &Identities) -> Result<([u8; 32], Value), SopsError> {
         let key = self.data_key(identities)?;
         let rules = Rules::of(&self.meta)?;
         let mut hash = ring::digest::Context::new(&ring::digest::SHA512);
@@ -448,7 +452,7 @@ impl File {
         if mac.as_str() != Some(crate::hash::hex(hash.finish().as_ref(), true).as_str()) {
             return Err(SopsError::Mac);
         }
-        Ok(root)
+        Ok((key, root))
     }
 
     /// Encrypt the data key for `recipients` instead (`sops updatekeys`): values, MAC and
@@ -462,8 +466,7 @@ impl File {
         identities: &Identities,
         recipients: &[String],
     ) -> Result<(Vec<String>, Vec<String>), SopsError> {
-        self.decrypt(identities)?;
-        let key = self.data_key(identities)?;
+        let (key, _) = self.open(identities)?;
         let before: BTreeSet<String> = self.recipients().into_iter().collect();
         let after: BTreeSet<String> = recipients.iter().cloned().collect();
         self.meta.insert("age".into(), Value::Array(Self::wrap_key(&key, recipients)?));
