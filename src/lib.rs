@@ -44,6 +44,7 @@ mod secrets;
 mod sops;
 mod spec;
 mod status;
+pub mod timing;
 pub mod verify;
 
 pub use commands::run;

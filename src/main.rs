@@ -14,6 +14,7 @@ use osbx::printer::Printer;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    osbx::timing::start();
     let cli = Cli::parse();
     let printer = Printer::new(cli.color, cli.quiet);
     match osbx::run(cli, &printer) {

@@ -59,7 +59,14 @@ pub(super) fn builder(config: Config, timeout: Duration) -> Result<ClientBuilder
         }
         None => https,
     };
-    let connector = https.enable_all_versions().wrap_connector(tcp);
+    // The first connection's TCP and TLS handshakes end at the moment `tls` (crate::timing).
+    let connector = tower::util::MapFuture::new(https.enable_all_versions().wrap_connector(tcp), |connecting| {
+        Box::pin(async move {
+            let connection = connecting.await;
+            crate::timing::mark("tls");
+            connection
+        })
+    });
     let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
     let buffered = ServiceBuilder::new()
         .layer(tower::timeout::TimeoutLayer::new(timeout))

@@ -168,6 +168,7 @@ impl Cluster {
             .with_layer(&tower::util::option_layer(rate))
             .build();
         let resolver = Resolver::new(client.clone());
+        crate::timing::mark("config");
         Ok(Self { client, server, stats, resolver, concurrency: opts.concurrency.max(1), qps: opts.qps })
     }
 

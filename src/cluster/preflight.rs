@@ -83,6 +83,7 @@ pub(crate) async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError>
         Err(e) if is_forbidden(&e) => return Err(forbidden("osbx", &Operation::Url(VERSION).needs())),
         Err(e) => return Err(ClusterError::Unreachable { server: cluster.server.clone(), reason: describe(&e) }.into()),
     };
+    crate::timing::mark("version");
     if let Err(e) = cluster.resolver.refresh().await {
         if matches!(&e, ClusterError::Api { error, .. } if is_forbidden(error)) {
             // Name the refused discovery URL when a review can tell which.
@@ -90,6 +91,7 @@ pub(crate) async fn warm_up(cluster: &Cluster) -> Result<Report, PreflightError>
         }
         return Err(e.into());
     }
+    crate::timing::mark("discovery");
     Ok(Report { version })
 }
 
@@ -118,11 +120,21 @@ fn forbidden(run: &'static str, needs: &[Need]) -> PreflightError {
     PreflightError::Forbidden { run, denied }
 }
 
+/// Whether the Flux namespace exists ([`reading_flux_namespace`]): read by an apply with its
+/// plan, in the same burst, for [`check`].
+///
+/// # Errors
+/// The read's error (refused, failed).
+pub(crate) async fn flux_namespace(cluster: &Cluster, flux_ns: &str) -> Result<bool, kube::Error> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
+    Ok(namespaces.get_metadata_opt(flux_ns).await?.is_some())
+}
+
 /// Checks before the first write of an apply that plans `operations`: Flux serves every Flux
 /// kind among the `used` objects at the version they use (taken from the render, so a layer that
-/// renders an `OCIRepository` needs it served), the Flux namespace exists, and the caller may
-/// make every write (one SelfSubjectAccessReview per resource, namespace and verb; none for a
-/// no-op).
+/// renders an `OCIRepository` needs it served), the Flux namespace exists (`flux_ns_found`, what
+/// [`flux_namespace`] read), and the caller may make every write (one SelfSubjectAccessReview
+/// per resource, namespace and verb; none for a no-op).
 ///
 /// # Errors
 /// [`PreflightError`] for the first failing check.
@@ -131,6 +143,7 @@ pub(crate) async fn check(
     used: &[ObjectRef],
     operations: &[Operation],
     flux_ns: &str,
+    flux_ns_found: Result<bool, kube::Error>,
 ) -> Result<(), PreflightError> {
     let flux_kinds: BTreeSet<&Gvk> = used.iter().map(|o| &o.gvk).filter(|k| k.is_flux()).collect();
     let mut missing = Vec::new();
@@ -142,9 +155,7 @@ pub(crate) async fn check(
     if !missing.is_empty() {
         return Err(PreflightError::FluxMissing(missing));
     }
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
-    let (flux_ns_found, allowed) =
-        futures::join!(namespaces.get_opt(flux_ns), review(cluster, operations, "this apply"));
+    let allowed = review(cluster, operations, "this apply").await;
     let flux_ns_found = match flux_ns_found {
         Ok(found) => found,
         Err(e) if is_forbidden(&e) => {
@@ -156,7 +167,7 @@ pub(crate) async fn check(
         Err(source) => return Err(ClusterError::Api { subject: format!("Namespace/{flux_ns}"), error: source }.into()),
     };
     allowed?;
-    if flux_ns_found.is_none() {
+    if !flux_ns_found {
         return Err(PreflightError::FluxNamespace(flux_ns.to_owned()));
     }
     Ok(())

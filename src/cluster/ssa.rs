@@ -289,12 +289,14 @@ pub(crate) async fn plan_all<'o>(
 ) -> Result<Vec<Planned>, ApplyError> {
     let objects: Vec<&Object> = objects.into_iter().collect();
     let live = prefetch(cluster, objects.iter().map(|o| &o.id)).await?;
-    stream::iter(objects.into_iter().map(|o| plan(cluster, o, opts, live.get(&o.id).cloned())))
+    let planned = stream::iter(objects.into_iter().map(|o| plan(cluster, o, opts, live.get(&o.id).cloned())))
         .buffered(cluster.concurrency)
         .collect::<Vec<_>>()
         .await
         .into_iter()
-        .collect()
+        .collect();
+    crate::timing::mark("planned");
+    planned
 }
 
 /// How many objects of one kind in one namespace make one LIST cheaper than a GET each.
@@ -370,6 +372,7 @@ async fn prefetch(
         Ok::<_, ApplyError>(vec![(id.clone(), live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null)))])
     });
     let (lists, gets) = futures::join!(futures::future::join_all(lists), futures::future::join_all(gets));
+    crate::timing::mark("reads");
     let mut out = HashMap::new();
     for found in lists.into_iter().chain(gets) {
         out.extend(found?);

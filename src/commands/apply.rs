@@ -23,12 +23,7 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
     let identity =
         session::supply(&mut prepared, settings.api_key.as_deref(), settings.age_key_file.as_deref(), true, printer)?;
-    let (cluster, report) = rt.block_on(connecting)??;
-    printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
-    if let Some(text) = identity {
-        rt.block_on(decryption_secret(&cluster, &mut prepared, &text, printer))?;
-    }
-    let (profile, layers, opts) = (&prepared.loaded.profile, &prepared.layers, &settings.apply);
+    // The Flux repository is read while the connection is made.
     if let Some(state) = repo::repo_state(&settings.repo) {
         if !state.uncommitted.is_empty() {
             printer.warn(&format!(
@@ -44,6 +39,12 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     // Fields only Flux's applier owns are taken over only when Flux applies this very render.
     let flux =
         repo::pushed(&settings.repo, &prepared.rendered).map_or_else(FluxRender::Unproven, |()| FluxRender::Pushed);
+    let (cluster, report) = rt.block_on(connecting)??;
+    printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
+    if let Some(text) = identity {
+        rt.block_on(decryption_secret(&cluster, &mut prepared, &text, printer))?;
+    }
+    let (profile, layers, opts) = (&prepared.loaded.profile, &prepared.layers, &settings.apply);
     rt.block_on(async {
         // With --verify, what the verify run does is reviewed before the apply writes too.
         let verifying = settings.verify.as_ref().map_or_else(Vec::new, |v| {
@@ -56,8 +57,9 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
         for c in report.changes.0.iter().filter(|c| c.reason.is_some()) {
             progress.warn(&format!("{c}: {}", c.reason.as_deref().unwrap_or_default()));
         }
+        crate::timing::mark("done");
         match settings.output {
-            Output::Json => printer.json(&report),
+            Output::Json => printer.json(&Json { report: &report, timings: crate::timing::marks() }),
             Output::Text => {
                 let suffix = if opts.dry_run { " (dry run)" } else { "" };
                 for c in &report.changes.0 {
@@ -79,6 +81,14 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
             None => Ok(ExitStatus::Success),
         }
     })
+}
+
+/// `osbx apply -o json`: the report, and where the run's time went.
+#[derive(serde::Serialize)]
+struct Json<'a> {
+    #[serde(flatten)]
+    report: &'a deploy::ApplyReport,
+    timings: Vec<crate::timing::Mark>,
 }
 
 /// With `secrets.sops` and an identity given: create the cluster's decryption Secret from it

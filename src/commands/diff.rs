@@ -47,6 +47,7 @@ fn run_live(settings: &LiveDiffSettings, printer: Printer) -> anyhow::Result<Exi
         let (cluster, _) = connecting.await??;
         let (profile, layers) = (&prepared.loaded.profile, &prepared.layers);
         let changes = deploy::compare(deploy::Before::Cluster(&cluster, profile), layers).await?;
+        crate::timing::mark("done");
         match settings.output {
             Output::Json => printer.json(&json!({
                 "changes": changes,
@@ -57,6 +58,7 @@ fn run_live(settings: &LiveDiffSettings, printer: Printer) -> anyhow::Result<Exi
                     "prune": changes.count(Action::Deleted),
                 },
                 "requests": cluster.requests(),
+                "timings": crate::timing::marks(),
             })),
             Output::Text => {
                 for c in &changes.0 {

@@ -41,6 +41,7 @@ pub(super) fn prepare(settings: &ProfileSettings, repo: Option<&std::path::Path>
     }
     let rendered = renderer?.render(&loaded)?;
     let layers = deploy::layers(&loaded.profile, &rendered);
+    crate::timing::mark("rendered");
     Ok(Prepared { loaded, layers, rendered })
 }
 

@@ -97,6 +97,14 @@ fn fleet(settings: &StatusSettings, path: &std::path::Path, printer: Printer) ->
     })
 }
 
+/// `osbx status -o json`: the overview, and where the run's time went.
+#[derive(serde::Serialize)]
+struct Json<'a> {
+    #[serde(flatten)]
+    overview: &'a Overview,
+    timings: Vec<crate::timing::Mark>,
+}
+
 fn exit(o: &Overview) -> ExitStatus {
     if o.ready { ExitStatus::Success } else { ExitStatus::Failure }
 }
@@ -111,8 +119,9 @@ fn lines(o: &Overview, output: StatusOutput) -> Vec<String> {
 }
 
 fn show(o: &Overview, output: StatusOutput, printer: Printer) {
+    crate::timing::mark("done");
     match output {
-        StatusOutput::Json => printer.json(o),
+        StatusOutput::Json => printer.json(&Json { overview: o, timings: crate::timing::marks() }),
         _ => {
             for line in lines(o, output) {
                 printer.data(&line);

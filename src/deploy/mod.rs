@@ -218,7 +218,11 @@ pub(crate) async fn apply(
     also: Vec<Operation>,
     progress: &dyn Progress,
 ) -> Result<ApplyReport, DeployError> {
-    let planned = match plan(cluster, profile, layers, opts, flux).await {
+    // The Flux namespace, which preflight needs, is read in the plan's burst.
+    let flux_ns = &profile.cluster.flux_namespace;
+    let (planned, flux_ns_found) =
+        futures::join!(plan(cluster, profile, layers, opts, flux), preflight::flux_namespace(cluster, flux_ns));
+    let planned = match planned {
         Ok(planned) => planned,
         Err(e) if e.forbidden() => {
             let mut operations = operations(profile, layers, opts.scope());
@@ -230,8 +234,11 @@ pub(crate) async fn apply(
     };
     let mut operations = planned.operations(profile, layers, opts.scope());
     operations.extend(also);
-    preflight::check(cluster, &ids(layers), &operations, &profile.cluster.flux_namespace).await?;
-    execute(cluster, profile, layers, planned, opts, progress).await
+    preflight::check(cluster, &ids(layers), &operations, flux_ns, flux_ns_found).await?;
+    crate::timing::mark("checked");
+    let report = execute(cluster, profile, layers, planned, opts, progress).await;
+    crate::timing::mark("applied");
+    report
 }
 
 /// What the render is compared with.

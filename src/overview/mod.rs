@@ -265,6 +265,7 @@ pub(crate) async fn read(
         futures::future::try_join_all(class_ids.iter().map(|id| cluster.get(id))),
         async { Ok(endpoint.request(http::Method::GET, "/health", None, false).await) },
     )?;
+    crate::timing::mark("reads");
 
     let layer_states = layer_states(profile, layers, &kustomizations, repo);
     let releases = release_states(&release_ids, &release_objects);

@@ -2,11 +2,12 @@
 //! power loss) is finished by the next one.
 //!
 //! Before the first temporary file is written, `.osbx/journal.json` records every temporary file
-//! with its target and every file to delete (phase `staging`); once the temporary files are on
-//! disk it is rewritten with phase `committing`, and removed when the transaction is done. Both
-//! writes are synced, with their directory. The next render that finds a journal rolls back a
-//! `staging` one (the tree never changed: the temporary files go) and completes a `committing`
-//! one (renames what is not renamed yet, deletes what is not deleted yet), then says so.
+//! or directory with its target and every file to delete (phase `staging`); once the temporary
+//! files are on disk it is rewritten with phase `committing`, and removed when the transaction is
+//! done. Both writes are synced, with their directory. The next render that finds a journal rolls
+//! back a `staging` one (the tree never changed: the temporary files and directories go) and
+//! completes a `committing` one (renames what is not renamed yet, deletes what is not deleted
+//! yet), then says so.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,8 @@ use super::{RepoError, io};
 
 /// Where the journal of a repository lives, relative to its root.
 pub(super) const PATH: &str = ".osbx/journal.json";
+/// Its directory, which exists from the moment the journal is first saved.
+pub(super) const DIR: &str = ".osbx";
 
 /// The two phases of a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,12 +35,20 @@ pub(super) enum Phase {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Journal {
     pub phase: Phase,
-    /// Temporary file → target.
+    /// Temporary file → target, or temporary directory → a directory that did not exist.
     pub renames: Vec<(String, String)>,
     /// Files to delete.
     pub deletes: Vec<String>,
-    /// Directories the transaction created (removed again when it is rolled back).
-    pub created_dirs: Vec<String>,
+}
+
+/// Remove a file or directory a transaction made (a temporary one, or a new directory renamed
+/// into place), a directory with what is in it (best effort: it may be gone already).
+pub(super) fn remove_made(path: &Path) {
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        let _ = fs::remove_dir_all(path);
+    } else {
+        let _ = fs::remove_file(path);
+    }
 }
 
 pub(super) fn sync_dir(dir: &Path) {
@@ -135,10 +146,7 @@ pub(super) fn recover(root: &Path) -> Result<Option<String>, RepoError> {
     let said = match journal.phase {
         Phase::Staging => {
             for (tmp, _) in &journal.renames {
-                let _ = fs::remove_file(root.join(tmp));
-            }
-            for dir in journal.created_dirs.iter().rev() {
-                let _ = fs::remove_dir(root.join(dir));
+                remove_made(&root.join(tmp));
             }
             "an earlier render was interrupted before it changed anything: removed what it had staged"
         }

@@ -65,6 +65,25 @@ async fn the_benchmark_profile_applies_with_one_write_per_object_and_none_on_a_n
     assert_eq!((r["writes"].as_u64(), r["dry_runs"].as_u64()), (Some(0), Some(0)), "a no-op: {r}");
     assert!(r["reads"].as_u64().unwrap() < 20, "one LIST per kind and namespace, not a GET per object: {r}");
     assert_eq!(r["reviews"], 0, "nothing to write, no permission to check: {r}");
+    // Its reads after discovery (the plan's and preflight's) are one burst: all in flight at once.
+    let burst = r["reads"].as_u64().unwrap() - 3;
+    assert_eq!(r["peak_in_flight"].as_u64(), Some(burst), "besides /version, /api and /apis, one burst: {r}");
+    // Where its time went, as bench/run breaks it down: every moment, in the order the run waits on.
+    let t = timings(&out);
+    let path = ["config", "tls", "version", "discovery", "reads", "planned", "checked", "applied", "done"];
+    for pair in path.windows(2) {
+        assert!(t[pair[0]] <= t[pair[1]], "{} before {}: {t:?}", pair[0], pair[1]);
+    }
+    assert!(t["rendered"] <= t["reads"], "the plan needs the render: {t:?}");
+
+    // status of the same profile: its 60 Pools, nothing Ready (no Flux runs here): exit 1, its
+    // reads one burst after discovery.
+    let out = run(args(&["status", "-o", "json", "--repo", ".", "--profile", "bs.yaml"])).await;
+    assert_eq!(out.status.code(), Some(1), "{}", outputs(&out).1);
+    let v: Value = serde_json::from_str(&outputs(&out).0).unwrap();
+    assert_eq!(v["pools"].as_array().map(Vec::len), Some(60), "{v}");
+    let t = timings(&out);
+    assert!(t["discovery"] <= t["reads"] && t["reads"] <= t["done"], "{t:?}");
 
     let out = run(args(&["diff", "-o", "json", "--profile", "bs-10.yaml"])).await;
     assert_eq!(out.status.code(), Some(1));
@@ -73,6 +92,13 @@ async fn the_benchmark_profile_applies_with_one_write_per_object_and_none_on_a_n
     assert_eq!(v["summary"]["change"], 10, "{}", v["summary"]);
     assert_eq!(v["requests"]["dry_runs"], 10, "only the changed objects are dry-run: {}", v["requests"]);
     assert_eq!(v["requests"]["writes"], 0);
+}
+
+/// The moments of a run (`timings` in its JSON), by name.
+fn timings(out: &std::process::Output) -> std::collections::BTreeMap<String, f64> {
+    let v: Value = serde_json::from_str(&outputs(out).0).unwrap();
+    let marks = v["timings"].as_array().unwrap_or_else(|| panic!("no timings: {v}"));
+    marks.iter().map(|m| (m["at"].as_str().unwrap().to_owned(), m["ms"].as_f64().unwrap())).collect()
 }
 
 fn json_ns(name: &str) -> Value {

@@ -1,7 +1,7 @@
 //! Render owns its past output: what a render no longer produces is deleted (never a file
 //! without the marker, never an entry the user added), also across a kill.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 
@@ -198,7 +198,7 @@ fn commit_records_the_deletions() {
 fn residue(files: &BTreeMap<String, String>) -> Vec<&String> {
     files
         .keys()
-        .filter(|p| p.ends_with(".osbx-tmp") || p.ends_with(".osbx-old") || p.ends_with("journal.json"))
+        .filter(|p| p.contains(".osbx-tmp") || p.ends_with(".osbx-old") || p.ends_with("journal.json"))
         .collect()
 }
 
@@ -260,9 +260,17 @@ fn a_render_killed_at_any_step_is_finished_by_the_next() {
         assert_eq!(out.status.code(), Some(2), "step {step}");
         assert_eq!(tree(&repo), old_tree, "step {step}");
     }
-    // Every rename and deletion of the transaction was a kill point.
-    let steps = expected.iter().filter(|(p, t)| old_tree.get(*p) != Some(*t)).count()
-        + old_tree.keys().filter(|p| !expected.contains_key(*p)).count();
+    // Every rename and deletion of the transaction was a kill point: a file written into a
+    // directory that was there is renamed over its target, a new directory (the new layer's) is
+    // renamed into place whole, once.
+    let ancestors = |p: &str| p.match_indices('/').map(|(i, _)| p[..i].to_owned()).collect::<Vec<_>>();
+    let old_dirs: BTreeSet<String> = old_tree.keys().flat_map(|p| ancestors(p)).collect();
+    let written: Vec<&String> = expected.iter().filter(|(p, t)| old_tree.get(*p) != Some(*t)).map(|(p, _)| p).collect();
+    let new_dirs: BTreeSet<String> =
+        written.iter().filter_map(|p| ancestors(p).into_iter().find(|d| !old_dirs.contains(d))).collect();
+    assert!(!new_dirs.is_empty(), "the new layer's directory is created: {written:?}");
+    let into_old_dirs = written.iter().filter(|p| ancestors(p).iter().all(|d| old_dirs.contains(d))).count();
+    let steps = into_old_dirs + new_dirs.len() + old_tree.keys().filter(|p| !expected.contains_key(*p)).count();
     assert_eq!(killed, steps);
 }
 
