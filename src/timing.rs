@@ -1,7 +1,7 @@
 //! Where a run's time goes: named moments, in milliseconds since the process started, recorded by
 //! the steps that reach them (the kubeconfig read, the TLS connection, the server's first answer,
-//! discovery, the plan's reads, the render). `osbx apply -o json` and `osbx diff -o json` report
-//! them as `timings`, and the benchmarks break a no-op apply down by them (BENCHMARKS.md).
+//! discovery, the plan's reads, the render). `osbx apply`, `diff` and `status` with `-o json` report
+//! them as `timings` ([`Timed`]), and the benchmarks break a no-op apply down by them (BENCHMARKS.md).
 //!
 //! A moment is recorded the first time it is reached, so a step that runs again later (a second
 //! connection, discovery refreshed after a chart installed CRDs) does not move it.
@@ -43,6 +43,20 @@ pub(crate) fn marks() -> Vec<Mark> {
     let mut marks = MARKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
     marks.sort_by(|a, b| a.ms.total_cmp(&b.ms));
     marks
+}
+
+/// A command's JSON output and where the run's time went: `value`'s fields and `timings`.
+#[derive(Serialize)]
+pub(crate) struct Timed<'a, T: Serialize> {
+    #[serde(flatten)]
+    value: &'a T,
+    timings: Vec<Mark>,
+}
+
+/// The run is `done`: `value` with every moment reached, for `-o json`.
+pub(crate) fn done<T: Serialize>(value: &T) -> Timed<'_, T> {
+    mark("done");
+    Timed { value, timings: marks() }
 }
 
 #[cfg(test)]

@@ -57,9 +57,8 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
         for c in report.changes.0.iter().filter(|c| c.reason.is_some()) {
             progress.warn(&format!("{c}: {}", c.reason.as_deref().unwrap_or_default()));
         }
-        crate::timing::mark("done");
         match settings.output {
-            Output::Json => printer.json(&Json { report: &report, timings: crate::timing::marks() }),
+            Output::Json => printer.json(&crate::timing::done(&report)),
             Output::Text => {
                 let suffix = if opts.dry_run { " (dry run)" } else { "" };
                 for c in &report.changes.0 {
@@ -81,14 +80,6 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
             None => Ok(ExitStatus::Success),
         }
     })
-}
-
-/// `osbx apply -o json`: the report, and where the run's time went.
-#[derive(serde::Serialize)]
-struct Json<'a> {
-    #[serde(flatten)]
-    report: &'a deploy::ApplyReport,
-    timings: Vec<crate::timing::Mark>,
 }
 
 /// With `secrets.sops` and an identity given: create the cluster's decryption Secret from it

@@ -47,9 +47,8 @@ fn run_live(settings: &LiveDiffSettings, printer: Printer) -> anyhow::Result<Exi
         let (cluster, _) = connecting.await??;
         let (profile, layers) = (&prepared.loaded.profile, &prepared.layers);
         let changes = deploy::compare(deploy::Before::Cluster(&cluster, profile), layers).await?;
-        crate::timing::mark("done");
         match settings.output {
-            Output::Json => printer.json(&json!({
+            Output::Json => printer.json(&crate::timing::done(&json!({
                 "changes": changes,
                 "summary": {
                     "create": changes.count(Action::Created),
@@ -58,8 +57,7 @@ fn run_live(settings: &LiveDiffSettings, printer: Printer) -> anyhow::Result<Exi
                     "prune": changes.count(Action::Deleted),
                 },
                 "requests": cluster.requests(),
-                "timings": crate::timing::marks(),
-            })),
+            }))),
             Output::Text => {
                 for c in &changes.0 {
                     if let Some(diff) = &c.diff {

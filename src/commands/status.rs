@@ -97,14 +97,6 @@ fn fleet(settings: &StatusSettings, path: &std::path::Path, printer: Printer) ->
     })
 }
 
-/// `osbx status -o json`: the overview, and where the run's time went.
-#[derive(serde::Serialize)]
-struct Json<'a> {
-    #[serde(flatten)]
-    overview: &'a Overview,
-    timings: Vec<crate::timing::Mark>,
-}
-
 fn exit(o: &Overview) -> ExitStatus {
     if o.ready { ExitStatus::Success } else { ExitStatus::Failure }
 }
@@ -119,9 +111,8 @@ fn lines(o: &Overview, output: StatusOutput) -> Vec<String> {
 }
 
 fn show(o: &Overview, output: StatusOutput, printer: Printer) {
-    crate::timing::mark("done");
     match output {
-        StatusOutput::Json => printer.json(&Json { overview: o, timings: crate::timing::marks() }),
+        StatusOutput::Json => printer.json(&crate::timing::done(o)),
         _ => {
             for line in lines(o, output) {
                 printer.data(&line);
