@@ -34,11 +34,10 @@ pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<Exi
             // Layers stay where the repository has them when their files do not change.
             let source = crate::render::Source { kind: "fleet", name: fleet.name.clone() };
             let current = fleet::Current::new(repo::rendered_before(&opts.out, &source)?);
-            let mut warnings = Vec::new();
-            let rendered = fleet::render_checked(&fleet, &renderer, &current, &progress, |m, r| {
-                warnings.extend(lint::gate(m, r, None)?);
-                Ok::<_, anyhow::Error>(())
+            let (rendered, found) = fleet::render_checked(&fleet, &renderer, &current, &progress, |m, r| {
+                Ok::<_, anyhow::Error>(lint::gate(m, r, None)?)
             })?;
+            let warnings: Vec<_> = found.into_iter().flatten().collect();
             printer.lint_warnings(&lint::group(&warnings));
             (rendered, format!("fleet {} ({} clusters)", fleet.name, fleet.members.len()))
         }

@@ -100,23 +100,23 @@ fn flux_path(text: &str) -> Option<String> {
 /// # Errors
 /// [`RenderError`] when a template fails.
 pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderError> {
-    render_checked(fleet, renderer, &Current::default(), &Silent, |_, _| Ok(()))
+    Ok(render_checked(fleet, renderer, &Current::default(), &Silent, |_, _| Ok::<_, RenderError>(()))?.0)
 }
 
 /// [`render`] over what the repository holds now (`current`: layers keep their directories),
-/// calling `check` with each cluster's own render (at its layers' usual paths) before anything
-/// else; the first error from `check` stops the render. Counts the clusters rendered and
-/// checked on `progress`.
+/// with `check` run on each cluster's own render (at its layers' usual paths) as it is made;
+/// the first error, in fleet order, stops the render. Returns what `check` found for each
+/// cluster, in fleet order. Counts the clusters rendered and checked on `progress`.
 ///
 /// # Errors
 /// A [`RenderError`] when a template fails, or what `check` returns.
-pub(crate) fn render_checked<E: From<RenderError>>(
+pub(crate) fn render_checked<C: Send, E: From<RenderError> + Send>(
     fleet: &Fleet,
     renderer: &Renderer,
     current: &Current,
     progress: &dyn Progress,
-    check: impl FnMut(&LoadedProfile, &Rendered) -> Result<(), E>,
-) -> Result<Rendered, E> {
+    check: impl Fn(&LoadedProfile, &Rendered) -> Result<C, E> + Sync,
+) -> Result<(Rendered, Vec<C>), E> {
     render_part(fleet, renderer, current, None, progress, check)
 }
 
@@ -124,37 +124,38 @@ pub(crate) fn render_checked<E: From<RenderError>>(
 /// cluster as the repository holds it now (`current`), untouched.
 ///
 /// # Errors
-/// A [`RenderError`] when a template fails, or what `check` returns.
-pub(crate) fn render_wave<E: From<RenderError>>(
+/// A [`RenderError`] when a template fails.
+pub(crate) fn render_wave(
     fleet: &Fleet,
     renderer: &Renderer,
     current: &Current,
     reached: &BTreeSet<String>,
-    check: impl FnMut(&LoadedProfile, &Rendered) -> Result<(), E>,
-) -> Result<Rendered, E> {
-    render_part(fleet, renderer, current, Some(reached), &Silent, check)
+) -> Result<Rendered, RenderError> {
+    Ok(render_part(fleet, renderer, current, Some(reached), &Silent, |_, _| Ok::<_, RenderError>(()))?.0)
 }
 
-fn render_part<E: From<RenderError>>(
+fn render_part<C: Send, E: From<RenderError> + Send>(
     fleet: &Fleet,
     renderer: &Renderer,
     current: &Current,
     reached: Option<&BTreeSet<String>>,
     progress: &dyn Progress,
-    mut check: impl FnMut(&LoadedProfile, &Rendered) -> Result<(), E>,
-) -> Result<Rendered, E> {
+    check: impl Fn(&LoadedProfile, &Rendered) -> Result<C, E> + Sync,
+) -> Result<(Rendered, Vec<C>), E> {
     let rendered: Vec<&LoadedProfile> =
         fleet.members.iter().filter(|m| reached.is_none_or(|r| r.contains(&m.profile.cluster.name))).collect();
-    // First pass: what each cluster's layers contain, independent of where they are written.
-    let first_pass: Vec<Rendered> = par_map_counted(&rendered, "rendering clusters", progress, |m| renderer.render(m))
+    // First pass: what each cluster's layers contain, independent of where they are written,
+    // each checked as it is made.
+    let (first_pass, found): (Vec<Rendered>, Vec<C>) =
+        par_map_counted(&rendered, "rendering and checking clusters", progress, |m| {
+            let r = renderer.render(m)?;
+            let c = check(m, &r)?;
+            Ok::<_, E>((r, c))
+        })
         .into_iter()
-        .collect::<Result<_, _>>()?;
-    let total = rendered.len();
-    progress.count("checking clusters", 0, total);
-    for (i, (m, r)) in rendered.iter().zip(&first_pass).enumerate() {
-        check(m, r)?;
-        progress.count("checking clusters", i + 1, total);
-    }
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip();
     // The clusters a rollout has not reached, as they are.
     let kept: Vec<(String, Vec<KeptFile>)> = fleet
         .members
@@ -226,7 +227,7 @@ fn render_part<E: From<RenderError>>(
             out.clusters.push(ClusterIndex { path: format!("clusters/{cluster}/kustomization.yaml"), entries });
         }
     }
-    Ok(out)
+    Ok((out, found))
 }
 
 /// A file of a cluster the render keeps as it is: path, layer, content.

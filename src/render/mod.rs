@@ -8,6 +8,7 @@
 //! osbx: it is created from `cluster/kustomization.yaml` or merged into (see `repo`).
 
 mod filters;
+mod reads;
 mod view;
 
 use std::collections::{BTreeMap, HashMap};
@@ -140,6 +141,10 @@ pub struct Renderer {
     names: Vec<String>,
     /// Rendered YAML text → its objects: the clusters of a fleet render mostly the same files.
     parsed: Mutex<HashMap<String, Arc<[Object]>>>,
+    /// What each template reads of its context.
+    reads: reads::Reads,
+    /// A template and the values it reads → its output (see [`reads`]).
+    outputs: Mutex<HashMap<String, String>>,
 }
 
 impl Renderer {
@@ -159,7 +164,14 @@ impl Renderer {
         filters::register(&mut tera);
         tera.add_raw_templates(sources.iter().map(|(n, t)| (n.as_str(), t.as_str())))
             .map_err(|e| RenderError::Template { name: "(templates)".into(), message: chain(&e) })?;
-        Ok(Self { tera, names: sources.into_keys().collect(), parsed: Mutex::default() })
+        let reads = reads::Reads::of(&sources);
+        Ok(Self {
+            tera,
+            names: sources.into_keys().collect(),
+            parsed: Mutex::default(),
+            reads,
+            outputs: Mutex::default(),
+        })
     }
 
     /// Render every layer of the profile.
@@ -168,7 +180,7 @@ impl Renderer {
     /// [`RenderError`] when a template fails or produces invalid YAML.
     pub fn render(&self, loaded: &LoadedProfile) -> Result<Rendered, RenderError> {
         let p = &loaded.profile;
-        let mut ctx = view::base(p);
+        let mut ctx = view::base(p, |name| self.reads.reads(name));
         let cluster_dir = format!("clusters/{}", p.cluster.name);
         // The sealed Secrets (secrets.sops): each layer lists its files and names the decryption
         // Secret, and the workloads reading one are marked with its revision.
@@ -294,7 +306,21 @@ impl Renderer {
         Ok(objects)
     }
 
+    /// `name` rendered with `ctx`, trimmed: once for the same values of what it reads.
     fn render_one(&self, name: &str, ctx: &Context) -> Result<String, RenderError> {
+        let lock = || self.outputs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = self.reads.key(name, ctx);
+        if let Some(out) = key.as_ref().and_then(|k| lock().get(k).cloned()) {
+            return Ok(out);
+        }
+        let out = self.render_uncached(name, ctx)?;
+        if let Some(key) = key {
+            lock().insert(key, out.clone());
+        }
+        Ok(out)
+    }
+
+    fn render_uncached(&self, name: &str, ctx: &Context) -> Result<String, RenderError> {
         let mut out = self
             .tera
             .render(name, ctx)
@@ -360,4 +386,47 @@ pub fn strip_marker(content: &str) -> &str {
     }
     let rest = content.split_once('\n').map_or("", |(_, r)| r);
     if content.starts_with("<!--") { rest.strip_prefix('\n').unwrap_or(rest) } else { rest }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// One renderer over many different profiles renders each exactly as a renderer of its own
+    /// does: the outputs it keeps (see [`reads`]) never stand in for another profile's.
+    #[test]
+    fn a_shared_renderer_renders_every_variant_as_a_fresh_one() {
+        let overrides = [
+            json!(null),
+            json!({"cluster": {"name": "other", "fluxNamespace": "gitops", "sourceRef": "fleet-repo"}}),
+            json!({"opensandbox": {"namespaces": {"controlPlane": "cp-two", "sandbox": "sbx-two"}}}),
+            json!({"opensandbox": {"controller": {"replicas": 3}, "server": {"config": {"log": {"level": "DEBUG"}}}}}),
+            json!({"cluster": {"name": "third"}, "opensandbox": {"release": {"name": "osb", "interval": "5m"}}}),
+        ];
+        let shared = Renderer::new(None).unwrap();
+        let mut variants = 0;
+        for (file, _) in embedded::profiles() {
+            let name = file.trim_end_matches(".yaml");
+            let (_, text) = crate::profile::embedded_text(name).unwrap();
+            let base: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+            for o in &overrides {
+                let mut doc = base.clone();
+                crate::merge::merge(&mut doc, o);
+                let loaded = crate::profile::from_value(name, &doc).unwrap_or_else(|e| panic!("{name} {o}: {e:?}"));
+                let fresh = Renderer::new(None).unwrap().render(&loaded).unwrap();
+                let again = shared.render(&loaded).unwrap();
+                let paths = |r: &Rendered| r.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+                assert_eq!(paths(&again), paths(&fresh), "{name} with {o}");
+                for (a, f) in again.files.iter().zip(&fresh.files) {
+                    assert!(a == f, "{name} with {o}: {} differs:\n{}\n---\n{}", f.path, a.content, f.content);
+                }
+                assert_eq!(again.clusters, fresh.clusters, "{name} with {o}");
+                variants += 1;
+            }
+        }
+        assert!(variants >= 4 * overrides.len());
+        assert!(shared.outputs.lock().unwrap().len() > 1, "the shared renderer keeps outputs");
+    }
 }

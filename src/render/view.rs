@@ -7,12 +7,17 @@ use tera::Context;
 use crate::components;
 use crate::profile::{LayerSpec, Profile};
 
-/// Context shared by every template of a profile.
-pub(super) fn base(p: &Profile) -> Context {
+/// Context shared by every template of a profile; `profile` and `layers` only when a template
+/// may read them (`read`): a fleet builds a context for each of thousands of clusters.
+pub(super) fn base(p: &Profile, read: impl Fn(&str) -> bool) -> Context {
     let mut ctx = Context::new();
-    ctx.insert("profile", p);
+    if read("profile") {
+        ctx.insert("profile", p);
+    }
     ctx.insert("cluster", &p.cluster);
-    ctx.insert("layers", &p.layers.iter().map(layer).collect::<Vec<_>>());
+    if read("layers") {
+        ctx.insert("layers", &p.layers.iter().map(layer).collect::<Vec<_>>());
+    }
     let site = p.site();
     for c in components::ALL {
         (c.view)(&p.sections, &site, &mut ctx);

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use super::{RolloutError, gates};
 use crate::fleet::{self, Fleet};
-use crate::render::{RenderError, Rendered, Renderer, Source};
+use crate::render::{Rendered, Renderer, Source};
 use crate::repo;
 use crate::verify::Selection;
 use crate::verify::session::selected_ids;
@@ -109,7 +109,7 @@ pub(super) fn wave_render(
     k: usize,
 ) -> Result<Rendered, RolloutError> {
     let reached: BTreeSet<String> = fleet.waves[..=k].iter().flat_map(|w| w.clusters.iter().cloned()).collect();
-    Ok(fleet::render_wave(fleet, renderer, current, &reached, |_, _| Ok::<_, RenderError>(()))?)
+    Ok(fleet::render_wave(fleet, renderer, current, &reached)?)
 }
 
 /// The commit message of wave `k`: a subject naming the fleet, the wave and its clusters, and

@@ -29,7 +29,7 @@ fn plain_lines_without_a_terminal_and_nothing_when_quiet() {
     let out = osbx().args(["render", "--fleet"]).arg(&fleet).arg("--out").arg(dir.path().join("a")).output().unwrap();
     let (_, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    for task in ["loading clusters", "rendering clusters", "checking clusters"] {
+    for task in ["loading clusters", "rendering and checking clusters"] {
         assert!(stderr.contains(&format!("► {task}: 0/{CLUSTERS}\n")), "{task}: {stderr}");
         assert!(stderr.contains(&format!("✔ {task}: {CLUSTERS}/{CLUSTERS}\n")), "{task}: {stderr}");
     }
@@ -65,10 +65,13 @@ fn a_bar_on_a_terminal() {
     let (screen, _) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{screen}");
     // indicatif redraws the bar in place: a carriage return, the task, the bar, the count.
-    for task in ["rendering clusters", "writing files"] {
+    for task in ["rendering and checking clusters", "writing files"] {
         let drawn = screen.split('\r').any(|frame| frame.contains(task) && frame.contains("] ") && frame.contains('='));
         assert!(drawn, "{task}: {screen:?}");
     }
     assert!(screen.contains(&format!("{CLUSTERS}/{CLUSTERS}")), "{screen:?}");
-    assert!(!screen.contains(&format!("► rendering clusters: 0/{CLUSTERS}")), "no plain lines on a terminal");
+    assert!(
+        !screen.contains(&format!("► rendering and checking clusters: 0/{CLUSTERS}")),
+        "no plain lines on a terminal"
+    );
 }
