@@ -20,11 +20,16 @@ use crate::verify;
 pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
+    // The Flux repository's state is read while the connection is made and the profile renders:
+    // libgit2's start alone (its TLS setup reads the system's CA bundle) takes tens of ms.
+    let repo_state = std::thread::spawn({
+        let repo = settings.repo.clone();
+        move || repo::repo_state(&repo)
+    });
     let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
     let identity =
         session::supply(&mut prepared, settings.api_key.as_deref(), settings.age_key_file.as_deref(), true, printer)?;
-    // The Flux repository is read while the connection is made.
-    if let Some(state) = repo::repo_state(&settings.repo) {
+    if let Some(state) = repo_state.join().unwrap_or_else(|e| std::panic::resume_unwind(e)) {
         if !state.uncommitted.is_empty() {
             printer.warn(&format!(
                 "the Flux repository at {} has {} uncommitted change(s): Flux reconciles what is pushed, not this work tree",
@@ -39,6 +44,7 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     // Fields only Flux's applier owns are taken over only when Flux applies this very render.
     let flux =
         repo::pushed(&settings.repo, &prepared.rendered).map_or_else(FluxRender::Unproven, |()| FluxRender::Pushed);
+    crate::timing::mark("repo");
     let (cluster, report) = rt.block_on(connecting)??;
     printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
     if let Some(text) = identity {
