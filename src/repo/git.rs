@@ -239,6 +239,14 @@ pub(super) fn at_head(root: &Path, rel: &str) -> Option<String> {
     String::from_utf8(blob.content().to_vec()).ok()
 }
 
+/// Start libgit2 on a thread of its own by looking for the repository containing `path`: its
+/// first use sets up its TLS transport, which reads the system's CA bundle (tens of ms), and a
+/// command that reads the repository only after the cluster has answered need not wait for that.
+pub(crate) fn start(path: &Path) {
+    let path = path.to_path_buf();
+    std::thread::spawn(move || drop(Repository::discover(path)));
+}
+
 /// What a Flux repository holds that Flux cannot see yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RepoState {
