@@ -65,9 +65,13 @@ async fn the_benchmark_profile_applies_with_one_write_per_object_and_none_on_a_n
     assert_eq!((r["writes"].as_u64(), r["dry_runs"].as_u64()), (Some(0), Some(0)), "a no-op: {r}");
     assert!(r["reads"].as_u64().unwrap() < 20, "one LIST per kind and namespace, not a GET per object: {r}");
     assert_eq!(r["reviews"], 0, "nothing to write, no permission to check: {r}");
-    // Its reads after discovery (the plan's and preflight's) are one burst: all in flight at once.
+    // Its reads after discovery (the plan's and preflight's) are one burst: all sent before any
+    // answer is awaited. They are counted as kube's request queue hands them to the connection,
+    // one by one on its own task: on a busy machine (CI: 10 of 11) the first answers can arrive
+    // before the last is handed over. Reads in two waves would show about half.
     let burst = r["reads"].as_u64().unwrap() - 3;
-    assert_eq!(r["peak_in_flight"].as_u64(), Some(burst), "besides /version, /api and /apis, one burst: {r}");
+    let peak = r["peak_in_flight"].as_u64().unwrap();
+    assert!(peak <= burst && peak + 2 >= burst, "besides /version, /api and /apis, one burst: {r}");
     // Where its time went, as bench/run breaks it down: every moment, in the order the run waits on.
     let t = timings(&out);
     let path = ["config", "tls", "version", "discovery", "reads", "planned", "checked", "applied", "done"];
