@@ -100,7 +100,21 @@ fn flux_path(text: &str) -> Option<String> {
 /// # Errors
 /// [`RenderError`] when a template fails.
 pub fn render(fleet: &Fleet, renderer: &Renderer) -> Result<Rendered, RenderError> {
-    Ok(render_checked(fleet, renderer, &Current::default(), &Silent, |_, _| Ok::<_, RenderError>(()))?.0)
+    render_over(fleet, renderer, &Current::default(), None)
+}
+
+/// [`render`] over what the repository holds now (`current`: layers keep their directories),
+/// of the clusters in `reached` (all when `None`; see [`render_wave`]), unchecked and silent.
+///
+/// # Errors
+/// [`RenderError`] when a template fails.
+pub(crate) fn render_over(
+    fleet: &Fleet,
+    renderer: &Renderer,
+    current: &Current,
+    reached: Option<&BTreeSet<String>>,
+) -> Result<Rendered, RenderError> {
+    Ok(render_part(fleet, renderer, current, reached, &Silent, |_, _| Ok::<_, RenderError>(()))?.0)
 }
 
 /// [`render`] over what the repository holds now (`current`: layers keep their directories),
@@ -131,7 +145,7 @@ pub(crate) fn render_wave(
     current: &Current,
     reached: &BTreeSet<String>,
 ) -> Result<Rendered, RenderError> {
-    Ok(render_part(fleet, renderer, current, Some(reached), &Silent, |_, _| Ok::<_, RenderError>(()))?.0)
+    render_over(fleet, renderer, current, Some(reached))
 }
 
 fn render_part<C: Send, E: From<RenderError> + Send>(

@@ -16,7 +16,7 @@ mod layout;
 mod waves;
 
 pub use layout::render;
-pub(crate) use layout::{Current, cluster_dirs, render_checked, render_wave};
+pub(crate) use layout::{Current, cluster_dirs, render_checked, render_over, render_wave};
 pub use waves::Wave;
 
 use std::collections::BTreeMap;

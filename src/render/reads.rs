@@ -133,10 +133,10 @@ fn scan(text: &str) -> Scan {
             Some(b'{' | b'%') => {
                 let statement = after.starts_with('%');
                 let (tag, next) = tag(&after[1..], if statement { "%}" } else { "}}" });
-                let words = words(tag);
+                let (words, strings) = tokens(tag);
                 rest = next;
                 if statement && matches!(words.first().map(String::as_str), Some("include" | "import" | "extends")) {
-                    out.templates.extend(strings(tag));
+                    out.templates.extend(strings);
                 }
                 if statement && words.first().map(String::as_str) == Some("raw") {
                     // Raw text up to `{% endraw %}` is not tags.
@@ -165,61 +165,45 @@ fn tag<'a>(text: &'a str, close: &str) -> (&'a str, &'a str) {
     (text, "")
 }
 
-/// The dotted paths of a tag (outside string literals), in order.
-fn words(tag: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut quote = None;
+/// The dotted paths (outside string literals) and the string literals of a tag, in order.
+fn tokens(tag: &str) -> (Vec<String>, Vec<String>) {
+    let (mut words, mut strings) = (Vec::new(), Vec::new());
+    let mut quote: Option<(char, usize)> = None;
     let mut current = String::new();
-    let mut chars = tag.chars().peekable();
     let mut previous = ' ';
-    while let Some(c) = chars.next() {
-        if let Some(q) = quote {
+    let mut chars = tag.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if let Some((q, start)) = quote {
             if c == q {
+                strings.push(tag[start..i].to_owned());
                 quote = None;
             }
-            previous = c;
-            continue;
-        }
-        let starts = current.is_empty() && (c.is_ascii_alphabetic() || c == '_') && !is_ident(previous);
-        let continues = !current.is_empty()
-            && (is_ident(c) || (c == '.' && chars.peek().is_some_and(|n| is_ident(*n)) && !current.ends_with('.')));
-        if starts || continues {
-            current.push(c);
         } else {
-            if !current.is_empty() {
-                found.push(std::mem::take(&mut current));
-            }
-            if matches!(c, '"' | '\'' | '`') {
-                quote = Some(c);
+            let starts = current.is_empty() && (c.is_ascii_alphabetic() || c == '_') && !is_ident(previous);
+            let continues = !current.is_empty()
+                && (is_ident(c)
+                    || (c == '.' && chars.peek().is_some_and(|(_, n)| is_ident(*n)) && !current.ends_with('.')));
+            if starts || continues {
+                current.push(c);
+            } else {
+                if !current.is_empty() {
+                    words.push(std::mem::take(&mut current));
+                }
+                if matches!(c, '"' | '\'' | '`') {
+                    quote = Some((c, i + 1));
+                }
             }
         }
         previous = c;
     }
     if !current.is_empty() {
-        found.push(current);
+        words.push(current);
     }
-    found
+    (words, strings)
 }
 
 fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
-}
-
-/// The string literals of a tag.
-fn strings(tag: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut quote: Option<(char, usize)> = None;
-    for (i, c) in tag.char_indices() {
-        match quote {
-            Some((q, start)) if c == q => {
-                found.push(tag[start..i].to_owned());
-                quote = None;
-            }
-            None if matches!(c, '"' | '\'' | '`') => quote = Some((c, i + 1)),
-            _ => {}
-        }
-    }
-    found
 }
 
 #[cfg(test)]

@@ -227,7 +227,7 @@ fn render_profile(loaded: profile::LoadedProfile, renderer: &Renderer) -> Result
 }
 
 fn render_fleet(fleet: fleet::Fleet, renderer: &Renderer, current: &fleet::Current) -> Result<Render, RenderError> {
-    let (rendered, _) = fleet::render_checked(&fleet, renderer, current, &Silent, |_, _| Ok::<_, RenderError>(()))?;
+    let rendered = fleet::render_over(&fleet, renderer, current, None)?;
     let profiles = fleet.members.into_iter().map(|m| (m.profile.cluster.name.clone(), m)).collect();
     Ok(Render { rendered, profiles })
 }
