@@ -278,7 +278,7 @@ pub(crate) async fn plan(
 }
 
 /// Plan many objects concurrently (bounded); results keep the input order. Every live object is
-/// read first, in one wave (see `prefetch`), so planning waits on the server only for dry-runs.
+/// read first, in one wave ([`prefetch`]), so planning waits on the server only for dry-runs.
 ///
 /// # Errors
 /// The first [`ApplyError`].
@@ -289,6 +289,20 @@ pub(crate) async fn plan_all<'o>(
 ) -> Result<Vec<Planned>, ApplyError> {
     let objects: Vec<&Object> = objects.into_iter().collect();
     let live = prefetch(cluster, objects.iter().map(|o| &o.id)).await?;
+    plan_read(cluster, objects, opts, live).await
+}
+
+/// Plan objects whose live state [`prefetch`] has read (concurrently, bounded; results keep
+/// the input order).
+///
+/// # Errors
+/// The first [`ApplyError`].
+pub(crate) async fn plan_read(
+    cluster: &Cluster,
+    objects: Vec<&Object>,
+    opts: PlanOptions<'_>,
+    live: Live,
+) -> Result<Vec<Planned>, ApplyError> {
     let planned = stream::iter(objects.into_iter().map(|o| plan(cluster, o, opts, live.get(&o.id).cloned())))
         .buffered(cluster.concurrency)
         .collect::<Vec<_>>()
@@ -298,6 +312,9 @@ pub(crate) async fn plan_all<'o>(
     crate::timing::mark("planned");
     planned
 }
+
+/// What [`prefetch`] read: each object's live state (`None`: absent).
+pub(crate) type Live = HashMap<ObjectRef, Option<Value>>;
 
 /// How many objects of one kind in one namespace make one LIST cheaper than a GET each.
 const MIN_LIST: usize = 4;
@@ -343,10 +360,10 @@ pub(crate) fn pruning(id: &ObjectRef) -> [Operation; 2] {
 /// Read the live state of objects in one concurrent wave: one LIST per (kind, namespace) with
 /// at least `MIN_LIST` objects, a GET for each of the others (see `partition`). Returns each
 /// object's live state (`None`: absent). Kinds that are not served are left to `plan`.
-async fn prefetch(
-    cluster: &Cluster,
-    ids: impl Iterator<Item = &ObjectRef>,
-) -> Result<HashMap<ObjectRef, Option<Value>>, ApplyError> {
+///
+/// # Errors
+/// The first [`ApplyError`] of a read.
+pub(crate) async fn prefetch(cluster: &Cluster, ids: impl Iterator<Item = &ObjectRef>) -> Result<Live, ApplyError> {
     let (lists, singles) = partition(ids);
     let lists = lists.into_iter().map(|ids| async move {
         let first = ids[0];

@@ -29,22 +29,18 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
     let identity =
         session::supply(&mut prepared, settings.api_key.as_deref(), settings.age_key_file.as_deref(), true, printer)?;
-    if let Some(state) = repo_state.join().unwrap_or_else(|e| std::panic::resume_unwind(e)) {
-        if !state.uncommitted.is_empty() {
-            printer.warn(&format!(
-                "the Flux repository at {} has {} uncommitted change(s): Flux reconciles what is pushed, not this work tree",
-                settings.repo.display(),
-                state.uncommitted.len()
-            ));
+    // Whether the pushed HEAD holds this render is found out after the repository's state, on
+    // the same thread, while the plan reads the cluster: the plan needs it only after its reads.
+    let repo_known = rt.spawn_blocking({
+        let (repo, rendered) = (settings.repo.clone(), prepared.rendered.clone());
+        move || {
+            let state = repo_state.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            // Fields only Flux's applier owns are taken over only when Flux applies this very render.
+            let flux = repo::pushed(&repo, &rendered).map_or_else(FluxRender::Unproven, |()| FluxRender::Pushed);
+            crate::timing::mark("repo");
+            (state, flux)
         }
-        if let Some((n, upstream)) = state.unpushed {
-            printer.warn(&format!("{n} commit(s) not pushed to {upstream}: Flux will not see them"));
-        }
-    }
-    // Fields only Flux's applier owns are taken over only when Flux applies this very render.
-    let flux =
-        repo::pushed(&settings.repo, &prepared.rendered).map_or_else(FluxRender::Unproven, |()| FluxRender::Pushed);
-    crate::timing::mark("repo");
+    });
     let (cluster, report) = rt.block_on(connecting)??;
     printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
     if let Some(text) = identity {
@@ -57,6 +53,13 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
             verify::session::operations(profile, &deploy::flux_objects(layers), &v.run.selection, v.run.reach())
         });
         let progress = printer.progress();
+        let flux = async {
+            let (state, flux) = repo_known.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+            for warning in state.map(|s| repo_warnings(&settings.repo, &s)).unwrap_or_default() {
+                progress.warn(&warning);
+            }
+            flux
+        };
         let result = deploy::apply(&cluster, profile, layers, opts, flux, verifying, &progress).await;
         progress.finish();
         let report = result?;
@@ -86,6 +89,22 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
             None => Ok(ExitStatus::Success),
         }
     })
+}
+
+/// What the Flux repository's state warns of: work Flux does not see.
+fn repo_warnings(repo: &std::path::Path, state: &repo::RepoState) -> Vec<String> {
+    let mut out = Vec::new();
+    if !state.uncommitted.is_empty() {
+        out.push(format!(
+            "the Flux repository at {} has {} uncommitted change(s): Flux reconciles what is pushed, not this work tree",
+            repo.display(),
+            state.uncommitted.len()
+        ));
+    }
+    if let Some((n, upstream)) = &state.unpushed {
+        out.push(format!("{n} commit(s) not pushed to {upstream}: Flux will not see them"));
+    }
+    out
 }
 
 /// With `secrets.sops` and an identity given: create the cluster's decryption Secret from it

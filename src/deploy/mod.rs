@@ -19,6 +19,7 @@ mod execute;
 mod plan;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 
 pub(crate) use self::execute::ApplyReport;
 use self::execute::execute;
@@ -203,7 +204,8 @@ pub fn inventory(profile: &Profile) -> ObjectRef {
 
 /// Apply `layers` to `cluster`: plan everything (one read wave), review before the first write
 /// that Flux is there and the caller may do what the plan needs (and `also`: what a verify run
-/// after the apply will do), then apply layer by layer, prune and wait. When a read of the plan
+/// after the apply will do), then apply layer by layer, prune and wait. `flux` (whether the
+/// render is the one Flux applies) is awaited only after the plan's reads. When a read of the plan
 /// is refused, every permission the apply could need is reviewed, so the error names all that is
 /// missing, not only the read.
 ///
@@ -214,7 +216,7 @@ pub(crate) async fn apply(
     profile: &Profile,
     layers: &[Layer],
     opts: &ApplyOptions,
-    flux: FluxRender,
+    flux: impl Future<Output = FluxRender>,
     also: Vec<Operation>,
     progress: &dyn Progress,
 ) -> Result<ApplyReport, DeployError> {

@@ -1,6 +1,7 @@
 //! An apply's plan: everything read and decided before the first write.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::time::Duration;
 
 use super::{DeployError, Layer, flux_kustomization, ids, inventory, kept, objects};
@@ -133,8 +134,9 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], scope: Scope) -> V
 
 /// Read everything an apply needs to decide what to write, in one wave: the inventory and the
 /// live state of every rendered object (one LIST per kind and namespace where that saves
-/// requests), planned as [`ssa::plan_all`] does; `flux` says whether the render is the one Flux
-/// applies. Nothing is written.
+/// requests), planned as [`ssa::plan_all`] does. `flux` says whether the render is the one Flux
+/// applies; it is awaited only once the reads are in (finding it out reads the Flux repository,
+/// which need not hold the reads back). Nothing is written.
 ///
 /// # Errors
 /// [`DeployError`] when a read or a dry-run fails, or a dry-run conflicts with Flux's applier
@@ -144,11 +146,17 @@ pub(crate) async fn plan(
     profile: &Profile,
     layers: &[Layer],
     opts: &ApplyOptions,
-    flux: FluxRender,
+    flux: impl Future<Output = FluxRender>,
 ) -> Result<Plan, DeployError> {
-    let (previous, planned) = futures::try_join!(
+    let (previous, (planned, flux)) = futures::try_join!(
         async { Inventory::load(cluster, inventory(profile)).await.map_err(DeployError::from) },
-        async { ssa::plan_all(cluster, objects(layers), opts.plan_options(&flux)).await.map_err(DeployError::from) },
+        async {
+            let objects: Vec<_> = objects(layers).collect();
+            let live = ssa::prefetch(cluster, objects.iter().map(|o| &o.id)).await?;
+            let flux = flux.await;
+            let planned = ssa::plan_read(cluster, objects, opts.plan_options(&flux), live).await?;
+            Ok::<_, DeployError>((planned, flux))
+        },
     )?;
     Ok(Plan { previous, planned: planned.into_iter().map(|p| (p.id.clone(), p)).collect(), flux })
 }
