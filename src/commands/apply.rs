@@ -20,8 +20,8 @@ use crate::verify;
 pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
-    // The Flux repository's state is read while the connection is made and the profile renders:
-    // libgit2's start alone (its TLS setup reads the system's CA bundle) takes tens of ms.
+    // The Flux repository's state is read on a thread of its own while the connection is made
+    // and the profile renders.
     let repo_state = std::thread::spawn({
         let repo = settings.repo.clone();
         move || repo::repo_state(&repo)

@@ -17,8 +17,6 @@ pub(super) fn run(settings: &StatusSettings, printer: Printer) -> anyhow::Result
     }
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
-    // The layers' applied revisions are compared with the repository after the reads.
-    crate::repo::start(&settings.repo);
     let prepared = prepare(&settings.profile, None)?;
     let (profile, layers) = (&prepared.loaded.profile, &prepared.layers);
     rt.block_on(async {
@@ -52,7 +50,6 @@ const CLUSTERS_AT_ONCE: usize = 8;
 fn fleet(settings: &StatusSettings, path: &std::path::Path, printer: Printer) -> anyhow::Result<ExitStatus> {
     use futures::StreamExt as _;
     let rt = runtime()?;
-    crate::repo::start(&settings.repo);
     let progress = printer.progress();
     let fleet = crate::fleet::load(path, &progress)?;
     progress.finish();

@@ -1,5 +1,6 @@
 //! Commit rendered files with git2: exactly the files osbx changed, never anything else.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use git2::{Repository, Signature, Status, StatusOptions};
@@ -239,14 +240,6 @@ pub(super) fn at_head(root: &Path, rel: &str) -> Option<String> {
     String::from_utf8(blob.content().to_vec()).ok()
 }
 
-/// Start libgit2 on a thread of its own by looking for the repository containing `path`: its
-/// first use sets up its TLS transport, which reads the system's CA bundle (tens of ms), and a
-/// command that reads the repository only after the cluster has answered need not wait for that.
-pub(crate) fn start(path: &Path) {
-    let path = path.to_path_buf();
-    std::thread::spawn(move || drop(Repository::discover(path)));
-}
-
 /// What a Flux repository holds that Flux cannot see yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RepoState {
@@ -344,13 +337,7 @@ pub(crate) fn uncommitted(root: &Path, paths: &[String]) -> bool {
 /// # Errors
 /// What git said, when it failed or could not run.
 pub(crate) fn push(root: &Path) -> Result<(), String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(root)
-        .args(["push", "--quiet"])
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
+    user_git(&[OsStr::new("-C"), root.as_os_str(), OsStr::new("push"), OsStr::new("--quiet")])
 }
 
 /// `git push REMOTE REF:REF` in the repository containing `root` (a ref other than the branch,
@@ -359,10 +346,36 @@ pub(crate) fn push(root: &Path) -> Result<(), String> {
 /// # Errors
 /// What git said, when it failed or could not run.
 pub(crate) fn push_ref(root: &Path, remote: &str, reference: &str) -> Result<(), String> {
+    let refspec = format!("{reference}:{reference}");
+    user_git(&[
+        OsStr::new("-C"),
+        root.as_os_str(),
+        OsStr::new("push"),
+        OsStr::new("--quiet"),
+        OsStr::new(remote),
+        OsStr::new(&refspec),
+    ])
+}
+
+/// `git fetch URL REFSPEC…` into the bare repository `git_dir`, no tags beyond the refspecs,
+/// with the user's git: its credential helpers, proxies and `url.*.insteadOf` apply, and it
+/// fails rather than prompts for a password.
+///
+/// # Errors
+/// What git said, when it failed or could not run.
+pub(crate) fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<(), String> {
+    let mut args = vec![OsStr::new("--git-dir"), git_dir.as_os_str(), OsStr::new("fetch"), OsStr::new("--quiet")];
+    args.extend([OsStr::new("--no-tags"), OsStr::new("--"), OsStr::new(url)]);
+    args.extend(refspecs.iter().map(OsStr::new));
+    user_git(&args)
+}
+
+/// Run the user's `git` with `args` (never prompting on the terminal); what it said on failure.
+fn user_git(args: &[&OsStr]) -> Result<(), String> {
     let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(root)
-        .args(["push", "--quiet", remote, &format!("{reference}:{reference}")])
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }

@@ -369,8 +369,10 @@ impl Charts {
         Ok(None)
     }
 
-    /// A chart of a git repository: fetched into a bare repository of the cache, its directory
-    /// and the `file://` dependencies it names exported from the commit the reference names.
+    /// A chart of a git repository: fetched by the user's git into a bare repository of the
+    /// cache (its credentials and proxies apply, as to `osbx rollout`'s push), its directory
+    /// and the `file://` dependencies it names exported from the commit the reference names
+    /// (read with libgit2).
     fn git(&self, release: &str, url: &str, reference: &GitRef, path: &str) -> Result<PathBuf, GitFailure> {
         let path = path.trim_start_matches("./").trim_end_matches('/');
         let rel = format!("git/{}@{}", slug(url), slug(&reference.to_string()));
@@ -397,10 +399,7 @@ impl Charts {
             _ => false,
         };
         if !known {
-            let mut remote = repo.remote_anonymous(url).map_err(other)?;
-            let mut options = git2::FetchOptions::new();
-            options.download_tags(git2::AutotagOption::None);
-            remote.fetch(&refspecs, Some(&mut options), None).map_err(other)?;
+            crate::repo::fetch(&bare, url, &refspecs).map_err(GitFailure::Other)?;
         }
         let commit = match reference {
             GitRef::Tag(t) => repo.revparse_single(&format!("refs/tags/{t}")).and_then(|o| o.peel_to_commit()),
@@ -460,7 +459,7 @@ impl Charts {
                 let pinned = reference.starts_with("tag ") || reference.starts_with("digest ");
                 (rel, chart, args, pinned)
             }
-            Fetch::Git { .. } => unreachable!("git sources are fetched with git2"),
+            Fetch::Git { .. } => unreachable!("git sources are fetched with git"),
         };
         let target = self.cache.join(&rel);
         let present = pinned && target.join(&chart).join("Chart.yaml").is_file();

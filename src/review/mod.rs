@@ -453,8 +453,8 @@ impl<'a> Bases<'a> {
 pub(crate) fn review(settings: &Settings, progress: &dyn Progress) -> Result<Review, ReviewError> {
     // `helm version` (a process start) runs while the sides are rendered.
     let finding = matches!(settings.charts, ChartMode::Expand { .. }).then(|| std::thread::spawn(charts::Helm::find));
-    // The base commit's tree is read (libgit2's start-up, loading the system's certificates, is
-    // most of it) while the head renders; a base that cannot be found is said first.
+    // The base commit's tree is read while the head renders; a base that cannot be found is said
+    // first.
     let (base, committed, renderer, head) = std::thread::scope(|scope| {
         let git = scope.spawn(|| -> Result<_, ReviewError> {
             let base = repo::base(&settings.repo, settings.base.as_deref())?;
