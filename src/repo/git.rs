@@ -337,7 +337,7 @@ pub(crate) fn uncommitted(root: &Path, paths: &[String]) -> bool {
 /// # Errors
 /// What git said, when it failed or could not run.
 pub(crate) fn push(root: &Path) -> Result<(), String> {
-    user_git(&[OsStr::new("-C"), root.as_os_str(), OsStr::new("push"), OsStr::new("--quiet")])
+    user_git(&[OsStr::new("-C"), root.as_os_str(), OsStr::new("push"), OsStr::new("--quiet")], true)
 }
 
 /// `git push REMOTE REF:REF` in the repository containing `root` (a ref other than the branch,
@@ -347,14 +347,17 @@ pub(crate) fn push(root: &Path) -> Result<(), String> {
 /// What git said, when it failed or could not run.
 pub(crate) fn push_ref(root: &Path, remote: &str, reference: &str) -> Result<(), String> {
     let refspec = format!("{reference}:{reference}");
-    user_git(&[
-        OsStr::new("-C"),
-        root.as_os_str(),
-        OsStr::new("push"),
-        OsStr::new("--quiet"),
-        OsStr::new(remote),
-        OsStr::new(&refspec),
-    ])
+    user_git(
+        &[
+            OsStr::new("-C"),
+            root.as_os_str(),
+            OsStr::new("push"),
+            OsStr::new("--quiet"),
+            OsStr::new(remote),
+            OsStr::new(&refspec),
+        ],
+        true,
+    )
 }
 
 /// `git fetch URL REFSPEC…` into the bare repository `git_dir`, no tags beyond the refspecs,
@@ -367,16 +370,17 @@ pub(crate) fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<()
     let mut args = vec![OsStr::new("--git-dir"), git_dir.as_os_str(), OsStr::new("fetch"), OsStr::new("--quiet")];
     args.extend([OsStr::new("--no-tags"), OsStr::new("--"), OsStr::new(url)]);
     args.extend(refspecs.iter().map(OsStr::new));
-    user_git(&args)
+    user_git(&args, false)
 }
 
-/// Run the user's `git` with `args` (never prompting on the terminal); what it said on failure.
-fn user_git(args: &[&OsStr]) -> Result<(), String> {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+/// Run the user's `git` with `args`, which may ask for credentials on the terminal only when
+/// `may_prompt`; what it said on failure.
+fn user_git(args: &[&OsStr], may_prompt: bool) -> Result<(), String> {
+    let mut git = std::process::Command::new("git");
+    git.args(args);
+    if !may_prompt {
+        git.env("GIT_TERMINAL_PROMPT", "0").stdin(std::process::Stdio::null());
+    }
+    let out = git.output().map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
 }
