@@ -97,6 +97,11 @@ impl Case {
 
     /// `osbx diff --base REF -p profile.yaml --repo REPO ARGS` with helm and the cache of this case.
     pub fn review(&self, base: &str, args: &[&str]) -> Output {
+        self.command(base, args).output().unwrap()
+    }
+
+    /// The command [`Case::review`] runs, for a test to add to.
+    pub fn command(&self, base: &str, args: &[&str]) -> assert_cmd::Command {
         let mut cmd = osbx();
         cmd.arg("diff").arg(format!("--base={base}")).arg("-p").arg(self.profile_path()).arg("--repo").arg(&self.repo);
         cmd.args(args);
@@ -104,7 +109,7 @@ impl Case {
         for (var, sub) in [("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"), ("HELM_DATA_HOME", "data")] {
             cmd.env(var, self.scratch().join("helm-home").join(sub));
         }
-        cmd.output().unwrap()
+        cmd
     }
 
     /// A review as JSON, its exit code checked.
@@ -442,4 +447,29 @@ fn a_base_that_holds_only_the_profile_is_rendered_as_that_commit_holds_it() {
     let r = case.review_json("HEAD", &["--no-charts"], 1);
     let objects: Vec<&str> = r["changes"].as_array().unwrap().iter().map(|e| e["object"].as_str().unwrap()).collect();
     assert_eq!(objects, ["Pool/opensandbox/vm"], "{}", summary(&r));
+}
+
+#[test]
+fn a_git_chart_source_is_fetched_by_the_users_git_with_its_settings() {
+    let s = sources();
+    let mut p = profile(Some(&s));
+    // Nothing listens on port 9 of the loopback: only the user's git configuration (a
+    // `url.<base>.insteadOf`, as one points a public URL at a mirror) reaches the chart.
+    let alias = "http://127.0.0.1:9/mirrored/opensandbox.git";
+    p["opensandbox"]["source"]["url"] = json!(alias);
+    let case = Case::new(Some(s.clone()), &p);
+    p["pools"]["items"][0]["capacity"]["poolMax"] = json!(9);
+    case.set_profile(&p);
+    let config = case.scratch().join("gitconfig");
+    std::fs::write(&config, format!("[url \"{}\"]\n\tinsteadOf = {alias}\n", s.opensandbox_git)).unwrap();
+    let out = case.command("HEAD", &["-o", "json"]).env("GIT_CONFIG_GLOBAL", &config).output().unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the chart fetched through the mirror, the pool's change shown: {stdout}{stderr}"
+    );
+    let review: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(review["changes"].as_array().is_some_and(|c| !c.is_empty()), "{stdout}");
+    assert!(!stderr.contains("cannot fetch"), "{stderr}");
 }
