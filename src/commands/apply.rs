@@ -20,22 +20,17 @@ use crate::verify;
 pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
-    // The Flux repository's state is read on a thread of its own while the connection is made
-    // and the profile renders.
-    let repo_state = std::thread::spawn({
-        let repo = settings.repo.clone();
-        move || repo::repo_state(&repo)
-    });
     let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
     let identity =
         session::supply(&mut prepared, settings.api_key.as_deref(), settings.age_key_file.as_deref(), true, printer)?;
-    // Whether the pushed HEAD holds this render is found out after the repository's state, on
-    // the same thread, while the plan reads the cluster: the plan needs it only after its reads.
+    // The Flux repository is read on a thread of its own while the connection is made and the
+    // plan reads the cluster: its state, and whether its pushed HEAD holds this render (fields
+    // only Flux's applier owns are taken over only when Flux applies this very render), which
+    // the plan needs only after its reads.
     let repo_known = rt.spawn_blocking({
         let (repo, rendered) = (settings.repo.clone(), prepared.rendered.clone());
         move || {
-            let state = repo_state.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-            // Fields only Flux's applier owns are taken over only when Flux applies this very render.
+            let state = repo::repo_state(&repo);
             let flux = repo::pushed(&repo, &rendered).map_or_else(FluxRender::Unproven, |()| FluxRender::Pushed);
             crate::timing::mark("repo");
             (state, flux)

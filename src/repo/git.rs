@@ -1,7 +1,7 @@
 //! Commit rendered files with git2: exactly the files osbx changed, never anything else.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use git2::{Repository, Signature, Status, StatusOptions};
 
@@ -337,7 +337,7 @@ pub(crate) fn uncommitted(root: &Path, paths: &[String]) -> bool {
 /// # Errors
 /// What git said, when it failed or could not run.
 pub(crate) fn push(root: &Path) -> Result<(), String> {
-    user_git(&[OsStr::new("-C"), root.as_os_str(), OsStr::new("push"), OsStr::new("--quiet")], true)
+    user_git(Command::new("git").arg("-C").arg(root).args(["push", "--quiet"]))
 }
 
 /// `git push REMOTE REF:REF` in the repository containing `root` (a ref other than the branch,
@@ -346,18 +346,12 @@ pub(crate) fn push(root: &Path) -> Result<(), String> {
 /// # Errors
 /// What git said, when it failed or could not run.
 pub(crate) fn push_ref(root: &Path, remote: &str, reference: &str) -> Result<(), String> {
-    let refspec = format!("{reference}:{reference}");
-    user_git(
-        &[
-            OsStr::new("-C"),
-            root.as_os_str(),
-            OsStr::new("push"),
-            OsStr::new("--quiet"),
-            OsStr::new(remote),
-            OsStr::new(&refspec),
-        ],
-        true,
-    )
+    user_git(Command::new("git").arg("-C").arg(root).args([
+        "push",
+        "--quiet",
+        remote,
+        &format!("{reference}:{reference}"),
+    ]))
 }
 
 /// `git fetch URL REFSPEC…` into the bare repository `git_dir`, no tags beyond the refspecs,
@@ -367,20 +361,19 @@ pub(crate) fn push_ref(root: &Path, remote: &str, reference: &str) -> Result<(),
 /// # Errors
 /// What git said, when it failed or could not run.
 pub(crate) fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<(), String> {
-    let mut args = vec![OsStr::new("--git-dir"), git_dir.as_os_str(), OsStr::new("fetch"), OsStr::new("--quiet")];
-    args.extend([OsStr::new("--no-tags"), OsStr::new("--"), OsStr::new(url)]);
-    args.extend(refspecs.iter().map(OsStr::new));
-    user_git(&args, false)
+    user_git(
+        Command::new("git")
+            .arg("--git-dir")
+            .arg(git_dir)
+            .args(["fetch", "--quiet", "--no-tags", "--", url])
+            .args(refspecs)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(Stdio::null()),
+    )
 }
 
-/// Run the user's `git` with `args`, which may ask for credentials on the terminal only when
-/// `may_prompt`; what it said on failure.
-fn user_git(args: &[&OsStr], may_prompt: bool) -> Result<(), String> {
-    let mut git = std::process::Command::new("git");
-    git.args(args);
-    if !may_prompt {
-        git.env("GIT_TERMINAL_PROMPT", "0").stdin(std::process::Stdio::null());
-    }
+/// Run `git`, the user's own from PATH, as built; what it said on stderr when it failed.
+fn user_git(git: &mut Command) -> Result<(), String> {
     let out = git.output().map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
 }
