@@ -36,6 +36,7 @@ pub mod printer;
 pub mod profile;
 pub mod progress;
 pub mod rbac;
+mod refs;
 pub mod render;
 mod repo;
 mod review;

@@ -75,6 +75,17 @@ pub(crate) enum ChartError {
         /// Why.
         reason: String,
     },
+    /// A name the change gives (a chart, a version, a URL, a reference, a path, a tree entry)
+    /// that would reach outside the review's cache, or is not of its kind's form.
+    #[error("{object}: {field} is refused: {reason}")]
+    Refused {
+        /// The object that names it (`HelmRelease flux-system/opensandbox`).
+        object: String,
+        /// Its field (`spec.chart.spec.chart`), or what holds it (a tree entry of a commit).
+        field: String,
+        /// Why.
+        reason: String,
+    },
     /// helm refused the chart.
     #[error("{release}: helm {step} of chart {chart} failed: {message}")]
     Helm {
@@ -227,10 +238,21 @@ pub(crate) fn default_cache() -> PathBuf {
     base.join("osbx").join("charts")
 }
 
-/// A directory name for `text` (a URL, a ref): its letters, digits, `.` and `-` kept, the rest `_`.
+/// A directory name for `text` (a URL, a ref): its letters, digits, `.` and `-` kept, the rest
+/// `_`, and a leading `.` made `_` (never `.`, `..` or a hidden name).
 fn slug(text: &str) -> String {
     let text = text.split("://").last().unwrap_or(text);
-    text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect()
+    let mut out: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect();
+    if out.starts_with('.') || out.is_empty() {
+        out.replace_range(0..usize::from(!out.is_empty()), "_");
+    }
+    out
+}
+
+/// `rel` under the cache, refused (as a fetch failure) if it would leave it.
+fn in_cache(cache: &Path, rel: &str) -> Result<PathBuf, GitFailure> {
+    crate::refs::under(cache, rel).map_err(GitFailure::Other)
 }
 
 fn exact(version: &str) -> bool {
@@ -336,19 +358,15 @@ impl Charts {
                 reference: fetch.reference(),
                 reason,
             };
-            let dir = match fetch {
-                Fetch::Git { url, reference, path } => {
-                    self.git(release, url, reference, path).map_err(|e| match e {
-                        GitFailure::Chart(e) => e,
-                        GitFailure::Other(reason) => fail(reason),
-                    })?
-                }
-                Fetch::Repo { .. } | Fetch::Oci { .. } => self.pull(release, fetch).map_err(|e| match e {
-                    GitFailure::Chart(e) => e,
-                    GitFailure::Other(reason) => fail(reason),
-                })?,
-            };
-            self.dependencies(release, &dir)?;
+            let (root, dir) = match fetch {
+                Fetch::Git { url, reference, path } => self.git(release, url, reference, path),
+                Fetch::Repo { .. } | Fetch::Oci { .. } => self.pull(release, fetch),
+            }
+            .map_err(|e| match e {
+                GitFailure::Chart(e) => e,
+                GitFailure::Other(reason) => fail(reason),
+            })?;
+            self.dependencies(release, &root, &dir)?;
             Ok(dir)
         })
         .clone()
@@ -373,17 +391,16 @@ impl Charts {
     /// cache (its credentials and proxies apply, as to `osbx rollout`'s push), its directory
     /// and the `file://` dependencies it names exported from the commit the reference names
     /// (read with libgit2).
-    fn git(&self, release: &str, url: &str, reference: &GitRef, path: &str) -> Result<PathBuf, GitFailure> {
-        let path = path.trim_start_matches("./").trim_end_matches('/');
+    fn git(&self, release: &str, url: &str, reference: &GitRef, path: &str) -> Result<(PathBuf, PathBuf), GitFailure> {
         let rel = format!("git/{}@{}", slug(url), slug(&reference.to_string()));
-        let exported = self.cache.join(&rel);
+        let exported = in_cache(&self.cache, &rel)?;
         let present = exported.join(path).join("Chart.yaml").is_file()
             && !matches!(reference, GitRef::Branch(_) | GitRef::Semver(_));
         if let Some(dir) = self.cached(release, &rel, present)? {
-            return Ok(dir.join(path));
+            return Ok((dir.clone(), dir.join(path)));
         }
         let other = |e: git2::Error| GitFailure::Other(e.message().to_owned());
-        let bare = self.cache.join("git").join(format!("{}.git", slug(url)));
+        let bare = in_cache(&self.cache, &format!("git/{}.git", slug(url)))?;
         std::fs::create_dir_all(&bare).map_err(|e| GitFailure::Other(format!("{}: {e}", bare.display())))?;
         let repo = git2::Repository::open_bare(&bare).or_else(|_| git2::Repository::init_bare(&bare)).map_err(other)?;
         let refspecs: Vec<String> = match reference {
@@ -411,20 +428,30 @@ impl Charts {
         }
         .map_err(|e| GitFailure::Other(format!("{reference}: {}", e.message())))?;
         let tree = commit.tree().map_err(other)?;
-        let staging = self.cache.join(format!("{rel}.tmp{}", std::process::id()));
+        let staging = in_cache(&self.cache, &format!("{rel}.tmp{}", std::process::id()))?;
         let _ = std::fs::remove_dir_all(&staging);
-        export(&repo, &tree, path, &staging).map_err(GitFailure::Other)?;
+        if let Err(e) = export(&repo, &tree, path, &staging) {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(match e {
+                Export::Refused(reason) => GitFailure::Chart(ChartError::Refused {
+                    object: format!("the chart of {release}"),
+                    field: format!("the tree of commit {}", commit.id()),
+                    reason,
+                }),
+                Export::Other(reason) => GitFailure::Other(reason),
+            });
+        }
         if !staging.join(path).join("Chart.yaml").is_file() {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(GitFailure::Other(format!("{path} holds no Chart.yaml at commit {}", commit.id())));
         }
         let _ = std::fs::remove_dir_all(&exported);
         std::fs::rename(&staging, &exported).map_err(|e| GitFailure::Other(format!("{}: {e}", exported.display())))?;
-        Ok(exported.join(path))
+        Ok((exported.clone(), exported.join(path)))
     }
 
     /// A chart of a Helm or OCI repository, pulled by helm into the cache.
-    fn pull(&self, release: &str, fetch: &Fetch) -> Result<PathBuf, GitFailure> {
+    fn pull(&self, release: &str, fetch: &Fetch) -> Result<(PathBuf, PathBuf), GitFailure> {
         let (rel, chart, mut args, pinned) = match fetch {
             Fetch::Repo { url, chart, version, oci, plain_http } => {
                 let v = version.clone().unwrap_or_else(|| "latest".into());
@@ -432,10 +459,10 @@ impl Charts {
                 let mut args = if *oci {
                     vec![format!("{}/{chart}", url.trim_end_matches('/'))]
                 } else {
-                    vec![chart.clone(), "--repo".into(), url.clone()]
+                    vec![chart.clone(), format!("--repo={url}")]
                 };
                 if let Some(version) = version {
-                    args.extend(["--version".into(), version.clone()]);
+                    args.push(format!("--version={version}"));
                 }
                 if *plain_http {
                     args.push("--plain-http".into());
@@ -445,13 +472,10 @@ impl Charts {
             Fetch::Oci { url, reference, plain_http } => {
                 let chart = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_owned();
                 let rel = format!("oci/{}-{}", slug(url), slug(reference));
-                let mut args = match reference.strip_prefix("digest ") {
-                    Some(digest) => vec![format!("{url}@{digest}")],
-                    None => vec![
-                        url.clone(),
-                        "--version".into(),
-                        reference.split(' ').next_back().unwrap_or_default().to_owned(),
-                    ],
+                let mut args = match reference.split_once(' ') {
+                    Some(("digest", digest)) => vec![format!("{url}@{digest}")],
+                    Some((_, version)) => vec![url.clone(), format!("--version={version}")],
+                    None => vec![url.clone()],
                 };
                 if *plain_http {
                     args.push("--plain-http".into());
@@ -461,33 +485,60 @@ impl Charts {
             }
             Fetch::Git { .. } => unreachable!("git sources are fetched with git"),
         };
-        let target = self.cache.join(&rel);
+        let target = in_cache(&self.cache, &rel)?;
         let present = pinned && target.join(&chart).join("Chart.yaml").is_file();
         if let Some(dir) = self.cached(release, &rel, present)? {
-            return Ok(dir.join(&chart));
+            return Ok((dir.clone(), dir.join(&chart)));
         }
-        let staging = self.cache.join(format!("{rel}.tmp{}", std::process::id()));
+        let staging = in_cache(&self.cache, &format!("{rel}.tmp{}", std::process::id()))?;
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging).map_err(|e| GitFailure::Other(format!("{}: {e}", staging.display())))?;
         args.splice(0..0, ["pull".to_owned()]);
-        args.extend(["--untar".into(), "--untardir".into(), staging.display().to_string()]);
+        args.extend(["--untar".into(), format!("--untardir={}", staging.display())]);
         let out = self.helm.command().args(&args).output().map_err(|e| GitFailure::Other(format!("helm pull: {e}")))?;
         if !out.status.success() {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(GitFailure::Other(format!("helm pull: {}", String::from_utf8_lossy(&out.stderr).trim())));
         }
+        // What helm unpacked is read by helm template and osbx: only directories and files.
+        if let Err(reason) = crate::refs::plain_tree(&staging) {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(GitFailure::Chart(ChartError::Refused {
+                object: format!("the chart of {release}"),
+                field: "what helm pull unpacked".into(),
+                reason,
+            }));
+        }
+        if !staging.join(&chart).join("Chart.yaml").is_file() {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(GitFailure::Other(format!("helm pull unpacked no chart named {chart}")));
+        }
         let _ = std::fs::remove_dir_all(&target);
         std::fs::rename(&staging, &target).map_err(|e| GitFailure::Other(format!("{}: {e}", target.display())))?;
-        Ok(target.join(chart))
+        Ok((target.clone(), target.join(chart)))
     }
 
-    /// Build a chart's dependencies once (a marker file says it was done).
-    fn dependencies(&self, release: &str, dir: &Path) -> Result<(), ChartError> {
+    /// Build a chart's dependencies once (a marker file says it was done); a `file://`
+    /// dependency must stay inside `root`, the cache entry the chart was fetched into (helm
+    /// would read it from wherever it points).
+    fn dependencies(&self, release: &str, root: &Path, dir: &Path) -> Result<(), ChartError> {
         let marker = dir.join(".osbx-dependencies");
         let meta: Value = std::fs::read_to_string(dir.join("Chart.yaml"))
             .ok()
             .and_then(|t| serde_saphyr::from_str(&t).ok())
             .unwrap_or(Value::Null);
+        let inside = dir.strip_prefix(root).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        for dep in meta["dependencies"].as_array().into_iter().flatten() {
+            if let Some(rel) = dep["repository"].as_str().and_then(|r| r.strip_prefix("file://"))
+                && crate::refs::join_within(&inside, rel).is_none()
+            {
+                return Err(ChartError::Refused {
+                    object: format!("the chart of {release}"),
+                    field: "Chart.yaml dependencies[].repository".into(),
+                    reason: format!("file://{rel} points outside the chart's source"),
+                });
+            }
+        }
         let names: Vec<&str> =
             meta["dependencies"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();
         // Built when `charts/` holds each one, unpacked or as the archive `helm package` and
@@ -625,26 +676,46 @@ fn highest_tag(repo: &git2::Repository, range: &str) -> Result<String, git2::Err
         .ok_or_else(|| git2::Error::from_str(&format!("no tag matches semver {range}")))
 }
 
+/// Why a chart's tree cannot be exported.
+enum Export {
+    /// The tree holds what must not be written (a `..` entry, a symbolic link, a dependency
+    /// outside the repository).
+    Refused(String),
+    /// git or the file system failed.
+    Other(String),
+}
+
 /// Export the directory `path` of `tree` into `to` (keeping its place in the tree), and, for each
-/// `file://` dependency its `Chart.yaml` names, that directory too.
-fn export(repo: &git2::Repository, tree: &git2::Tree<'_>, path: &str, to: &Path) -> Result<(), String> {
+/// `file://` dependency its `Chart.yaml` names, that directory too. The tree is the change's:
+/// every entry name is checked before it becomes a path, symbolic links are refused, files are
+/// created new (never through what is already there), and a dependency may not climb out of the
+/// repository.
+fn export(repo: &git2::Repository, tree: &git2::Tree<'_>, path: &str, to: &Path) -> Result<(), Export> {
     let mut pending = vec![path.to_owned()];
     let mut done = Vec::new();
     while let Some(dir) = pending.pop() {
         if done.contains(&dir) {
             continue;
         }
-        let entry = tree.get_path(Path::new(&dir)).map_err(|e| format!("{dir}: {}", e.message()))?;
-        let sub =
-            entry.to_object(repo).and_then(|o| o.peel_to_tree()).map_err(|e| format!("{dir}: {}", e.message()))?;
-        write_tree(repo, &sub, &to.join(&dir))?;
-        let meta: Value = std::fs::read_to_string(to.join(&dir).join("Chart.yaml"))
+        let entry = tree.get_path(Path::new(&dir)).map_err(|e| Export::Other(format!("{dir}: {}", e.message())))?;
+        let sub = entry
+            .to_object(repo)
+            .and_then(|o| o.peel_to_tree())
+            .map_err(|e| Export::Other(format!("{dir}: {}", e.message())))?;
+        let target = crate::refs::under(to, &dir).map_err(Export::Refused)?;
+        write_tree(repo, &sub, &target, &dir)?;
+        let meta: Value = std::fs::read_to_string(target.join("Chart.yaml"))
             .ok()
             .and_then(|t| serde_saphyr::from_str(&t).ok())
             .unwrap_or(Value::Null);
         for dep in meta["dependencies"].as_array().into_iter().flatten() {
             if let Some(rel) = dep["repository"].as_str().and_then(|r| r.strip_prefix("file://")) {
-                pending.push(crate::repo::join(&dir, rel));
+                let joined = crate::refs::join_within(&dir, rel).ok_or_else(|| {
+                    Export::Refused(format!(
+                        "{dir}/Chart.yaml: the dependency file://{rel} points outside the repository"
+                    ))
+                })?;
+                pending.push(joined);
             }
         }
         done.push(dir);
@@ -652,31 +723,52 @@ fn export(repo: &git2::Repository, tree: &git2::Tree<'_>, path: &str, to: &Path)
     Ok(())
 }
 
-fn write_tree(repo: &git2::Repository, tree: &git2::Tree<'_>, to: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+fn write_tree(repo: &git2::Repository, tree: &git2::Tree<'_>, to: &Path, shown: &str) -> Result<(), Export> {
+    let other = |e: git2::Error| Export::Other(e.message().to_owned());
+    std::fs::create_dir_all(to).map_err(|e| Export::Other(format!("{}: {e}", to.display())))?;
     for entry in tree {
-        let name = entry.name().unwrap_or_default();
+        let name = std::str::from_utf8(entry.name_bytes())
+            .map_err(|_| Export::Refused(format!("{shown}: a tree entry's name is not UTF-8")))?;
+        crate::refs::tree_entry(name).map_err(|why| Export::Refused(format!("{shown}: {why}")))?;
         let target = to.join(name);
+        let at = format!("{shown}/{name}");
+        if entry.filemode() == i32::from(git2::FileMode::Link) {
+            return Err(Export::Refused(format!("{at} is a symbolic link")));
+        }
         match entry.kind() {
             Some(git2::ObjectType::Tree) => {
-                let sub = entry.to_object(repo).and_then(|o| o.peel_to_tree()).map_err(|e| e.message().to_owned())?;
-                write_tree(repo, &sub, &target)?;
+                let sub = entry.to_object(repo).and_then(|o| o.peel_to_tree()).map_err(other)?;
+                write_tree(repo, &sub, &target, &at)?;
             }
             Some(git2::ObjectType::Blob) => {
-                let blob = entry.to_object(repo).and_then(|o| o.peel_to_blob()).map_err(|e| e.message().to_owned())?;
-                std::fs::write(&target, blob.content()).map_err(|e| format!("{}: {e}", target.display()))?;
+                let blob = entry.to_object(repo).and_then(|o| o.peel_to_blob()).map_err(other)?;
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&target)
+                    .map_err(|e| Export::Refused(format!("{at}: {e} (a tree entry written twice?)")))?;
+                std::io::Write::write_all(&mut file, blob.content())
+                    .map_err(|e| Export::Other(format!("{}: {e}", target.display())))?;
             }
+            // A submodule (a commit) holds nothing of the chart.
             _ => {}
         }
     }
     Ok(())
 }
 
-/// Where `release`'s chart comes from: its source among `side`, and that source named.
+/// Where `release`'s chart comes from: its source among `side`, and that source named. Every
+/// name the HelmRelease and its source give is the change's and checked by its kind's rule
+/// ([`crate::refs`]) before it becomes a path or an argument of git or helm.
 fn locate(release: &str, hr: &Value, side: &[&Object]) -> Result<(Fetch, String), ChartError> {
     let spec = &hr["spec"];
     let ns = hr["metadata"]["namespace"].as_str().unwrap_or_default();
     let refusal = |reason: String| ChartError::Release { release: release.to_owned(), reason };
+    let refused = |object: &str, field: &str, reason: crate::refs::Refusal| ChartError::Refused {
+        object: object.to_owned(),
+        field: field.to_owned(),
+        reason,
+    };
     let (source_ref, chart) = if spec["chartRef"].is_object() {
         (&spec["chartRef"], None)
     } else {
@@ -694,38 +786,70 @@ fn locate(release: &str, hr: &Value, side: &[&Object]) -> Result<(Fetch, String)
         })?;
     let s = &source.value["spec"];
     let url = s["url"].as_str().unwrap_or_default().to_owned();
+    let schemes: &[&str] = match kind {
+        "GitRepository" => &["http://", "https://", "ssh://"],
+        "HelmRepository" if s["type"] != "oci" => &["http://", "https://"],
+        _ => &["oci://"],
+    };
+    crate::refs::url(&url, schemes).map_err(|r| refused(&shown, "spec.url", r))?;
     let shown = format!("{shown} ({url})");
     let plain_http = s["insecure"] == true;
     let fetch = match kind {
         "GitRepository" => {
             let r = &s["ref"];
+            let check = |field: &str, value: &str, rule: fn(&str) -> Result<(), crate::refs::Refusal>| {
+                rule(value).map_err(|why| refused(&shown, &format!("spec.ref.{field}"), why))
+            };
             let reference = if let Some(c) = r["commit"].as_str() {
+                check("commit", c, crate::refs::commit)?;
                 GitRef::Commit(c.to_owned())
             } else if let Some(n) = r["name"].as_str() {
+                check("name", n, crate::refs::git_ref)?;
+                if !n.starts_with("refs/") {
+                    return Err(refused(&shown, "spec.ref.name", "a reference name starts with refs/".into()));
+                }
                 GitRef::Name(n.to_owned())
             } else if let Some(v) = r["semver"].as_str() {
+                check("semver", v, crate::refs::version)?;
                 GitRef::Semver(v.to_owned())
             } else if let Some(t) = r["tag"].as_str() {
+                check("tag", t, crate::refs::git_ref)?;
                 GitRef::Tag(t.to_owned())
             } else {
-                GitRef::Branch(r["branch"].as_str().unwrap_or("master").to_owned())
+                let b = r["branch"].as_str().unwrap_or("master");
+                check("branch", b, crate::refs::git_ref)?;
+                GitRef::Branch(b.to_owned())
             };
             let path = chart.ok_or_else(|| refusal("names no chart path in its GitRepository".into()))?;
-            Fetch::Git { url, reference, path: path.to_owned() }
+            let path = crate::refs::repo_path(path)
+                .map_err(|r| refused(&format!("HelmRelease {release}"), "spec.chart.spec.chart", r))?;
+            Fetch::Git { url, reference, path }
         }
         "HelmRepository" => {
             let chart = chart.ok_or_else(|| refusal("names no chart".into()))?.to_owned();
+            crate::refs::chart_name(&chart)
+                .map_err(|r| refused(&format!("HelmRelease {release}"), "spec.chart.spec.chart", r))?;
             let version = spec["chart"]["spec"]["version"].as_str().filter(|v| *v != "*").map(str::to_owned);
+            if let Some(v) = &version {
+                crate::refs::version(v)
+                    .map_err(|r| refused(&format!("HelmRelease {release}"), "spec.chart.spec.version", r))?;
+            }
             Fetch::Repo { url, chart, version, oci: s["type"] == "oci", plain_http }
         }
         "OCIRepository" => {
+            let chart = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+            crate::refs::chart_name(chart).map_err(|r| refused(&shown, "spec.url (its last segment, the chart)", r))?;
             let r = &s["ref"];
             let reference = if let Some(d) = r["digest"].as_str() {
+                crate::refs::digest(d).map_err(|why| refused(&shown, "spec.ref.digest", why))?;
                 format!("digest {d}")
             } else if let Some(v) = r["semver"].as_str() {
+                crate::refs::version(v).map_err(|why| refused(&shown, "spec.ref.semver", why))?;
                 format!("semver {v}")
             } else {
-                format!("tag {}", r["tag"].as_str().unwrap_or("latest"))
+                let t = r["tag"].as_str().unwrap_or("latest");
+                crate::refs::oci_tag(t).map_err(|why| refused(&shown, "spec.ref.tag", why))?;
+                format!("tag {t}")
             };
             Fetch::Oci { url, reference, plain_http }
         }

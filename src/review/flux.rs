@@ -39,6 +39,18 @@ pub(crate) enum FluxError {
         /// The field.
         feature: String,
     },
+    /// A Flux Kustomization sets what the review does not apply, or applies another source.
+    #[error(
+        "Kustomization {kustomization}: {field} is not applied by the offline review ({why}): compare this tree with a cluster instead (osbx diff)"
+    )]
+    Unfollowed {
+        /// `namespace/name`.
+        kustomization: String,
+        /// The field (`spec.postBuild`, `spec.sourceRef`).
+        field: String,
+        /// What it would do.
+        why: String,
+    },
     /// A resource a kustomization names is not in the tree.
     #[error("{path}: resource {resource} is not in the repository")]
     Missing {
@@ -169,13 +181,67 @@ pub(crate) fn namespaced(obj: &Value, crds: &[&Value]) -> bool {
 /// Flux's `Kustomization`.
 const FLUX_KUSTOMIZATION: KnownKind = KnownKind::FLUX_KUSTOMIZATION;
 
+/// The fields of a Flux Kustomization that change what its path builds (kustomize-controller
+/// applies them after the build), with what each does: the review does not, so it refuses them.
+const TRANSFORMS: [(&str, &str); 10] = [
+    ("postBuild", "variables substituted into every object"),
+    ("patches", "patches applied to the objects"),
+    ("patchesStrategicMerge", "patches applied to the objects"),
+    ("patchesJson6902", "patches applied to the objects"),
+    ("images", "image names and tags replaced"),
+    ("targetNamespace", "every namespaced object moved into another namespace"),
+    ("namePrefix", "every name prefixed"),
+    ("nameSuffix", "every name suffixed"),
+    ("components", "kustomize components added"),
+    ("commonMetadata", "labels and annotations added to every object"),
+];
+
+/// The Flux source the reviewed repository is to the cluster (`GitRepository
+/// flux-system/flux-system`, as `flux bootstrap` names it and `cluster.sourceRef` says).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Repository<'a> {
+    /// The Flux namespace (`cluster.fluxNamespace`).
+    pub namespace: &'a str,
+    /// The GitRepository's name (`cluster.sourceRef`).
+    pub name: &'a str,
+}
+
+/// Refuse a Kustomization that the review would not follow as Flux does: one that transforms
+/// its build, or applies a source other than `repository`.
+fn followable(k: &Object, repository: Repository<'_>) -> Result<(), FluxError> {
+    let spec = &k.value["spec"];
+    let shown = format!("{}/{}", k.id.namespace.as_deref().unwrap_or_default(), k.id.name);
+    let unfollowed =
+        |field: &str, why: String| FluxError::Unfollowed { kustomization: shown.clone(), field: field.to_owned(), why };
+    for (field, does) in TRANSFORMS {
+        if !spec[field].is_null() {
+            return Err(unfollowed(&format!("spec.{field}"), format!("Flux would apply it: {does}")));
+        }
+    }
+    let source = &spec["sourceRef"];
+    let kind = source["kind"].as_str().unwrap_or_default();
+    let name = source["name"].as_str().unwrap_or_default();
+    let namespace = source["namespace"].as_str().or(k.id.namespace.as_deref()).unwrap_or_default();
+    if kind != "GitRepository" || name != repository.name || namespace != repository.namespace {
+        return Err(unfollowed(
+            "spec.sourceRef",
+            format!(
+                "it applies {kind} {namespace}/{name}, not the repository under review (GitRepository {}/{})",
+                repository.namespace, repository.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The layers Flux applies for the cluster whose directory is `cluster_dir`: each Flux
 /// Kustomization reached from it (also through other layers) with what its path builds to, in
 /// the order they are found; the directory's other objects form a layer named after it.
 ///
 /// # Errors
-/// [`FluxError`] as [`build`] refuses a path.
-pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str) -> Result<Vec<Layer>, FluxError> {
+/// [`FluxError`] as [`build`] refuses a path; a Kustomization that transforms its build or applies
+/// another source than `repository` ([`FluxError::Unfollowed`]).
+pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str, repository: Repository<'_>) -> Result<Vec<Layer>, FluxError> {
     let root = build(tree, cluster_dir)?;
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
@@ -191,10 +257,10 @@ pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str) -> Result<Vec<Layer>, F
         if !seen.insert(k.id.clone()) {
             continue;
         }
+        followable(&k, repository)?;
         let path = k.value["spec"]["path"].as_str().unwrap_or_default().to_owned();
-        let from_here = k.value["spec"]["sourceRef"]["kind"].as_str().unwrap_or("GitRepository") == "GitRepository";
         let mut objects = vec![k.clone()];
-        if from_here && (tree.has_dir(&path) || tree.read(&path).is_some()) {
+        if tree.has_dir(&path) || tree.read(&path).is_some() {
             for o in build(tree, &path)? {
                 if FLUX_KUSTOMIZATION.is(&o.id.gvk) {
                     pending.push(o.clone());
@@ -217,6 +283,8 @@ fn layer(name: String, mut objects: Vec<Object>) -> Layer {
 mod tests {
     use super::*;
 
+    const REPO: Repository<'static> = Repository { namespace: "flux-system", name: "flux-system" };
+
     fn tree(files: &[(&str, &str)]) -> Snapshot {
         Snapshot::of(files.iter().map(|(p, t)| ((*p).to_owned(), t.as_bytes().to_vec())))
     }
@@ -238,7 +306,7 @@ mod tests {
                 "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: ns}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n",
             ),
         ]);
-        let layers = layers(&t, "clusters/c").unwrap();
+        let layers = layers(&t, "clusters/c", REPO).unwrap();
         assert_eq!(layers.len(), 1);
         assert_eq!(layers[0].name, "a");
         let ids: Vec<String> = layers[0].objects.iter().map(|o| o.id.to_string()).collect();
@@ -261,5 +329,43 @@ mod tests {
         assert_eq!(objs[1].id.namespace, None);
         let e = build(&t, "q").unwrap_err().to_string();
         assert!(e.contains("q/kustomization.yaml: kustomize's patches is not built"), "{e}");
+    }
+
+    #[test]
+    fn a_kustomization_is_followed_only_as_flux_applies_it() {
+        let cluster = |spec: &str| {
+            tree(&[(
+                "clusters/c/a.yaml",
+                &format!(
+                    "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {{name: a, namespace: flux-system}}\nspec: {{path: ./p, {spec}}}\n"
+                ),
+            )])
+        };
+        let ours = "sourceRef: {kind: GitRepository, name: flux-system}";
+        assert!(layers(&cluster(ours), "clusters/c", REPO).is_ok());
+        for (field, value) in [
+            ("postBuild", "{substitute: {x: y}}"),
+            ("patches", "[]"),
+            ("images", "[{name: a, newTag: b}]"),
+            ("targetNamespace", "other"),
+            ("namePrefix", "x-"),
+            ("nameSuffix", "-x"),
+            ("components", "[../c]"),
+            ("commonMetadata", "{labels: {a: b}}"),
+        ] {
+            let e = layers(&cluster(&format!("{ours}, {field}: {value}")), "clusters/c", REPO).unwrap_err().to_string();
+            assert!(e.contains(&format!("Kustomization flux-system/a: spec.{field} is not applied")), "{e}");
+        }
+        for other in [
+            "sourceRef: {kind: GitRepository, name: elsewhere}",
+            "sourceRef: {kind: OCIRepository, name: flux-system}",
+            "sourceRef: {kind: GitRepository, name: flux-system, namespace: other}",
+        ] {
+            let e = layers(&cluster(other), "clusters/c", REPO).unwrap_err().to_string();
+            assert!(
+                e.contains("spec.sourceRef is not applied") && e.contains("not the repository under review"),
+                "{e}"
+            );
+        }
     }
 }

@@ -285,11 +285,16 @@ fn base_render(
             let Some((rel, text)) = read(path)? else { return Ok(None) };
             // The fleet file and the base profile it names, as the commit holds them, in a
             // scratch directory of their own (the fleet names its base relative to itself).
-            let scratch = std::env::temp_dir().join(format!("osbx-review-{}-{commit}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&scratch);
-            let file = scratch.join(&rel);
+            // (A directory of its own, made new with a random name: never a predictable path in a
+            // shared temporary directory, and gone when dropped.)
+            let scratch = tempfile::Builder::new()
+                .prefix("osbx-review-")
+                .tempdir()
+                .map_err(|e| format!("a scratch directory for the base's fleet file: {e}"))?;
+            let scratch = scratch.path();
+            let file = crate::refs::under(scratch, &rel)?;
             let result = (|| {
-                std::fs::create_dir_all(file.parent().unwrap_or(&scratch)).map_err(|e| e.to_string())?;
+                std::fs::create_dir_all(file.parent().unwrap_or(scratch)).map_err(|e| e.to_string())?;
                 std::fs::write(&file, &text).map_err(|e| e.to_string())?;
                 let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap_or_default();
                 if let Some(base) = doc["base"].as_str()
@@ -298,18 +303,18 @@ fn base_render(
                             .extension()
                             .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml")))
                 {
-                    let dir = Path::new(&rel).parent().unwrap_or(Path::new(""));
-                    let base_rel = dir.join(base).to_string_lossy().replace('\\', "/");
+                    let dir = Path::new(&rel).parent().unwrap_or(Path::new("")).to_string_lossy().into_owned();
+                    let base_rel = crate::refs::join_within(&dir, base)
+                        .ok_or_else(|| format!("{at}:{rel}: base {base:?} is outside the repository"))?;
                     if let Some(bytes) = repo::file_at(&settings.repo, commit, &base_rel).map_err(|e| e.to_string())? {
-                        let target = scratch.join(&base_rel);
-                        std::fs::create_dir_all(target.parent().unwrap_or(&scratch)).map_err(|e| e.to_string())?;
+                        let target = crate::refs::under(scratch, &base_rel)?;
+                        std::fs::create_dir_all(target.parent().unwrap_or(scratch)).map_err(|e| e.to_string())?;
                         std::fs::write(target, bytes).map_err(|e| e.to_string())?;
                     }
                 }
                 let fleet = fleet::load(&file, &Silent).map_err(|e| e.to_string())?;
                 render_fleet(fleet, renderer, &fleet::Current::default()).map_err(|e| e.to_string())
             })();
-            let _ = std::fs::remove_dir_all(&scratch);
             result.map(Some)
         }
     }
@@ -496,9 +501,15 @@ pub(crate) fn review(settings: &Settings, progress: &dyn Progress) -> Result<Rev
     for (cluster, base_tree) in &base_trees {
         progress.step(&format!("cluster {cluster}: reading both sides"));
         let dir = &dirs[cluster];
+        // The repository under review, as the cluster's Kustomizations name it.
+        let cluster_spec = head.profiles.get(cluster).map(|p| &p.profile.cluster);
+        let repository = flux::Repository {
+            namespace: cluster_spec.map_or("flux-system", |c| c.flux_namespace.as_str()),
+            name: cluster_spec.map_or("flux-system", |c| c.source_ref.as_str()),
+        };
         let read = |tree: &Snapshot, side: &'static str| {
             if tree.has_dir(dir) {
-                flux::layers(tree, dir).map_err(|source| ReviewError::Flux { side, source })
+                flux::layers(tree, dir, repository).map_err(|source| ReviewError::Flux { side, source })
             } else {
                 Ok(Vec::new())
             }

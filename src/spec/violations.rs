@@ -60,6 +60,14 @@ impl Violations {
         }
     }
 
+    /// The value must pass `check` (one of [`crate::refs`]'s rules for chart names, versions,
+    /// URLs, references and paths).
+    pub(crate) fn shape(&mut self, field: &str, value: &str, check: impl FnOnce(&str) -> Result<(), String>) {
+        if let Err(why) = check(value) {
+            self.push(field, format!("{value:?} is refused: {why}"));
+        }
+    }
+
     /// An optional Flux duration.
     pub fn opt_duration(&mut self, field: &str, value: Option<&str>) {
         if let Some(v) = value {

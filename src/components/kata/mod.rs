@@ -203,7 +203,14 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
     v.duration("kata.chart.interval", &k.chart.interval);
     if !k.chart.url.starts_with("oci://") {
         v.push("kata.chart.url", format!("{:?} must be an oci:// URL", k.chart.url));
+    } else {
+        v.shape("kata.chart.url", &k.chart.url, |u| {
+            crate::refs::url(u, &["oci://"])?;
+            crate::refs::chart_name(u.trim_end_matches('/').rsplit('/').next().unwrap_or_default())
+                .map_err(|why| format!("its last segment names the chart, and {why}"))
+        });
     }
+    v.shape("kata.chart.version", &k.chart.version, crate::refs::oci_tag);
     if k.shims.is_empty() {
         v.push("kata.shims", format!("enable at least one shim (e.g. {DEFAULT_SHIM})"));
     }

@@ -293,9 +293,23 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
         v.missing("opensandbox.source.url");
     } else if !["http://", "https://", "ssh://"].iter().any(|s| o.source.url.starts_with(s)) {
         v.push("opensandbox.source.url", format!("{:?} must start with http://, https:// or ssh://", o.source.url));
+    } else {
+        v.shape("opensandbox.source.url", &o.source.url, |u| crate::refs::url(u, &["http://", "https://", "ssh://"]));
     }
     if !o.source.git_ref.is_set() {
         v.push("opensandbox.source.ref", "set one of branch, tag, semver, name or commit (pin the chart)");
+    }
+    let r = &o.source.git_ref;
+    for (field, value, check) in [
+        ("branch", &r.branch, crate::refs::git_ref as fn(&str) -> Result<(), String>),
+        ("tag", &r.tag, crate::refs::git_ref),
+        ("semver", &r.semver, crate::refs::version),
+        ("name", &r.name, crate::refs::git_ref),
+        ("commit", &r.commit, crate::refs::commit),
+    ] {
+        if let Some(value) = value {
+            v.shape(&format!("opensandbox.source.ref.{field}"), value, check);
+        }
     }
     v.duration("opensandbox.source.interval", &o.source.interval);
     if let Some(t) = &o.source.timeout {
@@ -303,6 +317,8 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
     }
     if o.chart.path.trim().is_empty() {
         v.push("opensandbox.chart.path", "must not be empty");
+    } else {
+        v.shape("opensandbox.chart.path", &o.chart.path, |p| crate::refs::repo_path(p).map(drop));
     }
     v.opt_duration("opensandbox.chart.interval", o.chart.interval.as_deref());
     let rel = &o.release;

@@ -36,6 +36,10 @@ fn validate(sections: &Sections, site: &Site<'_>, v: &mut Violations) {
         v.push("spire.server.address", "name the SPIRE server the agents join (osbx creates no second trust root)");
     }
     v.duration("spire.chart.interval", &s.chart.interval);
+    v.shape("spire.chart.repository", &s.chart.repository, |u| crate::refs::url(u, &["https://", "http://"]));
+    v.shape("spire.chart.name", &s.chart.name, crate::refs::chart_name);
+    v.shape("spire.chart.version", &s.chart.version, crate::refs::version);
+    v.shape("spire.chart.crdsVersion", &s.chart.crds_version, crate::refs::version);
     if let Some(b) = &s.trust_bundle {
         trust_bundle(b, v);
     }
