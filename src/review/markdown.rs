@@ -8,31 +8,96 @@ use std::fmt::Write as _;
 
 use super::{Review, changed_counts};
 
-/// The review as Markdown of at most `limit` characters.
+/// Text from the change (a name, a note, an error) as literal Markdown on one line: the
+/// characters Markdown or HTML give a meaning to inline escaped, line breaks made spaces, so it
+/// can neither start a block nor open a link, an emphasis, a code span or a tag.
+fn text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' | '\r' => out.push(' '),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '~' | '|' | '!' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text from the change inside an HTML element (the `<summary>` of an object): escaped for HTML,
+/// on one line (a blank line would end the HTML block).
+fn html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A code fence that `body` cannot close: one backtick more than its longest run (at least three).
+fn fence(body: &str) -> String {
+    let (mut longest, mut run) = (0, 0);
+    for c in body.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    "`".repeat((longest + 1).max(3))
+}
+
+/// The clusters, named when their list is short, else counted (a fleet's header stays small).
+fn clusters_of(names: &[String]) -> String {
+    let joined = names.join(", ");
+    if joined.len() <= 200 { text(&joined) } else { format!("{} clusters", names.len()) }
+}
+
+/// The line that says the summary was cut, and room kept for it.
+const HEAD_CUT: &str = "\n_Cut to fit: the summary is longer than the comment may be; run `osbx diff --base` locally (or `-o json`) for everything._\n";
+
+/// The review as Markdown of at most `limit` characters (bytes), header included. Every text
+/// that comes from the change is escaped ([`text`], [`html`]) or fenced so that it cannot close
+/// its fence ([`fence`]): the change cannot write the comment's Markdown.
 #[must_use]
 pub(crate) fn markdown(review: &Review, limit: usize) -> String {
     let mut head = String::new();
     let n = review.changes.len();
-    let clusters = review.clusters.join(", ");
+    let clusters = clusters_of(&review.clusters);
     if n == 0 {
         let _ = writeln!(head, "### osbx diff: no change on {clusters}\n");
     } else {
         let _ = writeln!(head, "### osbx diff: {n} change{} on {clusters}\n", if n == 1 { "" } else { "s" });
     }
-    let _ = writeln!(head, "Compared {} with **{}**.", review.head.label, review.base.label);
+    let _ = writeln!(head, "Compared {} with **{}**.", text(&review.head.label), text(&review.base.label));
     for (cluster, how) in &review.base.how {
-        let _ = writeln!(head, "- base of `{cluster}`: {how}");
+        let _ = writeln!(head, "- base of {}: {}", text(cluster), text(how));
     }
     if let Some(why) = &review.base.unrenderable {
         let _ = writeln!(
             head,
             "\n> [!WARNING]\n> The base could not be rendered, so everything the head holds is shown as new:\n> {}",
-            why.replace('\n', "\n> ")
+            text(why)
         );
     }
     match &review.helm {
         Some(helm) => {
-            let _ = writeln!(head, "\nCharts expanded with {helm}; objects a chart renders name their HelmRelease.");
+            let _ = writeln!(
+                head,
+                "\nCharts expanded with {}; objects a chart renders name their HelmRelease.",
+                text(helm)
+            );
         }
         None => {
             let _ = writeln!(head, "\nCharts not expanded (`--no-charts`): the Flux objects only.");
@@ -45,7 +110,12 @@ pub(crate) fn markdown(review: &Review, limit: usize) -> String {
             let _ = writeln!(
                 head,
                 "| {} | {} | {} | {} | {} | {} |",
-                c.cluster, c.layer, c.created, c.configured, c.deleted, c.unchanged
+                text(&c.cluster),
+                text(&c.layer),
+                c.created,
+                c.configured,
+                c.deleted,
+                c.unchanged
             );
         }
     }
@@ -54,9 +124,23 @@ pub(crate) fn markdown(review: &Review, limit: usize) -> String {
         head.push_str("\n#### What it means for sandboxes\n\n");
         for e in noted {
             for note in &e.notes {
-                let _ = writeln!(head, "- **{}** ({}): {note}", e.object, e.clusters.join(", "));
+                let _ = writeln!(head, "- **{}** ({}): {}", text(&e.object), text(&e.clusters.join(", ")), text(note));
             }
         }
+    }
+    // The header alone may not fit (a fleet's table, many notes): cut at a line, say so.
+    if head.len() > limit {
+        let room = limit.saturating_sub(HEAD_CUT.len());
+        let mut cut = room.min(head.len());
+        while !head.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let cut = head[..cut].rfind('\n').map_or(0, |i| i + 1);
+        head.truncate(cut);
+        if head.len() + HEAD_CUT.len() <= limit {
+            head.push_str(HEAD_CUT);
+        }
+        return head;
     }
     let mut out = head;
     if n > 0 {
@@ -64,15 +148,16 @@ pub(crate) fn markdown(review: &Review, limit: usize) -> String {
     }
     let mut shown = 0;
     for e in &review.changes {
-        let from = e.release.as_ref().map_or_else(String::new, |r| format!(", rendered by the chart of {r}"));
+        let from = e.release.as_ref().map_or_else(String::new, |r| format!(", rendered by the chart of {}", html(r)));
+        let fence = fence(&e.diff);
         let mut section = format!(
-            "<details><summary><code>{}</code> <b>{}</b> (layer {}{from}; {})</summary>\n\n```diff\n",
+            "<details><summary><code>{}</code> <b>{}</b> (layer {}{from}; {})</summary>\n\n{fence}diff\n",
             e.action,
-            e.object,
-            e.layer,
-            e.clusters.join(", ")
+            html(&e.object),
+            html(&e.layer),
+            html(&e.clusters.join(", "))
         );
-        let closing = "```\n\n</details>\n\n";
+        let closing = format!("{fence}\n\n</details>\n\n");
         let room = limit.saturating_sub(out.len() + section.len() + closing.len() + footer_room(n - shown));
         if room < 200 {
             break;
@@ -92,7 +177,7 @@ pub(crate) fn markdown(review: &Review, limit: usize) -> String {
         if !section.ends_with('\n') {
             section.push('\n');
         }
-        section.push_str(closing);
+        section.push_str(&closing);
         out.push_str(&section);
         shown += 1;
     }
@@ -158,5 +243,98 @@ mod tests {
         assert!(text.len() <= 20_000, "{}", text.len());
         assert!(text.contains("Cut to fit:"), "{text}");
         assert!(text.contains("| c | l | 0 | 40 | 0 | 0 |"));
+    }
+
+    /// What a CommonMark + GFM-tables parser makes of `md`: the text of every HTML node, heading,
+    /// link, image and emphasis, and the code blocks.
+    fn parsed(md: &str) -> (Vec<String>, Vec<String>) {
+        use pulldown_cmark::{Event, Options, Parser, Tag};
+        let (mut structure, mut code) = (Vec::new(), Vec::new());
+        let mut in_code = false;
+        for event in Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH) {
+            match event {
+                Event::Html(h) | Event::InlineHtml(h) => structure.push(format!("html {h}")),
+                Event::Start(Tag::CodeBlock(_)) => {
+                    in_code = true;
+                    code.push(String::new());
+                }
+                Event::End(pulldown_cmark::TagEnd::CodeBlock) => in_code = false,
+                Event::Text(t) if in_code => code.last_mut().unwrap().push_str(&t),
+                Event::Start(
+                    t @ (Tag::Heading { .. }
+                    | Tag::Link { .. }
+                    | Tag::Image { .. }
+                    | Tag::Emphasis
+                    | Tag::Strikethrough
+                    | Tag::BlockQuote(_)),
+                ) => structure.push(format!("{t:?}")),
+                _ => {}
+            }
+        }
+        (structure, code)
+    }
+
+    #[test]
+    fn text_from_the_change_cannot_write_the_comments_markdown() {
+        let hostile = "x\n```\n</details>\n\n# forged heading\n<img src=x onerror=alert(1)> **bold** [link](https://e.x) ![i](https://e.x/i.png) | cell | ~~s~~ `code` &amp;\n````";
+        let mut r = review(1, &format!("-a: 1\n+a: {hostile}\n"));
+        r.changes[0].object = format!("ConfigMap/ns/{hostile}");
+        r.changes[0].layer = hostile.into();
+        r.changes[0].release = Some(hostile.into());
+        r.changes[0].notes = vec![hostile.into()];
+        r.changes[0].clusters = vec![hostile.into()];
+        r.summary[0].cluster = hostile.into();
+        r.summary[0].layer = hostile.into();
+        r.clusters = vec![hostile.into()];
+        r.base.unrenderable = Some(hostile.into());
+        r.base.how.insert(hostile.into(), hostile.into());
+        let md = markdown(&r, 65_536);
+        let (structure, code) = parsed(&md);
+        // Only osbx's own structure: its heading, the warning quote, its emphasis and its
+        // <details>/<summary>/<code>/<b> tags; the hostile text is never a tag, heading, link or
+        // image, and the diff is one code block holding it whole.
+        for s in &structure {
+            if let Some(h) = s.strip_prefix("html ") {
+                // Every tag in the HTML is one of osbx's (the change's text is escaped in it).
+                for tag in h.split('<').skip(1).map(|t| t.split('>').next().unwrap_or_default()) {
+                    assert!(
+                        ["details", "summary", "/summary", "code", "/code", "b", "/b", "/details"].contains(&tag),
+                        "a tag that is not osbx's: <{tag}> in {h:?}\n{md}"
+                    );
+                }
+            } else {
+                assert!(!s.contains("Link") && !s.contains("Image") && !s.contains("Strikethrough"), "{s}\n{md}");
+            }
+        }
+        let emphasis = structure.iter().filter(|s| *s == "Emphasis").count();
+        assert_eq!(emphasis, 0, "nothing was cut, so no emphasis of osbx's, and none of the change's: {structure:?}");
+        let headings = structure.iter().filter(|s| s.starts_with("Heading")).count();
+        assert_eq!(headings, 3, "osbx diff, what it means, objects: {structure:?}\n{md}");
+        assert_eq!(code.len(), 1, "{code:?}\n{md}");
+        assert!(code[0].contains(hostile), "{:?}\n{md}", code[0]);
+        assert_eq!(md.matches("</details>").count(), 1 + 1, "osbx's own, and the one inside the code block: {md}");
+    }
+
+    #[test]
+    fn the_whole_comment_fits_even_when_its_header_alone_does_not() {
+        // A fleet: 2,000 clusters, one changed layer each.
+        let mut r = review(3, "-a\n+b\n");
+        r.clusters = (0..2_000).map(|i| format!("cluster-{i:04}")).collect();
+        r.summary = r
+            .clusters
+            .iter()
+            .map(|c| Count { cluster: c.clone(), layer: "opensandbox-pools".into(), configured: 1, ..Count::default() })
+            .collect();
+        let full = markdown(&r, usize::MAX);
+        assert!(full.len() > 65_536, "the header alone is over GitHub's limit: {}", full.len());
+        for limit in [65_536, 20_000, 1_000, 150, 10, 0] {
+            let md = markdown(&r, limit);
+            assert!(md.len() <= limit, "{} > {limit}", md.len());
+            if limit >= 1_000 {
+                assert!(md.starts_with("### osbx diff: 3 changes on 2000 clusters"), "{}", &md[..80]);
+                assert!(md.contains("_Cut to fit: the summary is longer"), "{limit}");
+                assert!(md.ends_with("|\n\n_Cut to fit: the summary is longer than the comment may be; run `osbx diff --base` locally (or `-o json`) for everything._\n") , "cut at a row: {}", &md[md.len() - 300..]);
+            }
+        }
     }
 }
