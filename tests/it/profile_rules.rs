@@ -343,3 +343,38 @@ fn sandbox_quota_rules() {
         layer("sandboxQuota:\n  hard: {pods: 10, requests.cpu: \"4\"}\n  containerDefaults: {requests: {cpu: 100m}}\n");
     profile::parse("p.yaml", ok).unwrap();
 }
+
+/// The profile's chart fields become a HelmRelease's chart, a source's URL and reference, and the
+/// paths a review fetches into: a name that is a path, an option or not of its kind is refused
+/// at load, located (it lints clean before).
+#[test]
+fn chart_fields_are_names_not_paths() {
+    let spire = |chart: &str| {
+        with("  - name: kata\n    external: true\n", "  - name: kata\n    component: spire-agents\n")
+            + "spire:\n  trustDomain: example.org\n  server: {address: spire.example.org}\n  className: c\n  chart:\n"
+            + chart
+    };
+    assert_eq!(
+        error_of(&spire("    name: ../../etc/x\n")),
+        "40:5: spire.chart.name: \"../../etc/x\" is refused: a chart name is not a path: it may not hold '/' or '\\'"
+    );
+    assert!(error_of(&spire("    name: --untardir=/tmp\n")).starts_with("40:5: spire.chart.name: "));
+    assert!(error_of(&spire("    version: ../1\n")).starts_with("40:5: spire.chart.version: \"../1\" is refused"));
+    assert!(error_of(&spire("    repository: file:///etc\n")).contains("spire.chart.repository: \"file:///etc\" is refused"));
+    assert!(
+        error_of(&with_kata("kata:\n  chart: {url: 'oci://ghcr.io/x/..', version: 4.1.0}\n"))
+            .contains("kata.chart.url: \"oci://ghcr.io/x/..\" is refused")
+    );
+    assert!(
+        error_of(&with_kata("kata:\n  chart: {version: ../../x}\n")).contains("kata.chart.version: \"../../x\" is refused")
+    );
+    assert_eq!(
+        error_of(&with("ref: {tag: helm/opensandbox/0.2.2}", "ref: {tag: ../../x}")),
+        "20:11: opensandbox.source.ref.tag: \"../../x\" is refused: it is not a valid git reference name (git check-ref-format)"
+    );
+    let path = with("  server:\n", "  chart: {path: ../../../etc}\n  server:\n");
+    let e = error_of(&path);
+    assert!(e.starts_with("21:11: opensandbox.chart.path: \"../../../etc\" is refused: it may not hold '..'"), "{e}");
+    let abs = with("  server:\n", "  chart: {path: /etc}\n  server:\n");
+    assert!(error_of(&abs).contains("opensandbox.chart.path: \"/etc\" is refused: it is an absolute path"));
+}
