@@ -821,18 +821,15 @@ fn locate(release: &str, hr: &Value, side: &[&Object]) -> Result<(Fetch, String)
                 GitRef::Branch(b.to_owned())
             };
             let path = chart.ok_or_else(|| refusal("names no chart path in its GitRepository".into()))?;
-            let path = crate::refs::repo_path(path)
-                .map_err(|r| refused(&format!("HelmRelease {release}"), "spec.chart.spec.chart", r))?;
+            let path = crate::refs::repo_path(path).map_err(|r| refused(release, "spec.chart.spec.chart", r))?;
             Fetch::Git { url, reference, path }
         }
         "HelmRepository" => {
             let chart = chart.ok_or_else(|| refusal("names no chart".into()))?.to_owned();
-            crate::refs::chart_name(&chart)
-                .map_err(|r| refused(&format!("HelmRelease {release}"), "spec.chart.spec.chart", r))?;
+            crate::refs::chart_name(&chart).map_err(|r| refused(release, "spec.chart.spec.chart", r))?;
             let version = spec["chart"]["spec"]["version"].as_str().filter(|v| *v != "*").map(str::to_owned);
             if let Some(v) = &version {
-                crate::refs::version(v)
-                    .map_err(|r| refused(&format!("HelmRelease {release}"), "spec.chart.spec.version", r))?;
+                crate::refs::version(v).map_err(|r| refused(release, "spec.chart.spec.version", r))?;
             }
             Fetch::Repo { url, chart, version, oci: s["type"] == "oci", plain_http }
         }

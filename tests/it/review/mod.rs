@@ -9,6 +9,7 @@
 mod bad_input;
 mod bench;
 mod fleet;
+mod hostile;
 mod sources;
 
 use std::path::{Path, PathBuf};

@@ -49,7 +49,7 @@ pub fn built(name: &str) -> PathBuf {
 }
 
 /// A child process killed (and reaped) on drop.
-struct Server(Child);
+pub struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -106,6 +106,31 @@ fn read_port(child: &mut Child, what: &str, find: impl Fn(&str) -> Option<u16> +
     rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("{what} did not say its port in 30 s"))
 }
 
+/// A git smart-HTTP server (`tests/cluster/githttp.py`) on loopback over `srv` (bare
+/// repositories under `srv/git/`, static files under `srv/static/`), and its `http://` base URL.
+pub fn git_http(srv: &Path, port_file: &Path) -> (Server, String) {
+    let server = Server(
+        Command::new("python3")
+            .arg(root().join("tests/cluster/githttp.py"))
+            .args(["--root", &srv.display().to_string(), "--bind", "127.0.0.1", "--port", "0"])
+            .arg("--port-file")
+            .arg(port_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start githttp.py"),
+    );
+    let started = Instant::now();
+    let port = loop {
+        if let Some(port) = std::fs::read_to_string(port_file).ok().and_then(|p| p.trim().parse::<u16>().ok()) {
+            break port;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "githttp.py did not start in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (server, format!("http://127.0.0.1:{port}"))
+}
+
 impl ChartSources {
     /// Start both servers and publish every chart.
     pub fn start() -> Self {
@@ -115,27 +140,7 @@ impl ChartSources {
         std::fs::create_dir_all(srv.join("static/helm-charts-hardened")).unwrap();
 
         // The git server (and the Helm repository's static files).
-        let port_file = dir.path().join("git.port");
-        let git_server = Server(
-            Command::new("python3")
-                .arg(root().join("tests/cluster/githttp.py"))
-                .args(["--root", &srv.display().to_string(), "--bind", "127.0.0.1", "--port", "0"])
-                .arg("--port-file")
-                .arg(&port_file)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start githttp.py"),
-        );
-        let started = Instant::now();
-        let git_port = loop {
-            if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse::<u16>().ok()) {
-                break port;
-            }
-            assert!(started.elapsed() < Duration::from_secs(30), "githttp.py did not start in 30 s");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let http = format!("http://127.0.0.1:{git_port}");
+        let (git_server, http) = git_http(&srv, &dir.path().join("git.port"));
 
         // The OCI registry.
         let mut child = Command::new(built("registry"))
