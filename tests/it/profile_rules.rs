@@ -360,13 +360,17 @@ fn chart_fields_are_names_not_paths() {
     );
     assert!(error_of(&spire("    name: --untardir=/tmp\n")).starts_with("40:5: spire.chart.name: "));
     assert!(error_of(&spire("    version: ../1\n")).starts_with("40:5: spire.chart.version: \"../1\" is refused"));
-    assert!(error_of(&spire("    repository: file:///etc\n")).contains("spire.chart.repository: \"file:///etc\" is refused"));
+    assert!(
+        error_of(&spire("    repository: file:///etc\n"))
+            .contains("spire.chart.repository: \"file:///etc\" is refused")
+    );
     assert!(
         error_of(&with_kata("kata:\n  chart: {url: 'oci://ghcr.io/x/..', version: 4.1.0}\n"))
             .contains("kata.chart.url: \"oci://ghcr.io/x/..\" is refused")
     );
     assert!(
-        error_of(&with_kata("kata:\n  chart: {version: ../../x}\n")).contains("kata.chart.version: \"../../x\" is refused")
+        error_of(&with_kata("kata:\n  chart: {version: ../../x}\n"))
+            .contains("kata.chart.version: \"../../x\" is refused")
     );
     assert_eq!(
         error_of(&with("ref: {tag: helm/opensandbox/0.2.2}", "ref: {tag: ../../x}")),
