@@ -153,7 +153,8 @@ pub struct LayerSpec {
     pub retry_interval: Option<String>,
     /// Garbage-collect objects removed from the layer.
     pub prune: bool,
-    /// Health-check everything the layer applies.
+    /// Health-check everything the layer applies; with `false`, Flux still health-checks the
+    /// objects without a Ready condition (a pools layer's Pools, listed in `healthChecks`).
     pub wait: bool,
     /// Layers (rendered or external) that must be Ready first.
     pub depends_on: Vec<String>,

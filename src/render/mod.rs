@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use tera::{Context, Tera};
 
+use crate::components::Component;
 use crate::embedded;
 use crate::object::Object;
 use crate::profile::LoadedProfile;
@@ -211,31 +212,27 @@ impl Renderer {
                     .collect::<Vec<_>>()
                     .into();
             }
-            // Flux's own health check for the kinds without a Ready condition (Flux ≥ 2.5).
-            if p.cluster.flux_takes_health_exprs() && !component.health.is_empty() {
-                view["healthCheckExprs"] = component
-                    .health
-                    .iter()
-                    .map(|h| {
-                        serde_json::json!({"apiVersion": h.kind.gvk().api_version(), "kind": h.kind.kind, "current": h.cel()})
-                    })
-                    .collect::<Vec<_>>()
-                    .into();
-            }
             ctx.insert("layer", &view);
             let app = format!("apps/{}.yaml", layer.name);
             let (owner, profile) = (&layer.name, p.name());
-            files.extend(self.file("cluster/layer.yaml", &ctx, format!("{cluster_dir}/{app}"), owner, profile)?);
-            entries.push(app);
             let dir = layer.repo_path();
             let prefix = format!("{}/", component.name);
+            let mut contents = Vec::new();
             for name in self.names.iter().filter(|n| n.starts_with(&prefix)) {
                 let file = &name[prefix.len()..];
                 if file.contains('/') || file.starts_with('_') {
                     continue;
                 }
-                files.extend(self.file(name, &ctx, format!("{dir}/{file}"), owner, profile)?);
+                contents.extend(self.file(name, &ctx, format!("{dir}/{file}"), owner, profile)?);
             }
+            // Flux's own health check for the kinds without a Ready condition (Flux ≥ 2.5).
+            if p.cluster.flux_takes_health_exprs() && !component.health.is_empty() {
+                health_checks(&mut view, component, layer.wait, &contents);
+                ctx.insert("layer", &view);
+            }
+            files.extend(self.file("cluster/layer.yaml", &ctx, format!("{cluster_dir}/{app}"), owner, profile)?);
+            files.extend(contents);
+            entries.push(app);
         }
         Ok(Rendered {
             source: Source { kind: "profile", name: p.name().to_owned() },
@@ -331,6 +328,36 @@ impl Renderer {
         out.push('\n');
         Ok(out)
     }
+}
+
+/// The layer's Flux health check for the kinds of `component` without a Ready condition, into
+/// its `view`: their rules as `healthCheckExprs`; and, when the layer does not `wait` (Flux then
+/// health-checks only the objects `healthChecks` lists, and evaluates the expressions for those
+/// alone), every object of those kinds among its `files` as `healthChecks`.
+fn health_checks(view: &mut serde_json::Value, component: &Component, wait: bool, files: &[RenderedFile]) {
+    view["healthCheckExprs"] = component
+        .health
+        .iter()
+        .map(|h| serde_json::json!({"apiVersion": h.kind.gvk().api_version(), "kind": h.kind.kind, "current": h.cel()}))
+        .collect::<Vec<_>>()
+        .into();
+    if wait {
+        return;
+    }
+    view["healthChecks"] = files
+        .iter()
+        .flat_map(|f| f.objects.iter())
+        .filter(|o| component.health.iter().any(|h| h.kind.is(&o.id.gvk)))
+        .map(|o| {
+            let mut check =
+                serde_json::json!({"apiVersion": o.id.gvk.api_version(), "kind": o.id.gvk.kind, "name": o.id.name});
+            if let Some(ns) = &o.id.namespace {
+                check["namespace"] = ns.clone().into();
+            }
+            check
+        })
+        .collect::<Vec<_>>()
+        .into();
 }
 
 fn read_dir_into(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(), RenderError> {

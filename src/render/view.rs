@@ -37,5 +37,7 @@ pub(super) fn layer(l: &LayerSpec) -> Value {
     v["decryption"] = Value::Null;
     // Flux's health rules for the kinds the layer holds that have no Ready condition.
     v["healthCheckExprs"] = Value::Null;
+    // The objects of those kinds Flux health-checks when the layer does not `wait`.
+    v["healthChecks"] = Value::Null;
     v
 }

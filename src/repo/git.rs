@@ -130,27 +130,30 @@ pub(crate) fn set_note(root: &Path, notes: &str, commit: &str, text: &str) -> Re
     Ok(())
 }
 
-/// The notes of the notes ref `notes` on the commits of HEAD's first-parent line, newest first:
-/// `each` gets a commit's id and its note, and stops the walk with `Break`.
+/// The notes of the notes refs `refs` (each `refs/notes/…`; one that does not exist holds none)
+/// on the commits of HEAD's first-parent line, newest first: `each` gets a commit's id and its
+/// note in each ref that annotates it (in the order of `refs`), and stops the walk with `Break`.
 ///
 /// # Errors
 /// [`GitError`] when `root` is not in a repository or libgit2 fails.
 pub(crate) fn notes_on_head_line(
     root: &Path,
-    notes: &str,
-    mut each: impl FnMut(&str, &str) -> std::ops::ControlFlow<()>,
+    refs: &[&str],
+    mut each: impl FnMut(&str, &[String]) -> std::ops::ControlFlow<()>,
 ) -> Result<(), GitError> {
     let (repo, _) = open(root)?;
-    let mut annotated = std::collections::HashMap::new();
-    match repo.notes(Some(notes)) {
-        Ok(iter) => {
-            for pair in iter {
-                let (note, commit) = pair?;
-                annotated.insert(commit, note);
+    let mut annotated: std::collections::HashMap<git2::Oid, Vec<git2::Oid>> = std::collections::HashMap::new();
+    for notes in refs {
+        match repo.notes(Some(notes)) {
+            Ok(iter) => {
+                for pair in iter {
+                    let (note, commit) = pair?;
+                    annotated.entry(commit).or_default().push(note);
+                }
             }
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(e.into()),
         }
-        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
-        Err(e) => return Err(e.into()),
     }
     if annotated.is_empty() {
         return Ok(());
@@ -165,13 +168,92 @@ pub(crate) fn notes_on_head_line(
     walk.simplify_first_parent()?;
     for id in walk {
         let id = id?;
-        let Some(note) = annotated.get(&id) else { continue };
-        let blob = repo.find_blob(*note)?;
-        if each(&id.to_string(), &String::from_utf8_lossy(blob.content())).is_break() {
+        let Some(notes) = annotated.get(&id) else { continue };
+        let texts = notes
+            .iter()
+            .map(|n| Ok(String::from_utf8_lossy(repo.find_blob(*n)?.content()).into_owned()))
+            .collect::<Result<Vec<_>, git2::Error>>()?;
+        if each(&id.to_string(), &texts).is_break() {
             break;
         }
     }
     Ok(())
+}
+
+/// Merge the notes ref `theirs` into the notes ref `ours` (both `refs/notes/…`), as `git notes
+/// merge` does: `ours` is created at `theirs`, or fast-forwarded to it, when it can be; else
+/// every note of `theirs` is added to `ours`, a commit annotated on both sides with different
+/// notes gets what `combine(commit, ours, theirs)` makes of them, and a merge commit with both
+/// tips as its parents ends `ours`, so that pushing it to where `theirs` came from is a
+/// fast-forward. Nothing happens when `theirs` does not exist or `ours` holds it already.
+///
+/// # Errors
+/// What `combine` returns, or [`GitError`] when `root` is not in a repository or libgit2 fails.
+pub(crate) fn merge_notes<E: From<GitError>>(
+    root: &Path,
+    ours: &str,
+    theirs: &str,
+    mut combine: impl FnMut(&str, &str, &str) -> Result<String, E>,
+) -> Result<(), E> {
+    let (repo, _) = open(root)?;
+    let found = |name: &str| match repo.refname_to_id(name) {
+        Ok(id) => Ok(Some(id)),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(GitError::from(e)),
+    };
+    let Some(their_tip) = found(theirs)? else { return Ok(()) };
+    let message = format!("osbx: notes merged from {theirs}");
+    match found(ours)? {
+        Some(tip) if tip == their_tip || repo.graph_descendant_of(tip, their_tip).map_err(GitError::from)? => {
+            return Ok(());
+        }
+        // Both sides have notes the other has not.
+        Some(tip) if !repo.graph_descendant_of(their_tip, tip).map_err(GitError::from)? => {}
+        _ => {
+            repo.reference(ours, their_tip, true, &message).map_err(GitError::from)?;
+            return Ok(());
+        }
+    }
+    let sig = repo.signature().or_else(|_| Signature::now("osbx", "osbx@localhost")).map_err(GitError::from)?;
+    let mut theirs_notes = Vec::new();
+    for pair in repo.notes(Some(theirs)).map_err(GitError::from)? {
+        theirs_notes.push(pair.map_err(GitError::from)?);
+    }
+    for (blob, commit) in theirs_notes {
+        let their_text = String::from_utf8_lossy(repo.find_blob(blob).map_err(GitError::from)?.content()).into_owned();
+        let text = match repo.find_note(Some(ours), commit) {
+            Ok(note) if note.id() == blob => continue,
+            Ok(note) => {
+                let our_text = note.message().unwrap_or_default().to_owned();
+                let text = combine(&commit.to_string(), &our_text, &their_text)?;
+                if text == our_text {
+                    continue;
+                }
+                text
+            }
+            Err(e) if e.code() == git2::ErrorCode::NotFound => their_text,
+            Err(e) => return Err(GitError::from(e).into()),
+        };
+        repo.note(&sig, &sig, Some(ours), commit, &text, true).map_err(GitError::from)?;
+    }
+    let tip = repo.find_commit(repo.refname_to_id(ours).map_err(GitError::from)?).map_err(GitError::from)?;
+    let their_commit = repo.find_commit(their_tip).map_err(GitError::from)?;
+    let tree = tip.tree().map_err(GitError::from)?;
+    repo.commit(Some(ours), &sig, &sig, &message, &tree, &[&tip, &their_commit]).map_err(GitError::from)?;
+    Ok(())
+}
+
+/// The object the ref `name` points at, or `None` when there is no such ref.
+///
+/// # Errors
+/// [`GitError`] when `root` is not in a repository or libgit2 fails.
+pub(crate) fn target(root: &Path, name: &str) -> Result<Option<String>, GitError> {
+    let (repo, _) = open(root)?;
+    match repo.refname_to_id(name) {
+        Ok(id) => Ok(Some(id.to_string())),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether each of `dirs` (`root`-relative) holds at HEAD exactly what it held at `commit`
@@ -351,6 +433,26 @@ pub(crate) fn push_ref(root: &Path, remote: &str, reference: &str) -> Result<(),
         "--quiet",
         remote,
         &format!("{reference}:{reference}"),
+    ]))
+}
+
+/// `git fetch REMOTE` of the ref `reference` into the ref `into`, in the repository containing
+/// `root`, with the user's git (as [`push_ref`]): `into` is then what the remote holds (forced,
+/// as a remote-tracking branch is), or gone when the remote has no `reference`. The refspec is
+/// a pattern (`+REF*:INTO*`) only so that a remote without the ref is no error; a ref of the
+/// remote whose name merely starts with `reference` is fetched beside it, under `into`'s name
+/// with the same ending.
+///
+/// # Errors
+/// What git said, when it failed or could not run.
+pub(crate) fn fetch_ref(root: &Path, remote: &str, reference: &str, into: &str) -> Result<(), String> {
+    user_git(Command::new("git").arg("-C").arg(root).args([
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--prune",
+        remote,
+        &format!("+{reference}*:{into}*"),
     ]))
 }
 

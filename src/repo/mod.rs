@@ -21,8 +21,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 pub(crate) use git::{
-    Checkout, GitError, RepoState, checkout, commit, fetch, head, note, notes_on_head_line, push, push_ref, remotes,
-    repo_state, set_note, staged_conflicts, unchanged_since, uncommitted,
+    Checkout, GitError, RepoState, checkout, commit, fetch, fetch_ref, head, merge_notes, note, notes_on_head_line,
+    push, push_ref, remotes, repo_state, set_note, staged_conflicts, target, unchanged_since, uncommitted,
 };
 pub(crate) use kustomization::MergeError;
 pub(crate) use snapshot::{Base, BaseError, Snapshot, at_commit, base, file_at, join, relative, work_tree};

@@ -1,6 +1,14 @@
 //! Each cluster's gate outcome, recorded durably in the repository: a git note on the commit the
 //! gate ran at, in the notes ref [`NOTES`], pushed with the branch when the rollout pushes.
 //!
+//! Git neither clones nor fetches notes by default, so a rollout fetches them itself, from the
+//! remote of the branch's upstream, into [`tracking`] (every run, a dry run too: [`fetch`]), and
+//! reads its own and the fetched ones together. Before it pushes its own, it fetches again and
+//! merges the remote's into them ([`publish`]): a note on a commit both sides annotated keeps
+//! every cluster's record, the newer where both have one (`at`), so the records of an earlier
+//! run from another clone, or of one running beside it, are never lost, and the push is a
+//! fast-forward.
+//!
 //! A note holds a YAML list of gate records, one per fleet and cluster gated at that commit (a
 //! later gate of the same cluster at the same commit replaces its record): the fleet, wave and
 //! cluster, the outcome (`passed`, `failed`, `no-evidence`), the commit, the time, every check
@@ -134,6 +142,70 @@ fn unreadable(commit: &str, reason: impl std::fmt::Display) -> RolloutError {
     RolloutError::Gates { commit: commit.to_owned(), reason: reason.to_string() }
 }
 
+/// The ref the remote `remote`'s gate records are fetched into.
+pub(crate) fn tracking(remote: &str) -> String {
+    format!("refs/notes/remotes/{remote}/osbx-rollout")
+}
+
+/// Fetch the gate records of `remote` into [`tracking`] (none there when it has none).
+///
+/// # Errors
+/// [`RolloutError::Fetch`] when git fails.
+pub(crate) fn fetch(root: &Path, remote: &str) -> Result<(), RolloutError> {
+    repo::fetch_ref(root, remote, NOTES, &tracking(remote)).map_err(|reason| RolloutError::Fetch {
+        repo: root.display().to_string(),
+        reason: format!("{NOTES}: {reason}"),
+    })
+}
+
+/// How many times [`publish`] fetches, merges and pushes again when the remote's records moved
+/// while it pushed (another run pushed its own in between).
+const PUBLISH_ATTEMPTS: usize = 5;
+
+/// Push the gate records to `remote`, after fetching its own and merging them in (so that the
+/// push is a fast-forward and keeps them); again when another run pushed in between.
+///
+/// # Errors
+/// [`RolloutError`] when git fails (the push: [`RolloutError::Push`]) or a note on either side
+/// is not gate records.
+pub(crate) fn publish(root: &Path, remote: &str) -> Result<(), RolloutError> {
+    let theirs = tracking(remote);
+    let mut attempt = 1;
+    loop {
+        fetch(root, remote)?;
+        let fetched = repo::target(root, &theirs)?;
+        repo::merge_notes(root, NOTES, &theirs, |commit, ours, theirs| {
+            to_text(commit, &merged(parse(commit, ours)?, parse(commit, theirs)?))
+        })?;
+        let Err(reason) = repo::push_ref(root, remote, NOTES) else { return Ok(()) };
+        // Refused because the remote's records moved since the fetch: merge those too.
+        fetch(root, remote)?;
+        if attempt == PUBLISH_ATTEMPTS || repo::target(root, &theirs)? == fetched {
+            return Err(RolloutError::Push { repo: root.display().to_string(), reason: format!("{NOTES}: {reason}") });
+        }
+        attempt += 1;
+    }
+}
+
+/// The records of one commit's two notes together: every fleet and cluster recorded in either,
+/// with the newer record (`at`) where both have one, `ours` where they are as new.
+fn merged(mut ours: Vec<Gate>, theirs: Vec<Gate>) -> Vec<Gate> {
+    for g in theirs {
+        match ours.iter_mut().find(|o| o.fleet == g.fleet && o.cluster == g.cluster) {
+            Some(o) if g.at > o.at => *o = g,
+            Some(_) => {}
+            None => ours.push(g),
+        }
+    }
+    ours
+}
+
+/// The text of a note holding `gates`.
+fn to_text(commit: &str, gates: &[Gate]) -> Result<String, RolloutError> {
+    let body = serde_saphyr::to_string(&gates).map_err(|e| unreadable(commit, e))?;
+    Ok(format!("# osbx rollout: the gates run at this commit\n{body}"))
+}
+
 fn parse(commit: &str, text: &str) -> Result<Vec<Gate>, RolloutError> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
@@ -154,14 +226,13 @@ pub(crate) fn record(root: &Path, gate: &Gate) -> Result<(), RolloutError> {
     };
     gates.retain(|g| !(g.fleet == gate.fleet && g.cluster == gate.cluster));
     gates.push(gate.clone());
-    let body = serde_saphyr::to_string(&gates).map_err(|e| unreadable(&gate.commit, e))?;
-    let text = format!("# osbx rollout: the gates run at this commit\n{body}");
-    repo::set_note(root, NOTES, &gate.commit, &text)?;
+    repo::set_note(root, NOTES, &gate.commit, &to_text(&gate.commit, &gates)?)?;
     Ok(())
 }
 
 /// The newest record of each of `clusters` of `fleet` on HEAD's first-parent line (its
-/// `commit` the one the note is on).
+/// `commit` the one the note is on), in the records made here and, when `remote` is given, those
+/// fetched from it ([`fetch`]) together.
 ///
 /// # Errors
 /// [`RolloutError`] when a note on that line is not gate records, or git fails.
@@ -169,11 +240,15 @@ pub(crate) fn newest(
     root: &Path,
     fleet: &str,
     clusters: &BTreeSet<&str>,
+    remote: Option<&str>,
 ) -> Result<BTreeMap<String, Gate>, RolloutError> {
+    let fetched = remote.map(tracking);
+    let refs: Vec<&str> = std::iter::once(NOTES).chain(fetched.as_deref()).collect();
     let mut found: BTreeMap<String, Gate> = BTreeMap::new();
     let mut error = None;
-    repo::notes_on_head_line(root, NOTES, |commit, text| {
-        match parse(commit, text) {
+    repo::notes_on_head_line(root, &refs, |commit, texts| {
+        let gates = texts.iter().try_fold(Vec::new(), |all, text| Ok(merged(all, parse(commit, text)?)));
+        match gates {
             Ok(gates) => {
                 for mut g in gates {
                     commit.clone_into(&mut g.commit);
@@ -252,5 +327,174 @@ mod tests {
         // The note's text reads back.
         let text = serde_saphyr::to_string(&vec![gate.clone()]).unwrap();
         assert_eq!(parse("c", &text).unwrap(), [gate]);
+    }
+
+    /// Two clones of one Flux repository, as two CI jobs have them, and how their gate
+    /// records meet on the remote.
+    mod clones {
+        use std::path::{Path, PathBuf};
+        use std::process::Command;
+
+        use super::super::*;
+
+        fn git(dir: &Path, args: &[&str]) -> String {
+            let out = Command::new("git")
+                .arg("-C")
+                .arg(dir)
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "init.defaultBranch=main"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        }
+
+        /// `origin.git` with one commit on `main`, pushed from the clone `a`.
+        fn origin(dir: &Path) -> PathBuf {
+            git(dir, &["init", "-q", "--bare", "-b", "main", "origin.git"]);
+            git(dir, &["clone", "-q", "origin.git", "a"]);
+            let a = dir.join("a");
+            git(&a, &["commit", "-q", "--allow-empty", "-m", "first"]);
+            git(&a, &["push", "-q", "-u", "origin", "main"]);
+            a
+        }
+
+        /// A fresh clone `name` of `origin.git` (no notes: git clones none).
+        fn clone(dir: &Path, name: &str) -> PathBuf {
+            git(dir, &["clone", "-q", "origin.git", name]);
+            dir.join(name)
+        }
+
+        fn gate(cluster: &str, outcome: GateOutcome, commit: &str, at: &str) -> Gate {
+            Gate {
+                fleet: "labs".into(),
+                wave: "canary".into(),
+                cluster: cluster.into(),
+                outcome,
+                commit: commit.into(),
+                at: at.into(),
+                checks: [("nodes.ready".into(), "PASS".into())].into(),
+                failed: None,
+            }
+        }
+
+        /// The records on `commit` in the remote, each as (cluster, outcome).
+        fn on_remote(dir: &Path, commit: &str) -> Vec<(String, GateOutcome)> {
+            let text = git(&dir.join("origin.git"), &["notes", "--ref", "osbx-rollout", "show", commit]);
+            parse(commit, &text).unwrap().into_iter().map(|g| (g.cluster, g.outcome)).collect()
+        }
+
+        const ALL: [&str; 3] = ["lab-a", "lab-b", "lab-c"];
+
+        #[test]
+        fn a_second_clone_keeps_the_first_ones_records_and_a_fresh_clone_reads_them_all() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path();
+            let a = origin(dir);
+            // The second job cloned before the first pushed its records.
+            let b = clone(dir, "b");
+            let first = git(&a, &["rev-parse", "HEAD"]);
+            record(&a, &gate("lab-a", GateOutcome::Passed, &first, "2026-01-01T00:00:01Z")).unwrap();
+            publish(&a, "origin").unwrap();
+
+            // The second job gates lab-b at the same commit, then a commit of its own for lab-c.
+            record(&b, &gate("lab-b", GateOutcome::Passed, &first, "2026-01-01T00:00:02Z")).unwrap();
+            git(&b, &["commit", "-q", "--allow-empty", "-m", "second"]);
+            git(&b, &["push", "-q"]);
+            let second = git(&b, &["rev-parse", "HEAD"]);
+            record(&b, &gate("lab-c", GateOutcome::Failed, &second, "2026-01-01T00:00:03Z")).unwrap();
+            // Its notes ref and the remote's share no history: a plain push is refused (what a
+            // rollout from a fresh clone met after its wave was pushed) …
+            assert!(repo::push_ref(&b, "origin", NOTES).is_err(), "the remote's records would be replaced");
+            // … and one with the remote's records merged in is a fast-forward that keeps them.
+            publish(&b, "origin").unwrap();
+            assert_eq!(
+                on_remote(dir, &first),
+                [("lab-b".to_owned(), GateOutcome::Passed), ("lab-a".to_owned(), GateOutcome::Passed)]
+            );
+            assert_eq!(on_remote(dir, &second), [("lab-c".to_owned(), GateOutcome::Failed)]);
+            let tip = |repo: &Path, name: &str| git(repo, &["rev-parse", name]);
+            assert_eq!(tip(&b, NOTES), tip(&dir.join("origin.git"), NOTES));
+
+            // The first job gates lab-a again at its commit, later, and it fails: its newer
+            // record replaces its older one there, and lab-b's stays.
+            record(&a, &gate("lab-a", GateOutcome::Failed, &first, "2026-01-01T00:00:04Z")).unwrap();
+            publish(&a, "origin").unwrap();
+            assert_eq!(
+                on_remote(dir, &first),
+                [("lab-a".to_owned(), GateOutcome::Failed), ("lab-b".to_owned(), GateOutcome::Passed)]
+            );
+
+            // A fresh clone has no records of its own; it reads the fetched ones.
+            let c = clone(dir, "c");
+            let clusters: BTreeSet<&str> = ALL.into();
+            fetch(&c, "origin").unwrap();
+            assert!(newest(&c, "labs", &clusters, None).unwrap().is_empty(), "a clone has no notes");
+            let found = newest(&c, "labs", &clusters, Some("origin")).unwrap();
+            let seen: Vec<(&str, GateOutcome, &str)> =
+                found.values().map(|g| (g.cluster.as_str(), g.outcome, g.commit.as_str())).collect();
+            assert_eq!(
+                seen,
+                [
+                    ("lab-a", GateOutcome::Failed, first.as_str()),
+                    ("lab-b", GateOutcome::Passed, first.as_str()),
+                    ("lab-c", GateOutcome::Failed, second.as_str()),
+                ]
+            );
+            // A record made there and one fetched, on the same commit: the newer counts.
+            record(&c, &gate("lab-c", GateOutcome::Passed, &second, "2026-01-01T00:00:05Z")).unwrap();
+            assert_eq!(newest(&c, "labs", &clusters, Some("origin")).unwrap()["lab-c"].outcome, GateOutcome::Passed);
+            record(&c, &gate("lab-c", GateOutcome::Passed, &second, "2025-12-31T00:00:00Z")).unwrap();
+            assert_eq!(newest(&c, "labs", &clusters, Some("origin")).unwrap()["lab-c"].outcome, GateOutcome::Failed);
+        }
+
+        #[test]
+        fn records_another_run_pushes_while_this_one_pushes_are_merged_and_pushed_again() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path();
+            let a = origin(dir);
+            let b = clone(dir, "b");
+            let first = git(&a, &["rev-parse", "HEAD"]);
+            record(&a, &gate("lab-a", GateOutcome::Passed, &first, "2026-01-01T00:00:01Z")).unwrap();
+            record(&b, &gate("lab-b", GateOutcome::Passed, &first, "2026-01-01T00:00:02Z")).unwrap();
+            // The first job pushes its records while the second's push is under way (after the
+            // second fetched and merged): the second's pre-push hook pushes them, once.
+            let hook = b.join(".git/hooks/pre-push");
+            let script = format!(
+                "#!/bin/sh\nset -e\n[ -e \"{m}\" ] && exit 0\ntouch \"{m}\"\n\
+                 env -u GIT_DIR -u GIT_WORK_TREE -u GIT_INDEX_FILE git -C \"{a}\" push -q origin {NOTES}:{NOTES}\n",
+                m = dir.join("pushed").display(),
+                a = a.display()
+            );
+            std::fs::write(&hook, script).unwrap();
+            let mut perms = std::fs::metadata(&hook).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+            std::fs::set_permissions(&hook, perms).unwrap();
+            publish(&b, "origin").unwrap();
+            assert!(dir.join("pushed").exists(), "the hook ran");
+            assert_eq!(
+                on_remote(dir, &first),
+                [("lab-b".to_owned(), GateOutcome::Passed), ("lab-a".to_owned(), GateOutcome::Passed)]
+            );
+        }
+
+        #[test]
+        fn a_push_that_fails_for_another_reason_is_reported_once() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path();
+            let a = origin(dir);
+            let first = git(&a, &["rev-parse", "HEAD"]);
+            record(&a, &gate("lab-a", GateOutcome::Passed, &first, "2026-01-01T00:00:01Z")).unwrap();
+            let hook = a.join(".git/hooks/pre-push");
+            let script =
+                format!("#!/bin/sh\necho refused >&2\necho x >> \"{}\"\nexit 1\n", dir.join("tries").display());
+            std::fs::write(&hook, script).unwrap();
+            let mut perms = std::fs::metadata(&hook).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+            std::fs::set_permissions(&hook, perms).unwrap();
+            let err = publish(&a, "origin").unwrap_err();
+            assert!(matches!(&err, RolloutError::Push { reason, .. } if reason.contains("refused")), "{err}");
+            assert_eq!(std::fs::read_to_string(dir.join("tries")).unwrap(), "x\n", "the remote did not move: no retry");
+        }
     }
 }

@@ -90,6 +90,14 @@ pub(crate) enum RolloutError {
         /// What git said.
         reason: String,
     },
+    /// `git fetch` of the gate records failed.
+    #[error("git fetch in {repo}: {reason}")]
+    Fetch {
+        /// The repository.
+        repo: String,
+        /// What git said.
+        reason: String,
+    },
     /// `--repo` is not in a git repository.
     #[error(
         "{path} is not inside a git repository: osbx rollout commits each wave to the branch Flux follows (give --repo the Flux repository's work tree, or `git init` it)"
@@ -202,8 +210,13 @@ pub(crate) async fn run(
 ) -> Result<Report, RolloutError> {
     let source = Source { kind: "fleet", name: fleet.name.clone() };
     let root = settings.repo.as_path();
-    let remote = checked_out(root, settings.push)?;
-    let plan = Plan::new(fleet, renderer, root, &source, &settings.verify.selection)?;
+    let upstream = checked_out(root, settings.push)?;
+    // The gate records of earlier runs from other clones (git fetches no notes by itself).
+    if let Some(remote) = &upstream {
+        gates::fetch(root, remote)?;
+    }
+    let plan = Plan::new(fleet, renderer, root, upstream.as_deref(), &source, &settings.verify.selection)?;
+    let remote = upstream.filter(|_| settings.push);
     let start = if settings.resume { plan.done } else { 0 };
     let mut report = Report {
         fleet: fleet.name.clone(),
@@ -260,14 +273,12 @@ pub(crate) async fn run(
         .buffer_unordered(wave.max_parallel.max(1))
         .collect::<Vec<_>>()
         .await;
-        // What was recorded is pushed, also when a gate could not finish.
+        // What was recorded is pushed, also when a gate could not finish, with what the remote
+        // holds merged in.
         if let Some(remote) = &remote
             && gated.iter().any(Result::is_ok)
         {
-            repo::push_ref(root, remote, gates::NOTES).map_err(|reason| RolloutError::Push {
-                repo: root.display().to_string(),
-                reason: format!("{}: {reason}", gates::NOTES),
-            })?;
+            gates::publish(root, remote)?;
         }
         let mut results = gated.into_iter().collect::<Result<Vec<_>, _>>()?;
         results.sort_by_key(|r| wave.clusters.iter().position(|c| *c == r.cluster));
@@ -284,8 +295,8 @@ pub(crate) async fn run(
 }
 
 /// The repository at `root` can take the waves' commits: HEAD is on a branch (maybe one with no
-/// commit yet) and, when pushing, the branch has an upstream; returns the upstream's remote
-/// when pushing.
+/// commit yet) and, when pushing, the branch has an upstream; returns the upstream's remote,
+/// when it has one.
 fn checked_out(root: &Path, push: bool) -> Result<Option<String>, RolloutError> {
     let repo = root.display().to_string();
     let checkout = match repo::checkout(root) {
@@ -295,7 +306,7 @@ fn checked_out(root: &Path, push: bool) -> Result<Option<String>, RolloutError> 
     };
     match checkout {
         repo::Checkout::Detached(at) => Err(RolloutError::Detached { repo, at: at[..at.len().min(12)].to_owned() }),
-        repo::Checkout::Branch { remote: Some(remote), .. } if push => Ok(Some(remote)),
+        repo::Checkout::Branch { remote: Some(remote), .. } => Ok(Some(remote)),
         repo::Checkout::Branch { name, remote: None } if push => {
             let remote = match repo::remotes(root)?.as_slice() {
                 [one] => one.clone(),

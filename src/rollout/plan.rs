@@ -43,18 +43,20 @@ pub(super) struct Plan {
 
 impl Plan {
     /// The rollout of `fleet` over the repository at `root` as it is now, for a run selecting
-    /// the checks `selection`.
+    /// the checks `selection`; the gate records are those made here and those fetched from
+    /// `remote`.
     pub(super) fn new(
         fleet: &Fleet,
         renderer: &Renderer,
         root: &Path,
+        remote: Option<&str>,
         source: &Source,
         selection: &Selection,
     ) -> Result<Self, RolloutError> {
         // The gate records first: without any (a first rollout), nothing below reads the
         // clusters' directories.
         let names: BTreeSet<&str> = fleet.members.iter().map(|m| m.profile.cluster.name.as_str()).collect();
-        let records = gates::newest(root, &fleet.name, &names)?;
+        let records = gates::newest(root, &fleet.name, &names, remote)?;
         let mut files = Vec::new();
         let mut previous: Option<Rendered> = None;
         let mut first_pending = fleet.waves.len();

@@ -206,3 +206,58 @@ async fn standin_sets_flux_readiness_with_observed_generation() {
     assert_eq!(v["status"]["observedGeneration"], 0, "a stale Ready can be modelled");
     assert_eq!(v["status"]["conditions"][0]["reason"], "ReconciliationSucceeded");
 }
+
+/// The pools layer's Kustomization in the render of `doc`, and the render's Pools.
+fn pools_layer(doc: &Value) -> (Value, Vec<Value>) {
+    let loaded = osbx::profile::from_value("profile.yaml", doc).unwrap();
+    let objects = osbx::render::Renderer::new(None).unwrap().render(&loaded).unwrap().objects();
+    let kustomization = objects
+        .iter()
+        .find(|o| {
+            o.object.value["kind"] == "Kustomization" && o.object.value["metadata"]["name"] == "opensandbox-pools"
+        })
+        .expect("the pools layer's Kustomization")
+        .object
+        .value
+        .clone();
+    let pools = objects.iter().filter(|o| o.object.value["kind"] == "Pool").map(|o| o.object.value.clone()).collect();
+    (kustomization, pools)
+}
+
+#[tokio::test]
+async fn a_pools_layer_that_does_not_wait_lists_its_pools_for_flux_to_health_check() {
+    let profile =
+        crate::builder::TestProfile::new("nowait").pool("pod", "runc", [1, 2, 1, 4]).pool("big", "runc", [0, 1, 0, 8]);
+    let mut doc: Value = serde_saphyr::from_str(&profile.yaml()).unwrap();
+    // `wait: true` (the default): Flux health-checks everything the layer applies and ignores
+    // `healthChecks`, so none is written.
+    let (waits, _) = pools_layer(&doc);
+    assert_eq!(waits["spec"]["wait"], true, "{waits:#}");
+    assert!(waits["spec"].get("healthChecks").is_none(), "{waits:#}");
+    // `wait: false`: Flux evaluates `healthCheckExprs` only for the objects `healthChecks`
+    // lists, so every Pool is listed, and nothing else.
+    doc["layers"][1]["wait"] = json!(false);
+    let (k, pools) = pools_layer(&doc);
+    assert_eq!(pools.len(), 2);
+    let listed: Vec<Value> = pools
+        .iter()
+        .map(|p| {
+            json!({"apiVersion": p["apiVersion"], "kind": "Pool", "name": p["metadata"]["name"],
+                   "namespace": p["metadata"]["namespace"]})
+        })
+        .collect();
+    assert_eq!(k["spec"]["wait"], false, "{k:#}");
+    assert_eq!(k["spec"]["healthChecks"], Value::Array(listed), "{k:#}");
+    assert_eq!(k["spec"]["healthCheckExprs"], waits["spec"]["healthCheckExprs"], "the same rule either way");
+    // The real Kustomization CRD keeps both fields as written.
+    let client = cluster::client().await;
+    cluster::install_all_crds().await;
+    let loaded = osbx::profile::from_value("profile.yaml", &doc).unwrap();
+    let objects = osbx::render::Renderer::new(None).unwrap().render(&loaded).unwrap().objects();
+    cluster::ensure_namespaces(&client, &objects).await;
+    let (api, name) = api_for(&client, &k).await;
+    let live = api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&k)).await.unwrap();
+    let mut lost = Vec::new();
+    dropped(&k["spec"], &serde_json::to_value(&live).unwrap()["spec"], "spec", &mut lost);
+    assert!(lost.is_empty(), "the server dropped {lost:?}");
+}

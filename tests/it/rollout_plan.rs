@@ -157,6 +157,44 @@ fn resume_starts_at_the_first_wave_the_gate_records_do_not_show_passed() {
 }
 
 #[test]
+fn a_fresh_clone_sees_the_gate_records_an_earlier_run_pushed() {
+    let dir = repo();
+    let d = dir.path();
+    let repo = d.join("repo");
+    commit_wave(d, &fleet([12, 8, 8]), "canary", "lab-a");
+    gates(d, &[("canary", "lab-a", "passed", PASSED)]);
+    commit_wave(d, &fleet([12, 12, 8]), "second", "lab-b");
+    // Pushed as `rollout --push` pushes: the branch, and the notes ref beside it.
+    let origin = d.join("origin.git").display().to_string();
+    git(d, &["init", "-q", "--bare", "-b", "main", "origin.git"]);
+    git(&repo, &["remote", "add", "origin", &origin]);
+    git(&repo, &["push", "-q", "-u", "origin", "main"]);
+    git(&repo, &["push", "-q", "origin", "refs/notes/osbx-rollout:refs/notes/osbx-rollout"]);
+    // A CI job's fresh clone: git cloned no notes, and the rollout fetches them.
+    let ci = tempfile::tempdir().unwrap();
+    git(ci.path(), &["clone", "-q", &origin, "repo"]);
+    let clone = ci.path().join("repo");
+    assert_eq!(git(&clone, &["for-each-ref", "refs/notes"]), "", "git clones no notes");
+    let target = fleet([12; 3]);
+    assert_eq!(plan(ci.path(), &target, &["--resume"]), ["done", "committed", "pending"]);
+    // A dry run only fetched them: no commit, no file, no note of its own.
+    assert_eq!(git(&clone, &["rev-parse", "HEAD"]), git(&repo, &["rev-parse", "HEAD"]));
+    assert_eq!(git(&clone, &["status", "--porcelain"]), "");
+    assert_eq!(
+        git(&clone, &["for-each-ref", "--format=%(refname)", "refs/notes"]).trim(),
+        "refs/notes/remotes/origin/osbx-rollout"
+    );
+    // The canary gated again from the first clone, and failed there; pushed, the clone's next
+    // run sees that newer record, not the one it fetched before.
+    let failed: &[(&str, &str)] = &[("flux.layers", "PASS"), ("nodes.ready", "FAIL")];
+    git(&repo, &["checkout", "-q", "HEAD~1"]);
+    gates(d, &[("canary", "lab-a", "failed", failed)]);
+    git(&repo, &["checkout", "-q", "main"]);
+    git(&repo, &["push", "-q", "origin", "refs/notes/osbx-rollout:refs/notes/osbx-rollout"]);
+    assert_eq!(plan(ci.path(), &target, &["--resume"]), ["committed", "committed", "pending"]);
+}
+
+#[test]
 fn a_failed_gate_is_never_counted_as_passed() {
     let dir = repo();
     let d = dir.path();
