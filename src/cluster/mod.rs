@@ -94,7 +94,7 @@ pub enum ClusterError {
     NoCluster {
         /// The kubeconfig, as [`Found`] says where it came from.
         kubeconfig: Box<str>,
-        /// The context.
+        /// The context that names the cluster.
         context: String,
         /// The cluster it names.
         cluster: String,

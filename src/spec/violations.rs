@@ -43,7 +43,7 @@ impl Violations {
     }
 
     /// The value must be a container image reference (`[host[:port]/]path[:tag][@digest]`).
-    pub fn image(&mut self, field: &str, value: &str) {
+    pub(crate) fn image(&mut self, field: &str, value: &str) {
         if let Err(why) = check_image_reference(value) {
             self.push(
                 field,
