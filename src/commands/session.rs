@@ -109,7 +109,13 @@ pub(super) fn start_connect(
 ) -> tokio::task::JoinHandle<anyhow::Result<(Cluster, preflight::Report)>> {
     let options = options.clone();
     rt.spawn(async move {
-        let cluster = Cluster::connect(&options).await?;
+        let cluster = Cluster::connect(&options).await.map_err(|e| match e {
+            // The context was asked for with --context: say what to ask for instead.
+            crate::cluster::ClusterError::NoContext { context: Some(_), current: false, .. } => {
+                anyhow::anyhow!("{e}; give --context one of them, or --kubeconfig the file that has it")
+            }
+            e => e.into(),
+        })?;
         let report = preflight::warm_up(&cluster).await?;
         Ok((cluster, report))
     })

@@ -298,9 +298,23 @@ pub(super) struct StatusSettings {
     pub fleet: Option<PathBuf>,
 }
 
-impl From<&StatusArgs> for StatusSettings {
-    fn from(a: &StatusArgs) -> Self {
-        Self {
+impl TryFrom<&StatusArgs> for StatusSettings {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &StatusArgs) -> anyhow::Result<Self> {
+        if a.fleet.is_some() {
+            let graph = match a.output {
+                StatusOutput::Mermaid => Some("mermaid"),
+                StatusOutput::Dot => Some("dot"),
+                StatusOutput::Text | StatusOutput::Json => None,
+            };
+            if let Some(graph) = graph {
+                anyhow::bail!(
+                    "-o {graph}: --fleet prints one line per cluster, and the layer graph is drawn for one cluster; give -o text or -o json with --fleet, or drop --fleet to draw a cluster's graph"
+                );
+            }
+        }
+        Ok(Self {
             profile: (&a.profile).into(),
             connect: (&a.cluster).into(),
             repo: a.repo.clone(),
@@ -308,7 +322,7 @@ impl From<&StatusArgs> for StatusSettings {
             output: a.output,
             watch: a.watch,
             fleet: a.fleet.clone(),
-        }
+        })
     }
 }
 

@@ -78,7 +78,9 @@ impl OwnPlane {
 
 impl Drop for OwnPlane {
     fn drop(&mut self) {
-        let _ = std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()).output();
+        crate::support::stop_in_drop(
+            std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()),
+        );
     }
 }
 

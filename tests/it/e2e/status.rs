@@ -38,6 +38,7 @@ struct Watching {
 
 impl Drop for Watching {
     fn drop(&mut self) {
+        // Best effort when dropped: kill fails only if the watch already exited, and wait then reaps it.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
