@@ -124,7 +124,7 @@ impl Printer {
     /// written to the terminal between two frames moves the frame, and the next one must be
     /// drawn below it (with nothing shown).
     #[must_use]
-    pub(crate) fn redraws_in_place(&self) -> bool {
+    pub(crate) fn redraws_in_place() -> bool {
         Term::stdout().features().is_attended()
     }
 

@@ -47,7 +47,7 @@ pub(super) fn run(settings: &StatusSettings, printer: Printer) -> anyhow::Result
                             for t in &batch.troubles {
                                 printer.warn(t);
                             }
-                            if !batch.troubles.is_empty() && printer.redraws_in_place() {
+                            if !batch.troubles.is_empty() && Printer::redraws_in_place() {
                                 // The warning moved the frame: the next is drawn below it.
                                 shown.clear();
                             }
@@ -69,7 +69,7 @@ pub(super) fn run(settings: &StatusSettings, printer: Printer) -> anyhow::Result
                     Err(e) => {
                         let delay = retry.delay();
                         printer.warn(&format!("reading the platform: {e:#} (again in {:.1}s)", delay.as_secs_f64()));
-                        if printer.redraws_in_place() {
+                        if Printer::redraws_in_place() {
                             shown.clear();
                         }
                         tokio::select! {

@@ -244,14 +244,19 @@ async fn follow(cluster: Cluster, objects: Objects, tx: mpsc::Sender<Event>) {
         }
     };
     loop {
-        // The version to start from: what is there now was seen by the overview's last read
-        // (or is reported as a change when it came since).
+        // Where to start. A collection: from the version its LIST saw (what is there was seen by
+        // the overview's last read, or came since and is reported). One object: from now, no
+        // version (its own may be older than the server keeps: 410 Gone); the server then sends
+        // it as it is first, skipped when it is what the GET saw.
         let start = match &name {
-            Some(name) => api.get_opt(name).await.map(|o| o.and_then(|o| o.metadata.resource_version)),
-            None => api.list_metadata(&ListParams::default().limit(1)).await.map(|l| l.metadata.resource_version),
+            Some(name) => api.get_opt(name).await.map(|o| (String::new(), o.and_then(|o| o.metadata.resource_version))),
+            None => api
+                .list_metadata(&ListParams::default().limit(1))
+                .await
+                .map(|l| (l.metadata.resource_version.unwrap_or_default(), None)),
         };
-        let mut version = match start {
-            Ok(v) => v.unwrap_or_default(),
+        let (mut version, mut seen) = match start {
+            Ok(start) => start,
             Err(e) => {
                 let delay = backoff.delay();
                 if !report.trouble(format!("reading: {}", crate::cluster::describe(&e)), delay).await {
@@ -261,48 +266,81 @@ async fn follow(cluster: Cluster, objects: Objects, tx: mpsc::Sender<Event>) {
                 continue;
             }
         };
-        // Watch, resuming from the last version reported, until the watch is refused or breaks.
-        let why = loop {
-            let stream = match api.watch(&params, &version).await {
-                Ok(stream) => stream,
-                Err(e) => break crate::cluster::describe(&e),
-            };
-            let mut stream = stream.boxed();
-            let mut broken = None;
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o)) => {
-                        version = o.metadata.resource_version.unwrap_or(version);
-                        backoff.reset();
-                        report.working();
-                        if !report.changed().await {
-                            return;
-                        }
-                    }
-                    Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
-                    // 410 Gone (the version expired) and the like: read again.
-                    Ok(WatchEvent::Error(e)) => {
-                        broken = Some(format!("the watch ended: {} ({})", e.message, e.code));
-                        break;
-                    }
-                    Err(e) => {
-                        broken = Some(format!("the watch broke: {e}"));
-                        break;
-                    }
-                }
-            }
-            if let Some(why) = broken {
-                break why;
-            }
-            // The server ended the watch at its timeout: resume from the last version.
-            backoff.reset();
-            report.working();
+        let Some(why) = watch_from(&api, &params, (&mut version, &mut seen), &mut backoff, &mut report).await else {
+            return;
         };
         let delay = backoff.delay();
-        if !report.trouble(why, delay).await {
+        if let Some(why) = why
+            && !report.trouble(why, delay).await
+        {
             return;
         }
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// Watch with `params` from `version`, resuming from the last version reported, until the watch
+/// is refused or breaks: `Some(Some(why))`; `Some(None)` when the version expired (410 Gone: no
+/// trouble, read and watch again); `None` when nobody listens any more. The first event that
+/// is the object at the version `seen` (the GET's) is no change.
+async fn watch_from(
+    api: &Api<DynamicObject>,
+    params: &WatchParams,
+    (version, seen): (&mut String, &mut Option<String>),
+    backoff: &mut Backoff,
+    report: &mut Reporter,
+) -> Option<Option<String>> {
+    loop {
+        let opened = std::time::Instant::now();
+        let mut events = 0_usize;
+        let stream = match api.watch(params, version).await {
+            Ok(stream) => stream,
+            Err(kube::Error::Api(s)) if s.code == 410 => return Some(None),
+            Err(e) => return Some(Some(crate::cluster::describe(&e))),
+        };
+        let mut stream = stream.boxed();
+        let mut broken = None;
+        while let Some(event) = stream.next().await {
+            events += 1;
+            match event {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o)) => {
+                    let at = o.metadata.resource_version;
+                    if seen.take().is_some_and(|s| at.as_ref() == Some(&s)) {
+                        // The object as the GET saw it: no change.
+                        continue;
+                    }
+                    *version = at.unwrap_or(std::mem::take(version));
+                    backoff.reset();
+                    report.working();
+                    if !report.changed().await {
+                        return None;
+                    }
+                }
+                Ok(WatchEvent::Bookmark(b)) => *version = b.metadata.resource_version,
+                Ok(WatchEvent::Error(e)) if e.code == 410 => {
+                    broken = Some(None);
+                    break;
+                }
+                Ok(WatchEvent::Error(e)) => {
+                    broken = Some(Some(format!("the watch ended: {} ({})", e.message, e.code)));
+                    break;
+                }
+                Err(e) => {
+                    broken = Some(Some(format!("the watch broke: {e}")));
+                    break;
+                }
+            }
+        }
+        if let Some(why) = broken {
+            return Some(why);
+        }
+        if events == 0 && opened.elapsed() < Duration::from_secs(1) {
+            // Ended at once, with nothing: not a watch to resume at once.
+            return Some(Some("the watch ended at once".to_owned()));
+        }
+        // The server ended the watch at its timeout: resume from the last version.
+        backoff.reset();
+        report.working();
     }
 }
 

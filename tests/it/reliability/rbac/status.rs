@@ -199,6 +199,12 @@ async fn watch_as_the_printed_user_shows_a_pool_change_through_a_watch_within_a_
     // The Pool kind is not served when --watch starts.
     let setup = Setup::start(false).await;
     let client = &setup.client;
+    // A HelmRelease there before the start: watched by name, from then on.
+    let release = json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        "metadata": {"name": "opensandbox", "namespace": "st-system"},
+        "spec": {"interval": "10m", "chart": {"spec": {"chart": "opensandbox",
+                 "sourceRef": {"kind": "GitRepository", "name": "opensandbox"}}}}});
+    apply(client, &release).await;
     let watching = tokio::task::block_in_place(|| setup.watch());
     let first =
         tokio::task::block_in_place(|| line_with(&watching.stdout, &["pod", "no such Pool"], Duration::from_secs(20)));
@@ -221,12 +227,7 @@ async fn watch_as_the_printed_user_shows_a_pool_change_through_a_watch_within_a_
 
     // Just after a read that nothing changed caused (the health tick, every 10 s: the only
     // poll), a change: a poll would show it 10 s later; the watch within a second.
-    let lists = setup.requests("LIST", "pools").await;
-    let ticked = cluster::wait_for("the health tick's read", Duration::from_secs(15), || async {
-        (setup.requests("LIST", "pools").await > lists).then_some(())
-    })
-    .await;
-    let () = ticked;
+    just_after_a_tick(&setup).await;
     // Followed by a watch: one is open on Pools.
     assert!(setup.metric("apiserver_longrunning_requests", "WATCH", "pools").await >= 1, "no watch of Pools is open");
     pools.patch_status("pod", &PatchParams::default(), &Patch::Merge(&status(3))).await.unwrap();
@@ -237,6 +238,20 @@ async fn watch_as_the_printed_user_shows_a_pool_change_through_a_watch_within_a_
     let (at, line) = shown.expect("--watch did not show the change");
     let latency = at.duration_since(changed);
     assert!(latency < Duration::from_secs(1), "--watch showed the change {latency:?} after it: {line}");
+
+    // The HelmRelease, watched by name (the role grants its watch by resourceNames), Ready.
+    just_after_a_tick(&setup).await;
+    let (releases, _) = cluster::api_for(client, &release).await;
+    let ready = json!({"status": {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True",
+        "reason": "InstallSucceeded", "message": "installed", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    releases.patch_status("opensandbox", &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
+    let changed = Instant::now();
+    let shown = tokio::task::block_in_place(|| {
+        line_with(&watching.stdout, &["✔ st-system/opensandbox"], Duration::from_secs(5))
+    });
+    let (at, line) = shown.expect("--watch did not show the HelmRelease Ready");
+    let latency = at.duration_since(changed);
+    assert!(latency < Duration::from_secs(1), "--watch showed the HelmRelease {latency:?} after it: {line}");
 
     // The API server restarts: --watch says the reads failed, goes on, and shows the next change.
     let argv = setup.plane.kill_apiserver();
@@ -253,4 +268,14 @@ async fn watch_as_the_printed_user_shows_a_pool_change_through_a_watch_within_a_
     let mut watching = watching;
     assert!(watching.child.try_wait().unwrap().is_none(), "--watch ended with the API server's restart");
     assert!(after.is_some(), "--watch did not show a change after the API server came back");
+}
+
+/// Wait for the health tick's read (a LIST of Pools that no change caused), so that the next
+/// tick is 10 s away.
+async fn just_after_a_tick(setup: &Setup) {
+    let lists = setup.requests("LIST", "pools").await;
+    cluster::wait_for("the health tick's read", Duration::from_secs(15), || async {
+        (setup.requests("LIST", "pools").await > lists).then_some(())
+    })
+    .await;
 }
