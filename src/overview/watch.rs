@@ -178,7 +178,7 @@ impl Reporter {
     async fn trouble(&mut self, what: String, delay: Duration) -> bool {
         if self.last.as_ref() != Some(&what) {
             let text = format!(
-                "watching {}: {what} (again in {:.1}s, and later ones quietly)",
+                "watching {}: {what} (tried again in {:.1}s, and said again only if it changes)",
                 self.subject,
                 delay.as_secs_f64()
             );
