@@ -35,7 +35,16 @@ pub(super) fn run(settings: &StatusSettings, printer: Printer) -> anyhow::Result
         let mut retry = overview::Backoff::new(std::time::Duration::from_secs(30));
         loop {
             let lines = lines(&o, settings.output);
-            printer.redraw(&shown, &lines);
+            if settings.output == StatusOutput::Json {
+                // One document a line, each time it changes: for a reader, not a screen.
+                if lines != shown {
+                    for l in &lines {
+                        printer.data(l);
+                    }
+                }
+            } else {
+                printer.redraw(&shown, &lines);
+            }
             shown = lines;
             // Until something changes (a watch's trouble is said, and the watch goes on).
             loop {

@@ -73,10 +73,12 @@ impl Setup {
     }
 
     /// `osbx status --watch` as the user, its output lines on channels.
-    fn watch(&self) -> Watching {
+    fn watch(&self, extra: &[&str]) -> Watching {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_osbx"))
             .env("OSBX_COLOR", "never")
-            .args(["status", "--watch", "--profile"])
+            .args(["status", "--watch"])
+            .args(extra)
+            .arg("--profile")
             .arg(&self.profile)
             .arg("--kubeconfig")
             .arg(&self.user)
@@ -170,7 +172,7 @@ async fn the_printed_status_role_is_enough_and_each_permission_is_needed() {
             let Target::Resource { resource, .. } = &atom.target else { panic!("{atom:?}") };
             let reads = || async { setup.requests("LIST", resource).await + setup.requests("GET", resource).await };
             let before = reads().await;
-            let watching = tokio::task::block_in_place(|| setup.watch());
+            let watching = tokio::task::block_in_place(|| setup.watch(&[]));
             let refused = tokio::task::block_in_place(|| {
                 line_with(&watching.stderr, &["watching", "forbidden"], Duration::from_secs(10))
             });
@@ -205,7 +207,8 @@ async fn watch_as_the_printed_user_shows_a_pool_change_through_a_watch_within_a_
         "spec": {"interval": "10m", "chart": {"spec": {"chart": "opensandbox",
                  "sourceRef": {"kind": "GitRepository", "name": "opensandbox"}}}}});
     apply(client, &release).await;
-    let watching = tokio::task::block_in_place(|| setup.watch());
+    let watching = tokio::task::block_in_place(|| setup.watch(&[]));
+    let json = tokio::task::block_in_place(|| setup.watch(&["-o", "json"]));
     let first =
         tokio::task::block_in_place(|| line_with(&watching.stdout, &["pod", "no such Pool"], Duration::from_secs(20)));
     assert!(first.is_some(), "the first draw");
@@ -238,6 +241,11 @@ async fn watch_as_the_printed_user_shows_a_pool_change_through_a_watch_within_a_
     let (at, line) = shown.expect("--watch did not show the change");
     let latency = at.duration_since(changed);
     assert!(latency < Duration::from_secs(1), "--watch showed the change {latency:?} after it: {line}");
+    // `-o json`: each document whole, one a line.
+    let (_, doc) = tokio::task::block_in_place(|| line_with(&json.stdout, &["\"total\":3"], Duration::from_secs(5)))
+        .expect("--watch -o json did not show the change");
+    let doc: Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("{e}: {doc}"));
+    assert_eq!(doc["pools"].as_array().unwrap().iter().find(|p| p["name"] == "pod").unwrap()["total"], 3, "{doc}");
 
     // The HelmRelease, watched by name (the role grants its watch by resourceNames), Ready.
     just_after_a_tick(&setup).await;
