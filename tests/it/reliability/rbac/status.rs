@@ -171,18 +171,24 @@ async fn the_printed_status_role_is_enough_and_each_permission_is_needed() {
         if atom.verb == "watch" {
             let Target::Resource { resource, .. } = &atom.target else { panic!("{atom:?}") };
             let reads = || async { setup.requests("LIST", resource).await + setup.requests("GET", resource).await };
-            let before = reads().await;
+            let (before, since) = (reads().await, Instant::now());
             let watching = tokio::task::block_in_place(|| setup.watch(&[]));
             let refused = tokio::task::block_in_place(|| {
                 line_with(&watching.stderr, &["watching", "forbidden"], Duration::from_secs(10))
             });
             assert!(refused.is_some(), "without {atom:?}, --watch did not say its watch was forbidden");
             tokio::time::sleep(Duration::from_secs(3)).await;
-            let read = reads().await - before;
+            let (read, window) = (reads().await - before, since.elapsed());
             drop(watching);
-            // The overview's read, then the watch's own start read after each refusal: 250 ms,
-            // 500 ms, 1 s, 2 s apart at most (a watch tried again at once reads hundreds of times).
-            assert!(read <= 8, "without {atom:?}, --watch read {resource} {read} times in about 3 s");
+            // The overview's read and the watch's first, then one after each refusal, waited at
+            // least 125 ms, 250 ms, 500 ms, … (half of each doubling delay): n retries take at
+            // least 125 ms × (2^n − 1). A watch tried again at once reads hundreds of times.
+            let retries = (window.as_secs_f64() / 0.125 + 1.0).log2().floor();
+            let most = 2.0 + retries;
+            assert!(
+                f64::from(u32::try_from(read).unwrap()) <= most,
+                "without {atom:?}, --watch read {resource} {read} times in {window:?} (at most {most} with the backoff)"
+            );
         } else {
             let out = setup.status().await;
             let (stdout, stderr) = outputs(&out);
