@@ -1,7 +1,8 @@
 //! `osbx apply` with `secrets.sops`, as a CI user holding only what `osbx rbac --for apply`
 //! prints: the sealed API key decrypted and applied as kustomize-controller would, the cluster's
-//! decryption Secret created once from the key file (never replaced, never pruned), and no
-//! value in any output.
+//! decryption Secret created once, only when asked, from a file holding the cluster's one
+//! identity (never from a person's key file, never replaced, never pruned), and no value in any
+//! output.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -19,6 +20,38 @@ fn age_key(dir: &Path, name: &str) -> (std::path::PathBuf, String, String) {
     let file = dir.join(format!("{name}.agekey"));
     std::fs::write(&file, &text).unwrap();
     (file, text, recipient)
+}
+
+/// A CI user `sa-ci` bound to exactly the roles `osbx rbac --for apply` prints for the
+/// profile in `dir` (which grant reading and creating the decryption Secret): its kubeconfig.
+async fn ci_user_with_printed_roles(client: &kube::Client, kubeconfig: &Path, dir: &Path) -> std::path::PathBuf {
+    let user = cluster::user_kubeconfig(kubeconfig, "sa-ci", dir);
+    let out = osbx()
+        .current_dir(dir)
+        .args(["rbac", "--for", "apply", "--user", "sa-ci", "-p", "profile.yaml"])
+        .output()
+        .unwrap();
+    let (roles, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let docs: Vec<Value> = roles.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
+    let flux_role = docs
+        .iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "sa-flux")
+        .unwrap_or_else(|| panic!("no Role in sa-flux:\n{roles}"));
+    let rules = flux_role["rules"].as_array().unwrap();
+    let secrets_rule = |verb: &str| {
+        rules.iter().any(|r| {
+            r["resources"].as_array().unwrap().iter().any(|x| x == "secrets")
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == verb)
+        })
+    };
+    assert!(secrets_rule("get") && secrets_rule("create"), "the decryption Secret is not granted:\n{roles}");
+    for d in &docs {
+        let (api, name) = cluster::api_for(client, d).await;
+        api.patch(&name, &kube::api::PatchParams::apply("test").force(), &kube::api::Patch::Apply(d)).await.unwrap();
+    }
+
+    user
 }
 
 fn secret_data(s: &Secret, key: &str) -> String {
@@ -50,32 +83,7 @@ async fn apply_decrypts_the_sealed_key_and_creates_the_decryption_secret_once_wi
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
 
-    // The CI user holds exactly the printed roles.
-    let user = cluster::user_kubeconfig(&plane.kubeconfig, "sa-ci", dir.path());
-    let out = osbx()
-        .current_dir(dir.path())
-        .args(["rbac", "--for", "apply", "--user", "sa-ci", "-p", "profile.yaml"])
-        .output()
-        .unwrap();
-    let (roles, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let docs: Vec<Value> = roles.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
-    let flux_role = docs
-        .iter()
-        .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "sa-flux")
-        .unwrap_or_else(|| panic!("no Role in sa-flux:\n{roles}"));
-    let rules = flux_role["rules"].as_array().unwrap();
-    let secrets_rule = |verb: &str| {
-        rules.iter().any(|r| {
-            r["resources"].as_array().unwrap().iter().any(|x| x == "secrets")
-                && r["verbs"].as_array().unwrap().iter().any(|v| v == verb)
-        })
-    };
-    assert!(secrets_rule("get") && secrets_rule("create"), "the decryption Secret is not granted:\n{roles}");
-    for d in &docs {
-        let (api, name) = cluster::api_for(&client, d).await;
-        api.patch(&name, &kube::api::PatchParams::apply("test").force(), &kube::api::Patch::Apply(d)).await.unwrap();
-    }
+    let user = ci_user_with_printed_roles(&client, &plane.kubeconfig, dir.path()).await;
 
     let run_as = |key: &Path, extra: &[&str]| {
         let mut args = vec!["apply", "--no-wait", "--repo", "flux", "-p", "profile.yaml"];
@@ -91,6 +99,7 @@ async fn apply_decrypts_the_sealed_key_and_creates_the_decryption_secret_once_wi
                 osbx()
                     .current_dir(dir)
                     .env_remove("OSBX_API_KEY")
+                    .env_remove("SOPS_AGE_KEY")
                     .env("SOPS_AGE_KEY_FILE", key)
                     .args(args)
                     .arg("--kubeconfig")
@@ -102,27 +111,63 @@ async fn apply_decrypts_the_sealed_key_and_creates_the_decryption_secret_once_wi
             .unwrap()
         }
     };
-    let out = run_as(&k1, &[]).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(stderr.contains("Secret/sa-flux/sops-age does not exist: creating it"), "{stderr}");
     let flux_secrets = Api::<Secret>::namespaced(client.clone(), "sa-flux");
-    assert_eq!(secret_data(&flux_secrets.get("sops-age").await.unwrap(), "age.agekey"), k1_text);
     let system_secrets = Api::<Secret>::namespaced(client.clone(), "sa-system");
+    let mut printed = Vec::new();
+
+    // A person's key file (the cluster's key and their own) opens the sealed file, and that is
+    // all it does: no decryption Secret is made from it.
+    let person = dir.path().join("person.agekey");
+    std::fs::write(
+        &person,
+        format!("{}{}", std::fs::read_to_string(&k1).unwrap(), std::fs::read_to_string(&k2).unwrap()),
+    )
+    .unwrap();
+    let out = run_as(&person, &[]).await;
+    let (stdout, stderr) = outputs(&out);
+    printed.push(format!("{stdout}{stderr}"));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("Secret/sa-flux/sops-age does not exist: Flux cannot decrypt"), "{stderr}");
+    assert!(
+        flux_secrets.get_opt("sops-age").await.unwrap().is_none(),
+        "a decryption Secret made from a person's key file"
+    );
     assert_eq!(secret_data(&system_secrets.get("api-key").await.unwrap(), "api-key"), value);
+    // Nor when it is asked for explicitly: a file with several identities is refused.
+    let person_arg = person.display().to_string();
+    let out = run_as(&person, &["--create-decryption-secret", &person_arg]).await;
+    let (stdout, stderr) = outputs(&out);
+    printed.push(format!("{stdout}{stderr}"));
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("holds 2 age identities"), "{stderr}");
+    assert!(flux_secrets.get_opt("sops-age").await.unwrap().is_none(), "created from a file of two identities");
+
+    // The cluster's own identity, asked for: the Secret holds exactly that file.
+    let k1_arg = k1.display().to_string();
+    let out = run_as(&person, &["--create-decryption-secret", &k1_arg]).await;
+    let (stdout, stderr) = outputs(&out);
+    printed.push(format!("{stdout}{stderr}"));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!("Secret/sa-flux/sops-age does not exist: creating it from {k1_arg} (the identity of {r1}, secrets.sops.age[0]")),
+        "{stderr}"
+    );
+    assert_eq!(secret_data(&flux_secrets.get("sops-age").await.unwrap(), "age.agekey"), k1_text);
 
     // Another key file later: the cluster's key is left as it is (and k2 cannot open the file).
     let out = run_as(&k2, &[]).await;
-    let (_, stderr) = outputs(&out);
+    let (stdout, stderr) = outputs(&out);
+    printed.push(format!("{stdout}{stderr}"));
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no age identity given matches"), "{stderr}");
-    let out = run_as(&k1, &["--prune"]).await;
+    let out = run_as(&k1, &["--prune", "--create-decryption-secret", &k1_arg]).await;
     let (stdout, stderr) = outputs(&out);
+    printed.push(format!("{stdout}{stderr}"));
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(!stderr.contains("does not exist: creating it"), "{stderr}");
+    assert!(!stderr.contains("does not exist"), "{stderr}");
+    assert!(stderr.contains("Secret/sa-flux/sops-age exists: left as it is"), "{stderr}");
     assert_eq!(secret_data(&flux_secrets.get("sops-age").await.unwrap(), "age.agekey"), k1_text, "replaced or pruned");
-    assert!(
-        !stdout.contains(value) && !stderr.contains(value) && !stderr.contains("AGE-SECRET-KEY"),
-        "{stdout}{stderr}"
-    );
+    for text in &printed {
+        assert!(!text.contains(value) && !text.contains("AGE-SECRET-KEY"), "{text}");
+    }
 }
