@@ -438,7 +438,7 @@ fn lint_finds_plaintext_foreign_recipients_and_malformed_files() {
     assert_exit(&c.set("v", None), 0);
     std::fs::write(
         c.repo().join("platform/opensandbox-pools/extra.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: leak\nstringData:\n  a: b\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: leak\nstringData:\n  a: b\n---\nkind: Secret\nmetadata:\n  name: half-sealed\ndata:\n  sealed: ENC[AES256_GCM,data:eA==,iv:eA==,tag:eA==,type:str]\n  plain: cGxhaW4=\nsops:\n  mac: ENC[AES256_GCM,data:eA==,iv:eA==,tag:eA==,type:str]\n  lastmodified: \"2026-01-01T00:00:00Z\"\n  encrypted_regex: ^sealed$\n",
     )
     .unwrap();
     c.profile(&json!([c.k2.recipient]));
@@ -450,6 +450,14 @@ fn lint_finds_plaintext_foreign_recipients_and_malformed_files() {
         (plain["file"].as_str(), plain["line"].as_u64(), plain["severity"].as_str()),
         (Some("platform/opensandbox-pools/extra.yaml"), Some(7), Some("error"))
     );
+    // SOPS metadata does not make a Secret sealed: its `data.plain` is in plain text.
+    let half = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "secret.plaintext" && f["line"] == 18)
+        .unwrap_or_else(|| panic!("the Secret with SOPS metadata and a plain value: {report}"));
+    assert_eq!((half["column"].as_u64(), half["field"].as_str()), (Some(3), Some("data.plain")), "{half}");
     let rec = find("secret.recipients").expect("the recipients warning");
     assert_eq!(rec["severity"], "warning");
     let msg = rec["message"].as_str().unwrap();
