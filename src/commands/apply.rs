@@ -1,6 +1,8 @@
 //! `osbx apply`: plan, preflight, staged server-side apply layer by layer, prune, wait, and
 //! with `--verify` the acceptance checks.
 
+use anyhow::Context as _;
+
 use super::ExitStatus;
 use super::session::{self, prepare, runtime, start_connect};
 use super::settings::ApplySettings;
@@ -26,7 +28,10 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     let cluster_key = settings
         .decryption_key_file
         .as_deref()
-        .map(|path| secrets::cluster_key(&prepared.loaded.profile, path))
+        .map(|path| {
+            secrets::cluster_key(&prepared.loaded.profile, path)
+                .with_context(|| format!("--create-decryption-secret {}", path.display()))
+        })
         .transpose()?;
     let cluster_ids = cluster_key.as_ref().map(|k| &k.identities);
     session::supply(

@@ -393,6 +393,18 @@ fn bad_input_is_refused_with_exit_2_and_nothing_written() {
     args.extend(["--create-decryption-secret", &k2_arg]);
     refused(&mut c, &args, &[("SOPS_AGE_KEY_FILE", &k1)], None, &["k2.agekey", "not one of secrets.sops.age"]);
 
+    // Without secrets.sops there is no decryption Secret to make.
+    let plain_profile = c.dir.path().join("p.yaml");
+    let kept_profile = std::fs::read_to_string(&plain_profile).unwrap();
+    let mut doc: Value = serde_saphyr::from_str(&kept_profile).unwrap();
+    doc.as_object_mut().unwrap().remove("secrets");
+    std::fs::write(&plain_profile, serde_saphyr::to_string(&doc).unwrap()).unwrap();
+    let k1_arg = k1.display().to_string();
+    let mut args = apply.to_vec();
+    args.extend(["--create-decryption-secret", &k1_arg]);
+    refused(&mut c, &args, &[], None, &["--create-decryption-secret", "no `secrets.sops`"]);
+    std::fs::write(&plain_profile, kept_profile).unwrap();
+
     // The API key given as well as kept in git.
     let mut cmd_env = vec![("SOPS_AGE_KEY_FILE", k1.as_path())];
     let key_file = c.dir.path().join("api.key");
