@@ -411,6 +411,10 @@ pub struct RbacArgs {
     /// any object of the rendered kinds in the rendered namespaces.
     #[arg(long)]
     pub prune: bool,
+    /// Also what `apply --create-decryption-secret` does: create the cluster's decryption
+    /// Secret (`secrets.sops.secretRef` in the Flux namespace).
+    #[arg(long)]
+    pub create_decryption_secret: bool,
     /// Bind the roles to this ServiceAccount (NAMESPACE/NAME); repeatable.
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_service_account)]
     pub service_account: Vec<(String, String)>,

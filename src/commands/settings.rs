@@ -468,6 +468,7 @@ impl From<&RbacArgs> for RbacSettings {
                     RbacFor::All => Purpose::All,
                 },
                 prune: a.prune,
+                decryption_secret: a.create_decryption_secret,
                 subjects: a.user.iter().cloned().map(Subject::User).chain(accounts).collect(),
             },
         }

@@ -22,13 +22,14 @@ fn age_key(dir: &Path, name: &str) -> (std::path::PathBuf, String, String) {
     (file, text, recipient)
 }
 
-/// A CI user `sa-ci` bound to exactly the roles `osbx rbac --for apply` prints for the
-/// profile in `dir` (which grant reading and creating the decryption Secret): its kubeconfig.
-async fn ci_user_with_printed_roles(client: &kube::Client, kubeconfig: &Path, dir: &Path) -> std::path::PathBuf {
-    let user = cluster::user_kubeconfig(kubeconfig, "sa-ci", dir);
+/// Bind the CI user `sa-ci` to exactly the roles `osbx rbac --for apply <extra>` prints for the
+/// profile in `dir` (applied over the ones bound before, which they replace); whether they
+/// grant creating the decryption Secret (they always grant reading it).
+async fn bind_printed_roles(client: &kube::Client, dir: &Path, extra: &[&str]) -> bool {
     let out = osbx()
         .current_dir(dir)
         .args(["rbac", "--for", "apply", "--user", "sa-ci", "-p", "profile.yaml"])
+        .args(extra)
         .output()
         .unwrap();
     let (roles, stderr) = outputs(&out);
@@ -45,13 +46,28 @@ async fn ci_user_with_printed_roles(client: &kube::Client, kubeconfig: &Path, di
                 && r["verbs"].as_array().unwrap().iter().any(|v| v == verb)
         })
     };
-    assert!(secrets_rule("get") && secrets_rule("create"), "the decryption Secret is not granted:\n{roles}");
+    assert!(secrets_rule("get"), "reading the decryption Secret is not granted:\n{roles}");
     for d in &docs {
         let (api, name) = cluster::api_for(client, d).await;
         api.patch(&name, &kube::api::PatchParams::apply("test").force(), &kube::api::Patch::Apply(d)).await.unwrap();
     }
+    secrets_rule("create")
+}
 
-    user
+/// Write `profile.yaml` in `dir`, sealing for `recipient`, and seal `value` into `dir/flux`.
+fn seal_for(dir: &Path, recipient: &str, value: &str) {
+    let mut doc: Value =
+        serde_saphyr::from_str(&TestProfile::new("sa").pool("pod", "runc", [0, 1, 0, 2]).yaml()).unwrap();
+    doc["secrets"] = json!({"sops": {"age": [recipient]}});
+    std::fs::write(dir.join("profile.yaml"), serde_saphyr::to_string(&doc).unwrap()).unwrap();
+    let out = osbx()
+        .current_dir(dir)
+        .env_remove("SOPS_AGE_KEY_FILE")
+        .args(["secret", "set", "api-key", "-p", "profile.yaml", "--out", "flux"])
+        .write_stdin(value)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
 }
 
 fn secret_data(s: &Secret, key: &str) -> String {
@@ -69,21 +85,13 @@ async fn apply_decrypts_the_sealed_key_and_creates_the_decryption_secret_once_wi
     let dir = tempfile::tempdir().unwrap();
     let (k1, k1_text, r1) = age_key(dir.path(), "k1");
     let (k2, _, _) = age_key(dir.path(), "k2");
-    let mut doc: Value =
-        serde_saphyr::from_str(&TestProfile::new("sa").pool("pod", "runc", [0, 1, 0, 2]).yaml()).unwrap();
-    doc["secrets"] = json!({"sops": {"age": [r1]}});
-    std::fs::write(dir.path().join("profile.yaml"), serde_saphyr::to_string(&doc).unwrap()).unwrap();
     let value = "sa-sealed-key-5d2e";
-    let out = osbx()
-        .current_dir(dir.path())
-        .env_remove("SOPS_AGE_KEY_FILE")
-        .args(["secret", "set", "api-key", "-p", "profile.yaml", "--out", "flux"])
-        .write_stdin(value)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
+    seal_for(dir.path(), &r1, value);
 
-    let user = ci_user_with_printed_roles(&client, &plane.kubeconfig, dir.path()).await;
+    // The CI user holds exactly the printed roles: first those of an apply that is not asked to
+    // create the decryption Secret, which do not grant creating it.
+    let user = cluster::user_kubeconfig(&plane.kubeconfig, "sa-ci", dir.path());
+    assert!(!bind_printed_roles(&client, dir.path(), &[]).await, "creating the decryption Secret is granted unasked");
 
     let run_as = |key: &Path, extra: &[&str]| {
         let mut args = vec!["apply", "--no-wait", "--repo", "flux", "-p", "profile.yaml"];
@@ -142,7 +150,12 @@ async fn apply_decrypts_the_sealed_key_and_creates_the_decryption_secret_once_wi
     assert!(stderr.contains("holds 2 age identities"), "{stderr}");
     assert!(flux_secrets.get_opt("sops-age").await.unwrap().is_none(), "created from a file of two identities");
 
-    // The cluster's own identity, asked for: the Secret holds exactly that file.
+    // The cluster's own identity, asked for (with the roles for it): the Secret holds exactly
+    // that file.
+    assert!(
+        bind_printed_roles(&client, dir.path(), &["--create-decryption-secret"]).await,
+        "creating it is not granted"
+    );
     let k1_arg = k1.display().to_string();
     let out = run_as(&person, &["--create-decryption-secret", &k1_arg]).await;
     let (stdout, stderr) = outputs(&out);
