@@ -204,23 +204,27 @@ fn sops_and_osbx_read_each_others_files() {
 #[test]
 fn files_sops_writes_with_its_rules_and_numbers_open_and_rekey() {
     let plain = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: api-key\n  namespace: sx-system\ntype: Opaque\nstringData:\n  api-key: from-sops-7c1d\nnumbersData:\n  ratio: 1.0\n  big: 1e21\n  half: 0.5\n  count: 3\n  neg: -7\nplain:\n  ratio: 2.0\n  big: 1e22\n  count: 4\n";
-    let variants: [&[&str]; 3] = [
-        &["--mac-only-encrypted", "--encrypted-regex", "^(stringData|numbersData)$"],
-        &["--encrypted-suffix", "Data"],
-        &["--unencrypted-regex", "^(apiVersion|kind|metadata|type|plain)$"],
+    // Each as a `.sops.yaml` creation rule (`mac_only_encrypted` has no command-line flag).
+    let variants = [
+        "mac_only_encrypted: true\n    encrypted_regex: ^(stringData|numbersData)$",
+        "encrypted_suffix: Data",
+        "unencrypted_regex: ^(apiVersion|kind|metadata|type|plain)$",
     ];
     for rules in variants {
         let mut c = Case::new();
         let (k1, k2) = (c.k1.file.clone(), c.k2.file.clone());
         assert_exit(&c.osbx(&["render", "-o", "repo"], &[], None), 0);
         std::fs::write(c.dir.path().join("plain.yaml"), plain).unwrap();
-        let mut args = vec!["encrypt", "--age", &c.k1.recipient, "--input-type", "yaml", "--output-type", "yaml"];
-        args.extend(rules);
-        args.push("plain.yaml");
+        let config = format!("creation_rules:\n  - age: {}\n    {rules}\n", c.k1.recipient);
+        std::fs::write(c.dir.path().join("sops-config.yaml"), config).unwrap();
+        let args =
+            ["--config", "sops-config.yaml", "encrypt", "--input-type", "yaml", "--output-type", "yaml", "plain.yaml"];
         let out = c.sops(&k1, &args);
         let (by_sops, stderr) = outputs(&out);
         assert!(out.status.success(), "sops encrypt {rules:?}: {stderr}");
         assert!(by_sops.contains("type:float") && by_sops.contains("type:int"), "{rules:?}: {by_sops}");
+        let rule = rules.split(':').next().unwrap();
+        assert!(by_sops.contains(&format!("{rule}:")), "sops did not write {rule}: {by_sops}");
         std::fs::write(c.repo().join(SEALED), &by_sops).unwrap();
 
         // Opened: every value decrypts and the MAC matches.
