@@ -245,6 +245,9 @@ pub(super) struct ApplySettings {
     pub repo: PathBuf,
     /// The age identity that opens the sealed Secrets (`secrets.sops`).
     pub age_key_file: Option<PathBuf>,
+    /// The cluster's own age identity, to create its decryption Secret from
+    /// (`--create-decryption-secret`).
+    pub decryption_key_file: Option<PathBuf>,
     /// Output format.
     pub output: Output,
     /// The API key to write to the profile's Secret (`--api-key-file`, `OSBX_API_KEY`).
@@ -272,6 +275,7 @@ impl TryFrom<&ApplyArgs> for ApplySettings {
             },
             repo: a.repo.clone(),
             age_key_file: a.age_key_file.clone(),
+            decryption_key_file: a.create_decryption_secret.clone(),
             output: a.output,
             api_key: key,
             verify: (a.verify && !a.dry_run).then_some(verify),
@@ -478,6 +482,7 @@ impl From<&RbacArgs> for RbacSettings {
                     RbacFor::All => Purpose::All,
                 },
                 prune: a.prune,
+                decryption_secret: a.create_decryption_secret,
                 subjects: a.user.iter().cloned().map(Subject::User).chain(accounts).collect(),
             },
         }
