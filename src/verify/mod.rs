@@ -139,6 +139,9 @@ pub struct Ctx {
     pub run: probe::Run,
     /// How to reach the Lifecycle API.
     pub endpoint: Endpoint,
+    /// The checks the run reports on (a check with several ids does only the work of the
+    /// selected ones).
+    pub selection: Selection,
 }
 
 /// One or more checks that run together (e.g. the SPIFFE denial runs after the issuance).

@@ -86,7 +86,13 @@ impl Session {
         let probe::Swept { removed: mut swept, live_runs } = probe::sweep(cluster, &run, &extra_namespaces).await;
         swept.extend(checks::sweep_sandboxes(cluster, profile, &live_runs).await);
         run.create_namespace(cluster).await?;
-        let ctx = Ctx { cluster: cluster.clone(), profile: profile.clone(), run, endpoint };
+        let ctx = Ctx {
+            cluster: cluster.clone(),
+            profile: profile.clone(),
+            run,
+            endpoint,
+            selection: settings.selection.clone(),
+        };
         Ok(Self { ctx, settings, flux_objects, extra_namespaces, swept })
     }
 

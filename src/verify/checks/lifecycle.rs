@@ -1,6 +1,7 @@
 //! `opensandbox.lifecycle.<pool>`: a sandbox can be created from each pool through the Lifecycle
-//! API, runs bound to it, and is gone after deletion; and the sweep of the sandboxes a killed
-//! run left.
+//! API, runs bound to it, and is gone after deletion; `opensandbox.exec.<pool>` runs a command in
+//! that same sandbox through execd before it is deleted ([`exec`]); and the sweep of the
+//! sandboxes a killed run left.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +9,7 @@ use futures::future::BoxFuture;
 use http::Method;
 use serde_json::{Value, json};
 
+use super::exec;
 use crate::cluster::operation::{Objects, Operation};
 use crate::components::opensandbox::BATCH_SANDBOX;
 use crate::components::pools;
@@ -67,12 +69,14 @@ pub(super) struct Lifecycle {
 }
 
 impl Check for Lifecycle {
+    /// The Lifecycle verdict, and that of the command run through execd in the same sandbox.
     fn ids(&self) -> Vec<String> {
-        vec![format!("opensandbox.lifecycle.{}", self.pool)]
+        vec![format!("opensandbox.lifecycle.{}", self.pool), exec::id(&self.pool)]
     }
 
     /// Reading the Pool, the API key, the sandbox's BatchSandbox and pods (named only at run
-    /// time), and `POST`, `GET` and `DELETE` to the server.
+    /// time), and `POST`, `GET` and `DELETE` to the server (execd is reached through the
+    /// server's proxy with `GET` and `POST`).
     fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation> {
         let os = &profile.sections.opensandbox;
         let ns = Some(os.namespaces.sandbox.as_str());
@@ -94,31 +98,54 @@ impl Check for Lifecycle {
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
-        Box::pin(async move { vec![lifecycle(ctx, &self.pool).await] })
+        Box::pin(async move {
+            let with_exec = ctx.selection.selects(&exec::id(&self.pool));
+            let (lifecycle, exec) = lifecycle(ctx, &self.pool, with_exec).await;
+            vec![lifecycle, exec]
+        })
     }
 }
 
-/// Create a sandbox from `pool`, see it Running and bound to the pool, delete it, see it gone.
-async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
+/// The exec verdict when the exec check is not selected (never reported).
+fn not_selected() -> Verdict {
+    Verdict::skip("not selected")
+}
+
+/// A verdict from before a sandbox exists, for both checks.
+fn both(lifecycle: Verdict) -> (Verdict, Verdict) {
+    let exec = exec::without_sandbox(&lifecycle);
+    (lifecycle, exec)
+}
+
+/// The Pool's `status.available` (`None`: unreadable or missing).
+async fn available(ctx: &Ctx, pool: &str) -> Option<Value> {
+    let p = ctx.cluster.get(&pools::object(&ctx.profile.sections, pool)).await.ok().flatten()?;
+    Some(p["status"]["available"].clone())
+}
+
+/// Create a sandbox from `pool`, see it Running and bound to the pool, run a command in it
+/// through execd (`with_exec`), delete it, see it gone: the Lifecycle and the exec verdicts.
+async fn lifecycle(ctx: &Ctx, pool: &str, with_exec: bool) -> (Verdict, Verdict) {
     let ns = &ctx.profile.sections.opensandbox.namespaces.sandbox;
     let pool_obj = match ctx.cluster.get(&pools::object(&ctx.profile.sections, pool)).await {
         Ok(p) => p,
-        Err(e) => return Verdict::error(format!("reading Pool {pool}"), e.to_string()),
+        Err(e) => return both(Verdict::error(format!("reading Pool {pool}"), e.to_string())),
     };
     // The server waits its whole create timeout on a missing or empty pool: check first.
     match &pool_obj {
         None => {
-            return Verdict::fail(
+            return both(Verdict::fail(
                 format!("Pool {ns}/{pool} missing"),
                 "the pool does not exist; the server would time out",
-            );
+            ));
         }
         Some(p) if p["status"]["available"].as_i64().unwrap_or(0) < 1 => {
-            return Verdict::fail(
+            let life = Verdict::fail(
                 format!("Pool {pool} available {}", p["status"]["available"]),
                 "the pool has no available capacity: a create would time out",
             )
             .with_fix("raise bufferMin, or check the pool's pods");
+            return (life, exec::full(pool, &p["status"]["available"], "the Pool's status before the create"));
         }
         Some(_) => {}
     }
@@ -127,35 +154,52 @@ async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
     let body = json!({"extensions": {"poolRef": pool}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
                       "metadata": metadata});
     let created = match ctx.endpoint.request(Method::POST, "/v1/sandboxes", Some(&body), true).await {
-        Err(e) => return Verdict::error("POST /v1/sandboxes", e),
+        Err(e) => return both(Verdict::error("POST /v1/sandboxes", e)),
         Ok(r) => r,
     };
     if created.status != 202 && created.status != 200 {
         let code = created.json["code"].as_str().unwrap_or_default();
+        let evidence = format!("POST /v1/sandboxes → {}", created.status);
+        // A pool taken since the check above: the server answers 429 or waits out its timeout.
+        if created.status == 429 || code == "KUBERNETES::POD_READY_TIMEOUT" {
+            let left = available(ctx, pool).await;
+            if let Some(zero) = left.filter(|a| a.as_i64() == Some(0)) {
+                let how = format!("{evidence} {code}");
+                let life = Verdict::fail(
+                    format!("{evidence}, Pool {pool} available 0"),
+                    "the pool is full: no pod was free for the sandbox",
+                )
+                .with_fix("raise bufferMin/poolMax, or delete sandboxes that hold its pods");
+                return (life, exec::full(pool, &zero, how.trim_end()));
+            }
+        }
         let why = match code {
             "KUBERNETES::POD_READY_TIMEOUT" => {
                 "the sandbox did not become Running within the server's create timeout".to_owned()
             }
             _ => format!("{code} {}", created.json["message"].as_str().unwrap_or(&created.text)),
         };
-        return Verdict::fail(format!("POST /v1/sandboxes → {}", created.status), why);
+        return both(Verdict::fail(evidence, why));
     }
     let Some(id) = created.json["id"].as_str().map(str::to_owned) else {
-        return Verdict::error("POST /v1/sandboxes", format!("no id in the response: {}", created.text));
+        return both(Verdict::error("POST /v1/sandboxes", format!("no id in the response: {}", created.text)));
     };
-    let verdict = running_then_deleted(ctx, pool, &id, &created.json).await;
-    if verdict.outcome != crate::verify::Outcome::Pass {
+    let (life, exec) = running_then_deleted(ctx, pool, &id, &created.json, with_exec).await;
+    if life.outcome != crate::verify::Outcome::Pass {
         let _ = ctx.endpoint.request(Method::DELETE, &format!("/v1/sandboxes/{id}"), None, true).await;
     }
-    verdict
+    (life, exec)
 }
 
-async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) -> Verdict {
+async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value, with_exec: bool) -> (Verdict, Verdict) {
     // Everything after the create is bounded by the probe deadline (at least 10 s).
     let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180).max(10));
     match running_on_pool(ctx, pool, id, created, limit).await {
-        Ok(pods) => deleted_with_its_pods(ctx, pool, id, &pods, limit).await,
-        Err(verdict) => verdict,
+        Ok(pods) => {
+            let exec = if with_exec { exec::exec(ctx, pool, id).await } else { not_selected() };
+            (deleted_with_its_pods(ctx, pool, id, &pods, limit).await, exec)
+        }
+        Err(verdict) => both(verdict),
     }
 }
 

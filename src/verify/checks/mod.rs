@@ -1,5 +1,6 @@
 //! The catalogue of checks, one file per area.
 
+mod exec;
 mod flux;
 mod kata;
 mod lifecycle;
