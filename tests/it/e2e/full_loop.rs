@@ -108,8 +108,10 @@ async fn default_profile_full_loop() {
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     bench(S, "verify_passing_wall", took.as_secs_f64());
 
-    // The full run: what needs a Kata VM or SPIRE is not PASS, and says why.
-    let (out, took) = world.osbx(&["verify", "--server-url", &url, "-o", "json"]).await;
+    // The full run: what needs a Kata VM or SPIRE is not PASS, and says why. Not exec: kwok's
+    // pods are no containers, so no execd answers in them (exec is proven on the real node,
+    // `node::sandboxes`).
+    let (out, took) = world.osbx(&["verify", "--server-url", &url, "--skip", "opensandbox.exec", "-o", "json"]).await;
     let (stdout, stderr) = outputs(&out);
     let got = checks(&stdout, &stderr);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");

@@ -126,7 +126,9 @@ async fn a_pool_dropped_from_the_profile_is_pruned_by_flux() {
     flux::assert_pool_filled(&pod);
 
     let url = world.start_server().await;
-    let (out, took) = world.osbx(&["verify", "--server-url", &url, "-o", "json"]).await;
+    // Every check but exec: kwok's pods are no containers, so no execd answers in them (exec is
+    // proven on the real node, `node::sandboxes`).
+    let (out, took) = world.osbx(&["verify", "--server-url", &url, "--skip", "opensandbox.exec", "-o", "json"]).await;
     bench(S, "verify_full_wall", took.as_secs_f64());
     let (stdout, stderr) = outputs(&out);
     let got = checks(&stdout, &stderr);

@@ -86,10 +86,10 @@ async fn verify_with_fifty_pools_keeps_the_client_limits_and_leaves_nothing() {
     let lifecycle = world.lifecycle(KEY, "30").await;
     let server = &lifecycle.server;
 
-    // Every check, once.
+    // Every check, once (but exec: the stand-in's pods run no execd).
     let started = Instant::now();
     let out = tokio::task::spawn_blocking({
-        let mut cmd = verify(&world, &server.url, &["-o", "json"]);
+        let mut cmd = verify(&world, &server.url, &["-o", "json", "--skip", "opensandbox.exec"]);
         move || cmd.output().unwrap()
     })
     .await

@@ -71,8 +71,10 @@ async fn no_identity_for_the_smoke_service_account_names_the_clusterspiffeid() {
     );
 }
 
+/// A Pool without capacity: the Pools check fails it, and the exec check reports the pool as
+/// full (no sandbox is created, so no server is needed), not as a timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_without_capacity_fails_the_pools_check() {
+async fn a_pool_without_capacity_fails_the_pools_check_and_exec_calls_it_full() {
     let world = World::start().await;
     world.opensandbox.lock().unwrap().take();
     let pools = cluster::pool_api_in(&world.client, "vf-sbx").await;
@@ -82,6 +84,11 @@ async fn a_pool_without_capacity_fails_the_pools_check() {
     pools.patch_status("pod", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
     let (_, checks) = world.verify("opensandbox.pools").await;
     assert_check(&checks, "opensandbox.pools", "FAIL", "available 0 < 1");
+    let (code, checks) = world.verify("opensandbox.exec.pod").await;
+    assert_eq!(checks.len(), 1, "{checks:#?}");
+    assert_check(&checks, "opensandbox.exec.pod", "FAIL", "Pool pod full: available 0");
+    assert_check(&checks, "opensandbox.exec.pod", "FAIL", "every pod of the pool is taken");
+    assert_eq!(code, Some(1));
 }
 
 /// A Flux object whose controller has not seen its latest generation (controllers stopped).

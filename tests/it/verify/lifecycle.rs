@@ -38,11 +38,20 @@ async fn lifecycle_against_the_real_opensandbox_server() {
         }
     };
 
+    // The stand-in's pods are no containers: the sandboxes are Running, yet nothing listens on
+    // execd's port, and the real server's proxy answers 502 (the #1692 class).
     let (code, checks) = run("opensandbox").await;
     assert_check(&checks, "opensandbox.server", "PASS", "no key → 401 MISSING_API_KEY");
     assert_check(&checks, "opensandbox.lifecycle.pod", "PASS", "deleted, BatchSandbox and pods gone, GET → 404");
     assert_check(&checks, "opensandbox.lifecycle.vm", "PASS", "Running on pool vm");
-    assert_eq!(code, Some(0), "{checks:?}");
+    for pool in ["pod", "vm"] {
+        let id = format!("opensandbox.exec.{pool}");
+        assert_check(&checks, &id, "FAIL", "/proxy/44772/ping → 502");
+        assert_check(&checks, &id, "FAIL", "Could not connect to the backend sandbox");
+        assert_check(&checks, &id, "FAIL", "the Pool template does not start execd (OpenSandbox #1692)");
+        assert_check(&checks, &id, "FAIL", &format!("in pool {pool}'s sandbox"));
+    }
+    assert_eq!(code, Some(1), "{checks:?}");
 
     // The controller never allocates: the server times out the create.
     *behaviour.lock().unwrap() = Behaviour { allocate: false, release: true };
