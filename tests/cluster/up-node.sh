@@ -7,7 +7,8 @@
 #   plugins bridge/host-local/loopback (Debian, unpacked into the cache), kubelet v1.36.3 (Go
 #   module proxy, the plane's module) registered to the plane as Node `osbx-node`, SPIRE server
 #   and agent v1.13.3 (Go module proxy; join-token node attestation, the k8s workload attestor
-#   against this kubelet), and, played (tests/played), spire-controller-manager.
+#   against this kubelet), and, played (tests/played), spire-controller-manager and, in the pool
+#   containers, execd (osbx-played-execd in the image osbx.test/execd:played).
 # Images are built from files (tests/cluster/image) and imported: nothing is pulled.
 # Network: the bridge osbx-br0 holds 198.18.0.1/24 (RFC 2544 benchmarking range; the node IP);
 # pods get 198.18.0.2-254 on it and a route to that subnet only (no default route, no
@@ -37,7 +38,7 @@ echo "$dir" >"$owner_file"
 
 nodebin=$("$here/build" node)
 debs=$("$here/debs")
-for b in kubelet containerd containerd-shim-runc-v2 ctr spire-server spire-agent; do
+for b in kubelet containerd containerd-shim-runc-v2 ctr spire-server spire-agent osbx-played-execd; do
   [ -x "$nodebin/$b" ] || fail /dev/null "missing $nodebin/$b (run tests/cluster/build node)"
   ln -sfn "$nodebin/$b" "$dir/bin/$b"
 done
@@ -65,6 +66,10 @@ mkdir -p "$node/images"
   --file "$busybox:/bin/busybox" --busybox-applets /bin --dir /tmp >/dev/null
 "$here/image" osbx.test/pause:1.35 "$node/images/pause.tar" --file "$busybox:/bin/busybox" \
   --entrypoint '["/bin/busybox", "sleep", "2147483647"]' >/dev/null
+# execd's image as the execd installer init container expects it (/execd, /bootstrap.sh), played:
+# osbx-played-execd (static) and tests/played/bootstrap.sh, with busybox for the installer's sh/cp.
+"$here/image" osbx.test/execd:played "$node/images/execd.tar" --file "$busybox:/bin/busybox" --busybox-applets /bin \
+  --file "$nodebin/osbx-played-execd:/execd" --file "$here/../played/bootstrap.sh:/bootstrap.sh" >/dev/null
 "$here/image" osbx.test/spire-agent:1.13.3 "$node/images/spire-agent.tar" \
   --file "$nodebin/spire-agent:/opt/spire/bin/spire-agent" --dir /tmp --entrypoint '["/opt/spire/bin/spire-agent"]' >/dev/null
 
@@ -243,6 +248,7 @@ detach "$dir/played-spire-controller-manager.log" "$dir/played-spire-controller-
   kv KUBELET_ROOT "$kl/root"
   kv PROBE_IMAGE osbx.test/busybox:1.35
   kv SPIRE_AGENT_IMAGE osbx.test/spire-agent:1.13.3
+  kv EXECD_IMAGE osbx.test/execd:played
   kv SPIRE_TRUST_DOMAIN "$trust_domain"
   kv SPIRE_CLASS_NAME "$spire_class"
   kv SPIRE_SERVER_SOCKET "$sp/server.sock"

@@ -1,5 +1,6 @@
-//! A runc Pool's pods as real containers on the real node, and a sandbox created and deleted
-//! on it through the real OpenSandbox server.
+//! A runc Pool's pods as real containers on the real node, a sandbox created and deleted on it
+//! through the real OpenSandbox server, and a command run in it through execd (played, inside
+//! the pool's container) behind the real server's proxy.
 
 use std::time::{Duration, Instant};
 
@@ -26,35 +27,10 @@ async fn pool_pods_are_real_containers_and_the_lifecycle_passes() {
     crate::cluster::install_crds(&client, "opensandbox").await;
     let p = profile().pool("pod", "runc", [1, 1, 1, 2]);
 
-    // The pools layer's objects, as osbx renders them.
-    let loaded = osbx::profile::from_value("node profile", &serde_saphyr::from_str(&p.yaml()).unwrap()).unwrap();
-    let rendered = osbx::render::Renderer::new(None).unwrap().render(&loaded).unwrap();
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nd-sbx"}});
-    let pools: Vec<serde_json::Value> =
-        rendered.objects().into_iter().filter(|o| o.object.id.kind() == "Pool").map(|o| o.object.value).collect();
-    assert_eq!(pools.len(), 1);
-    for obj in std::iter::once(&ns).chain(&pools) {
-        let (api, name) = crate::cluster::api_for(&client, obj).await;
-        api.patch(&name, &PatchParams::apply("osbx-node-test").force(), &Patch::Apply(obj)).await.unwrap();
-    }
+    apply_pools(&client, &p, 1).await;
 
     // Its pod runs as a real container.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "nd-sbx");
-    let start = Instant::now();
-    let pod = loop {
-        let list = pods.list(&ListParams::default().labels("sandbox.opensandbox.io/pool-name=pod")).await.unwrap();
-        let ready = list.items.into_iter().find(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        });
-        if let Some(p) = ready {
-            break p;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "no pool pod became Ready on the node");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let pod = ready_pod(&client, "pod").await;
     let status = pod.status.unwrap();
     let cid = status.container_statuses.unwrap()[0].container_id.clone().unwrap_or_default();
     assert!(cid.starts_with("containerd://"), "{cid}");
@@ -73,6 +49,117 @@ async fn pool_pods_are_real_containers_and_the_lifecycle_passes() {
     assert_check(&checks, "opensandbox.pools", "PASS", &["pod: total 1, available 1"]);
     assert_check(&checks, "opensandbox.lifecycle.pod", "PASS", &["Running on pool pod", "deleted", "GET → 404"]);
     assert_eq!(code, Some(0));
+}
+
+/// A pool whose template starts execd as OpenSandbox's own layout does (the execd installer
+/// init container copies `/execd` and `/bootstrap.sh` of the execd image into the emptyDir at
+/// `/opt/opensandbox`; the main container runs `bootstrap.sh <command>`) and one whose template
+/// does not (the #1692 class: Running, nothing on port 44772). Through the real server 0.2.2's
+/// proxy, `opensandbox.exec.live` reads the nonce back from the played execd in the real
+/// container, and `opensandbox.exec.bare` fails naming the pool and #1692 (the proxy's 502),
+/// while the Lifecycle check passes for both: Running is not enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_through_the_server_proxy_reaches_execd_and_a_pool_without_it_fails() {
+    let _turn = SERIAL.lock().await;
+    let node = NodePlane::get();
+    let client = node.client().await;
+    crate::cluster::install_crds(&client, "opensandbox").await;
+    let bin = json!({"name": "opensandbox-bin", "mountPath": "/opt/opensandbox"});
+    let installer = json!({
+        "name": "execd-installer", "image": node.var("EXECD_IMAGE"), "command": ["/bin/sh", "-c"],
+        "args": ["cp ./execd /opt/opensandbox/execd && cp ./bootstrap.sh /opt/opensandbox/bootstrap.sh && chmod 0755 /opt/opensandbox/execd /opt/opensandbox/bootstrap.sh"],
+        "volumeMounts": [bin]});
+    let p = profile()
+        .pool("live", "runc", [1, 1, 1, 2])
+        .pool_set("live", "command", json!(["/opt/opensandbox/bootstrap.sh", "sleep", "3600"]))
+        .pool_set("live", "env", json!([{"name": "EXECD", "value": "/opt/opensandbox/execd"}]))
+        .pool_set("live", "volumeMounts", json!([bin]))
+        .pool_set("live", "initContainers", json!([installer]))
+        .pool_set("live", "volumes", json!([{"name": "opensandbox-bin", "emptyDir": {}}]))
+        .pool("bare", "runc", [1, 1, 1, 2]);
+    apply_pools(&client, &p, 2).await;
+    for pool in ["live", "bare"] {
+        ready_pod(&client, pool).await;
+    }
+
+    let server = {
+        let dir = node.dir.join("opensandbox-server-exec");
+        let kubeconfig = node.kubeconfig.clone();
+        tokio::task::spawn_blocking(move || RealServer::start(&dir, &kubeconfig, "nd-sbx", KEY, &[])).await.unwrap()
+    };
+    let key = key_file();
+    let extra = ["--server-url", server.url.as_str(), "--api-key-file", key.as_str()];
+    let (code, checks, stderr) = node.verify(&p, "opensandbox.lifecycle,opensandbox.exec", &extra).await;
+    report(&checks);
+    assert_check(&checks, "opensandbox.lifecycle.live", "PASS", &["Running on pool live", "GET → 404"]);
+    assert_check(&checks, "opensandbox.lifecycle.bare", "PASS", &["Running on pool bare", "GET → 404"]);
+    assert_check(
+        &checks,
+        "opensandbox.exec.live",
+        "PASS",
+        &["execd through the server's proxy (port 44772): stdout osbx-", "execution_complete in"],
+    );
+    assert_check(
+        &checks,
+        "opensandbox.exec.bare",
+        "FAIL",
+        &["/proxy/44772/ping → 502", "the Pool template does not start execd (OpenSandbox #1692)", "pool bare"],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+
+    // Only the exec checks: the same sandboxes are made (one per pool), the Lifecycle verdicts
+    // are not reported.
+    let (code, checks, stderr) = node.verify(&p, "opensandbox.exec.live", &extra).await;
+    assert_eq!(checks.len(), 1, "{checks:#?}");
+    assert_check(&checks, "opensandbox.exec.live", "PASS", &["execution_complete"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    delete_pools(&client, &["live", "bare"]).await;
+}
+
+/// Apply the pools layer's objects of `profile` as osbx renders them (its namespace first):
+/// `count` Pools.
+async fn apply_pools(client: &kube::Client, profile: &crate::builder::TestProfile, count: usize) {
+    let loaded = osbx::profile::from_value("node profile", &serde_saphyr::from_str(&profile.yaml()).unwrap()).unwrap();
+    let rendered = osbx::render::Renderer::new(None).unwrap().render(&loaded).unwrap();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nd-sbx"}});
+    let pools: Vec<serde_json::Value> =
+        rendered.objects().into_iter().filter(|o| o.object.id.kind() == "Pool").map(|o| o.object.value).collect();
+    assert_eq!(pools.len(), count);
+    for obj in std::iter::once(&ns).chain(&pools) {
+        let (api, name) = crate::cluster::api_for(client, obj).await;
+        api.patch(&name, &PatchParams::apply("osbx-node-test").force(), &Patch::Apply(obj)).await.unwrap();
+    }
+}
+
+/// A Ready pod of `pool` (within 60 s).
+async fn ready_pod(client: &kube::Client, pool: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "nd-sbx");
+    let start = Instant::now();
+    let labels = format!("sandbox.opensandbox.io/pool-name={pool}");
+    loop {
+        let list = pods.list(&ListParams::default().labels(&labels)).await.unwrap();
+        let ready = list.items.into_iter().find(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        if let Some(p) = ready {
+            return p;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no pod of pool {pool} became Ready on the node");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Delete the Pools `names` (their pods go with them), so that later tests see the node as before.
+async fn delete_pools(client: &kube::Client, names: &[&str]) {
+    for name in names {
+        let pool = json!({"apiVersion": "sandbox.opensandbox.io/v1alpha1", "kind": "Pool",
+                          "metadata": {"name": name, "namespace": "nd-sbx"}});
+        let (api, name) = crate::cluster::api_for(client, &pool).await;
+        let _ = api.delete(&name, &kube::api::DeleteParams::default()).await;
+    }
 }
 
 /// A file holding the API key (`--api-key-file`), kept for the test binary's life.
