@@ -2,8 +2,8 @@
 //! kubelet v1.36.3, containerd v2.4.2 with runc (the pods are real containers on a CNI bridge
 //! without a route beyond the machine), SPIRE server and agent v1.13.3 with the k8s workload
 //! attestor against that kubelet (`tests/cluster/up --with-node`, see `tests/cluster/README.md`).
-//! Played, because no registry serves them: the OpenSandbox controller and spire-controller-manager
-//! (`tests/played`). The real OpenSandbox server answers the Lifecycle API.
+//! Played, because no registry serves them: the OpenSandbox controller, spire-controller-manager
+//! and execd (`tests/played`). The real OpenSandbox server answers the Lifecycle API.
 //!
 //! What met real parts here: `nodes.ready` (the Node the kubelet registers, containerd's runtime
 //! handlers), `kata.runtimeclass` (a RuntimeClass containerd has, and one it lacks), the probe
@@ -13,7 +13,8 @@
 //! handler containerd lacks (containerd's own error quoted), `spiffe.issued` and `spiffe.denied`
 //! (a real Workload API: issued, denied, a wrong trust domain, a missing entry, the CSI driver
 //! absent, the agent down), `opensandbox.pools` and `opensandbox.lifecycle.*` (pool pods as real
-//! containers). Held back: a Kata VM (no registry serves Kata; `kata.guest-kernel` in a VM,
+//! containers), `opensandbox.exec.*` (the played execd inside a pool's real container, behind the
+//! real server's proxy; and a pool that does not start it). Held back: a Kata VM (no registry serves Kata; `kata.guest-kernel` in a VM,
 //! `kata.host-kvm` and `kata.vmm-shared-memory` meet QEMU in `tests/run kata` and the stand-in
 //! elsewhere).
 //!
