@@ -23,6 +23,9 @@ pub(super) const EXECD_PORT: u16 = 44772;
 /// How long execd may take to answer `/ping` through the proxy once the sandbox is Running.
 const PING_WINDOW: Duration = Duration::from_secs(20);
 
+/// How long one `/ping` may take.
+const PING_ATTEMPT: Duration = Duration::from_secs(5);
+
 /// The command's own limit, sent to execd (milliseconds).
 const COMMAND_TIMEOUT_MS: u64 = 30_000;
 
@@ -76,23 +79,32 @@ pub(super) async fn exec(ctx: &Ctx, pool: &str, id: &str) -> Verdict {
     let base = format!("/v1/sandboxes/{id}/proxy/{EXECD_PORT}");
     let ping = format!("{base}/ping");
     let start = Instant::now();
+    // The last 502 or 404, retried until the window closes; each attempt has its own limit, so
+    // that one slow answer does not hide what the others said.
+    let mut last = None;
+    let mut attempts = 0;
     loop {
-        let left = PING_WINDOW.saturating_sub(start.elapsed());
+        let left = PING_WINDOW.saturating_sub(start.elapsed()).min(PING_ATTEMPT);
+        attempts += 1;
         match tokio::time::timeout(left, ctx.endpoint.request(Method::GET, &ping, None, true)).await {
-            Err(_) => {
-                return Verdict::fail(
-                    format!("GET {ping}: no answer within {}s", PING_WINDOW.as_secs()),
-                    format!("execd in pool {pool}'s sandbox did not answer through the server's proxy"),
-                );
-            }
+            Err(_) => {}
             Ok(Err(e)) => return Verdict::error(format!("GET {ping}"), e),
             Ok(Ok(r)) if r.status == 200 => break,
             // Not listening yet (502), or the proxy does not know the sandbox's address yet (404).
-            Ok(Ok(r)) if matches!(r.status, 502 | 404) && start.elapsed() + Duration::from_secs(1) < PING_WINDOW => {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
+            Ok(Ok(r)) if matches!(r.status, 502 | 404) => last = Some(r),
             Ok(Ok(r)) => return unreachable(pool, &format!("GET {ping}"), &r, start.elapsed()),
         }
+        if start.elapsed() + Duration::from_secs(1) >= PING_WINDOW {
+            let request = format!("GET {ping} ({attempts} attempts)");
+            return match last {
+                Some(r) => unreachable(pool, &request, &r, start.elapsed()),
+                None => Verdict::fail(
+                    format!("{request}: no answer within {}s", PING_WINDOW.as_secs()),
+                    format!("execd in pool {pool}'s sandbox did not answer through the server's proxy"),
+                ),
+            };
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let path = format!("{base}/command");
     let body = json!({"command": command(&ctx.run.id), "timeout": COMMAND_TIMEOUT_MS});

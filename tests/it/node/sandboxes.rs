@@ -90,6 +90,11 @@ async fn exec_through_the_server_proxy_reaches_execd_and_a_pool_without_it_fails
     let key = key_file();
     let extra = ["--server-url", server.url.as_str(), "--api-key-file", key.as_str()];
     let (code, checks, stderr) = node.verify(&p, "opensandbox.lifecycle,opensandbox.exec", &extra).await;
+    // Only the exec checks: the same sandboxes are made (one per pool), the Lifecycle verdicts
+    // are not reported.
+    let (live_code, live, live_stderr) = node.verify(&p, "opensandbox.exec.live", &extra).await;
+    // The node is shared: its pools go before any assertion can stop the test.
+    delete_pools(&client, &["live", "bare"]).await;
     report(&checks);
     assert_check(&checks, "opensandbox.lifecycle.live", "PASS", &["Running on pool live", "GET → 404"]);
     assert_check(&checks, "opensandbox.lifecycle.bare", "PASS", &["Running on pool bare", "GET → 404"]);
@@ -107,13 +112,9 @@ async fn exec_through_the_server_proxy_reaches_execd_and_a_pool_without_it_fails
     );
     assert_eq!(code, Some(1), "{stderr}");
 
-    // Only the exec checks: the same sandboxes are made (one per pool), the Lifecycle verdicts
-    // are not reported.
-    let (code, checks, stderr) = node.verify(&p, "opensandbox.exec.live", &extra).await;
-    assert_eq!(checks.len(), 1, "{checks:#?}");
-    assert_check(&checks, "opensandbox.exec.live", "PASS", &["execution_complete"]);
-    assert_eq!(code, Some(0), "{stderr}");
-    delete_pools(&client, &["live", "bare"]).await;
+    assert_eq!(live.len(), 1, "{live:#?}");
+    assert_check(&live, "opensandbox.exec.live", "PASS", &["execution_complete"]);
+    assert_eq!(live_code, Some(0), "{live_stderr}");
 }
 
 /// Apply the pools layer's objects of `profile` as osbx renders them (its namespace first):
@@ -159,6 +160,15 @@ async fn delete_pools(client: &kube::Client, names: &[&str]) {
                           "metadata": {"name": name, "namespace": "nd-sbx"}});
         let (api, name) = crate::cluster::api_for(client, &pool).await;
         let _ = api.delete(&name, &kube::api::DeleteParams::default()).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "nd-sbx");
+    let labels = format!("sandbox.opensandbox.io/pool-name in ({})", names.join(","));
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        match pods.list(&ListParams::default().labels(&labels)).await {
+            Ok(list) if list.items.is_empty() => return,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
     }
 }
 
