@@ -108,7 +108,13 @@ async fn exec_through_the_server_proxy_reaches_execd_and_a_pool_without_it_fails
         &checks,
         "opensandbox.exec.bare",
         "FAIL",
-        &["/proxy/44772/ping → 502", "the Pool template does not start execd (OpenSandbox #1692)", "pool bare"],
+        &[
+            "/proxy/44772/ping (",
+            "→ 502",
+            "Could not connect to the backend sandbox",
+            "the Pool template does not start execd (OpenSandbox #1692)",
+            "pool bare",
+        ],
     );
     assert_eq!(code, Some(1), "{stderr}");
 
