@@ -235,10 +235,16 @@ pub struct ApplyArgs {
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
     /// age identity file that opens the sealed Secrets (`secrets.sops`; default:
-    /// SOPS_AGE_KEY_FILE, then SOPS_AGE_KEY). The first apply given one also creates the
-    /// cluster's decryption Secret from it, once.
+    /// SOPS_AGE_KEY_FILE, then SOPS_AGE_KEY). It only opens them: the cluster's decryption
+    /// Secret is never made from it.
     #[arg(long, value_name = "FILE")]
     pub age_key_file: Option<PathBuf>,
+    /// Create the cluster's decryption Secret (`secrets.sops.secretRef` in the Flux namespace)
+    /// from FILE when the cluster has none (an existing one is never replaced). FILE holds
+    /// exactly one age identity, the cluster's own: its recipient must be one of
+    /// `secrets.sops.age`. It also opens the sealed Secrets for this run.
+    #[arg(long, value_name = "FILE")]
+    pub create_decryption_secret: Option<PathBuf>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
@@ -405,6 +411,10 @@ pub struct RbacArgs {
     /// any object of the rendered kinds in the rendered namespaces.
     #[arg(long)]
     pub prune: bool,
+    /// Also what `apply --create-decryption-secret` does: create the cluster's decryption
+    /// Secret (`secrets.sops.secretRef` in the Flux namespace).
+    #[arg(long)]
+    pub create_decryption_secret: bool,
     /// Bind the roles to this ServiceAccount (NAMESPACE/NAME); repeatable.
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_service_account)]
     pub service_account: Vec<(String, String)>,

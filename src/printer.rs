@@ -9,6 +9,26 @@ use console::{Style, Term};
 
 use crate::progress::Phase;
 
+/// The terminal rows `lines` take at `width` columns: a line wider than the terminal wraps onto
+/// as many rows as it needs (an empty line takes one).
+fn rows(lines: &[String], width: usize) -> usize {
+    lines.iter().map(|l| console::measure_text_width(l).div_ceil(width.max(1)).max(1)).sum()
+}
+
+/// What changed from `shown` to `lines`, in order: `- ` before each line gone, `+ ` before each
+/// line new or changed (a changed line is one gone and one new).
+fn changes(shown: &[String], lines: &[String]) -> Vec<String> {
+    similar::capture_diff_slices(similar::Algorithm::Myers, shown, lines)
+        .iter()
+        .flat_map(|op| op.iter_changes(shown, lines))
+        .filter_map(|c| match c.tag() {
+            similar::ChangeTag::Equal => None,
+            similar::ChangeTag::Delete => Some(format!("- {}", c.value())),
+            similar::ChangeTag::Insert => Some(format!("+ {}", c.value())),
+        })
+        .collect()
+}
+
 /// When to colour output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ColorChoice {
@@ -60,17 +80,19 @@ impl Printer {
     }
 
     /// Show `lines` in place of `shown` (what the last call showed): on a terminal, the old
-    /// lines are cleared and the new ones drawn in one write (no flicker); otherwise only the
-    /// lines that are new or changed are printed, under a time stamp.
+    /// lines are cleared (as many rows as they took at the terminal's width: a line wider than
+    /// it wrapped) and the new ones drawn in one write (no flicker); otherwise what changed is
+    /// printed under a time stamp: `- ` each line gone, `+ ` each line new or changed.
     pub fn redraw(&self, shown: &[String], lines: &[String]) {
         use std::fmt::Write as _;
         use std::io::Write as _;
         let term = Term::stdout();
         if term.features().is_attended() {
             let mut frame = String::new();
-            if !shown.is_empty() {
-                // Up to the first line drawn, and clear from there down.
-                let _ = write!(frame, "\x1b[{}A\r\x1b[J", shown.len());
+            let up = rows(shown, usize::from(term.size().1));
+            if up > 0 {
+                // Up to the first row drawn, and clear from there down.
+                let _ = write!(frame, "\x1b[{up}A\r\x1b[J");
             }
             for l in lines {
                 frame.push_str(l);
@@ -81,17 +103,29 @@ impl Printer {
             let _ = out.flush();
             return;
         }
-        let changed: Vec<&String> = lines.iter().filter(|l| !shown.contains(l)).collect();
+        if shown.is_empty() {
+            for l in lines {
+                println!("{l}");
+            }
+            return;
+        }
+        let changed = changes(shown, lines);
         if changed.is_empty() {
             return;
         }
-        if !shown.is_empty() {
-            let now = k8s_openapi::jiff::Timestamp::now();
-            println!("--- {}", now.strftime("%H:%M:%S"));
-        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        println!("--- {}", now.strftime("%H:%M:%S"));
         for l in changed {
             println!("{l}");
         }
+    }
+
+    /// Whether [`Printer::redraw`] draws in place (stdout is a terminal): then anything else
+    /// written to the terminal between two frames moves the frame, and the next one must be
+    /// drawn below it (with nothing shown).
+    #[must_use]
+    pub(crate) fn redraws_in_place() -> bool {
+        Term::stdout().features().is_attended()
     }
 
     /// `► message` on stderr (hidden by `--quiet`).
@@ -480,5 +514,30 @@ impl crate::progress::Progress for ProgressView {
             }
             None => eprintln!("{text}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(lines: &[&str]) -> Vec<String> {
+        lines.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_wrapped_line_takes_the_rows_it_wraps_onto() {
+        let lines = strings(&["", "1234", "12345", "123456789", "\x1b[32m✔\x1b[0m 123"]);
+        // At 4 columns: 1 (empty), 1 (exactly the width), 2, 3, and 2 (colour is not width).
+        assert_eq!(rows(&lines, 4), 9);
+        assert_eq!(rows(&lines, 80), 5);
+    }
+
+    #[test]
+    fn what_changed_names_the_lines_gone_and_the_lines_new() {
+        let shown = strings(&["pools:", "  ✔ pod", "  ✔ vm", "runtime classes:"]);
+        let lines = strings(&["pools:", "  ✘ pod", "runtime classes:"]);
+        assert_eq!(changes(&shown, &lines), ["-   ✔ pod", "-   ✔ vm", "+   ✘ pod"]);
+        assert!(changes(&lines, &lines).is_empty());
     }
 }

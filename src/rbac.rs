@@ -86,6 +86,8 @@ pub struct Options {
     pub purpose: Purpose,
     /// Also what `apply --prune` deletes and `diff` shows as to be pruned.
     pub prune: bool,
+    /// Also what `apply --create-decryption-secret` creates: the cluster's decryption Secret.
+    pub decryption_secret: bool,
     /// Bind the roles to these (none: the roles only).
     pub subjects: Vec<Subject>,
 }
@@ -104,6 +106,9 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
     }
     if opts.purpose.covers(Purpose::Apply) {
         out.extend(deploy::operations(profile, layers, Scope { prune: opts.prune, wait: true }));
+        if opts.decryption_secret {
+            out.extend(deploy::creating_decryption_secret(profile));
+        }
     }
     if opts.purpose.covers(Purpose::Diff) {
         out.extend(deploy::diff_operations(profile, layers, opts.prune));
@@ -272,8 +277,9 @@ pub fn roles(profile: &Profile, layers: &[Layer], needs: &BTreeSet<Need>, opts: 
 #[must_use]
 pub fn yaml(profile: &Profile, opts: &Options, objects: &[Value]) -> String {
     let prune = if opts.prune { " --prune" } else { "" };
+    let decryption = if opts.decryption_secret { " --create-decryption-secret" } else { "" };
     let mut out = format!(
-        "# osbx rbac --for {}{prune}: what osbx needs for profile {} on cluster {}.\n",
+        "# osbx rbac --for {}{prune}{decryption}: what osbx needs for profile {} on cluster {}.\n",
         opts.purpose.name(),
         profile.name(),
         profile.cluster.name
@@ -299,7 +305,12 @@ mod tests {
 
     fn objects(profile: &str, purpose: Purpose, prune: bool) -> Vec<Value> {
         let (profile, layers) = rendered(profile);
-        let opts = Options { purpose, prune, subjects: vec![Subject::ServiceAccount("ci".into(), "osbx".into())] };
+        let opts = Options {
+            purpose,
+            prune,
+            decryption_secret: false,
+            subjects: vec![Subject::ServiceAccount("ci".into(), "osbx".into())],
+        };
         roles(&profile, &layers, &needs(&profile, &layers, &opts), &opts)
     }
 

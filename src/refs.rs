@@ -97,7 +97,9 @@ pub(crate) fn git_ref(value: &str) -> Result<(), Refusal> {
         || value == "@"
         || value.chars().any(|c| c == ' ' || "~^:?*[\\".contains(c))
         || value.ends_with('.')
-        || value.split('/').any(|c| c.is_empty() || c.starts_with('.') || c.ends_with(".lock"));
+        || value
+            .split('/')
+            .any(|c| c.is_empty() || c.starts_with('.') || Path::new(c).extension().is_some_and(|e| e == "lock"));
     if bad { Err("it is not a valid git reference name (git check-ref-format)".into()) } else { Ok(()) }
 }
 

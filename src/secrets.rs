@@ -65,6 +65,26 @@ pub(crate) enum SecretsError {
         #[source]
         source: SopsError,
     },
+    /// The file given as the cluster's identity holds more than one.
+    #[error(
+        "{path} holds {count} age identities: the cluster's decryption Secret takes exactly one, the cluster's own (one of secrets.sops.age); write that one alone to a file of its own, never hand over a key file with others' keys"
+    )]
+    SeveralIdentities {
+        /// The file.
+        path: String,
+        /// How many identities it holds.
+        count: usize,
+    },
+    /// The identity given as the cluster's is not one of the profile's recipients.
+    #[error(
+        "{path} holds the identity of {recipient}, which is not one of secrets.sops.age: Flux could not decrypt with it; give the identity of the recipient that is the cluster's"
+    )]
+    NotARecipient {
+        /// The file.
+        path: String,
+        /// The identity's recipient (its public key).
+        recipient: String,
+    },
     /// Recipients changed and no identity can re-encrypt the data key.
     #[error(
         "{path} is encrypted for other recipients than secrets.sops.age (added: {added}; removed: {removed}); re-encrypting its data key needs an identity that opens it now: set SOPS_AGE_KEY_FILE or pass --age-key-file"
@@ -146,9 +166,10 @@ pub(crate) fn decryption_secret(profile: &Profile) -> Option<ObjectRef> {
     Some(KnownKind::SECRET.object(Some(&profile.cluster.flux_namespace), &sops.secret_ref))
 }
 
-/// The decryption Secret holding the identity file's text.
+/// The decryption Secret holding the cluster's identity (its file's text).
 #[must_use]
-pub(crate) fn decryption_object(profile: &Profile, identity_text: &str) -> Option<Object> {
+pub(crate) fn decryption_object(profile: &Profile, key: &ClusterKey) -> Option<Object> {
+    let identity_text = &key.text;
     let id = decryption_secret(profile)?;
     let value = json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -209,14 +230,15 @@ pub(crate) fn revision(path: &str, text: &str) -> Result<String, SecretsError> {
     Ok(crate::hash::sha256_hex(file.mac().as_bytes())[..12].to_owned())
 }
 
-/// The identities this run was given: `--age-key-file`, else `SOPS_AGE_KEY_FILE`, else
-/// `SOPS_AGE_KEY` (the key itself, as `sops` reads it); with the text they came from (for the
-/// decryption Secret) and where.
+/// The identities this run was given to open sealed files: `--age-key-file`, else
+/// `SOPS_AGE_KEY_FILE`, else `SOPS_AGE_KEY` (the key itself, as `sops` reads it). They open
+/// files and nothing else: the cluster's decryption Secret is made only from a
+/// [`ClusterKey`], given for that purpose.
 ///
 /// # Errors
 /// [`SecretsError::Io`] for an unreadable file, [`SecretsError::Identity`] for one that holds
 /// no key.
-pub(crate) fn identities(flag: Option<&Path>) -> Result<Option<(Identities, String, String)>, SecretsError> {
+pub(crate) fn identities(flag: Option<&Path>) -> Result<Option<Identities>, SecretsError> {
     let from_env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     let (text, origin) =
         if let Some(path) = flag.map(Path::to_path_buf).or_else(|| from_env("SOPS_AGE_KEY_FILE").map(PathBuf::from)) {
@@ -228,8 +250,46 @@ pub(crate) fn identities(flag: Option<&Path>) -> Result<Option<(Identities, Stri
         } else {
             return Ok(None);
         };
-    let ids = Identities::parse(&text).map_err(|source| SecretsError::Identity { origin: origin.clone(), source })?;
-    Ok(Some((ids, text, origin)))
+    Identities::parse(&text).map(Some).map_err(|source| SecretsError::Identity { origin, source })
+}
+
+/// The cluster's own age identity, from the file given to create the decryption Secret with
+/// (`osbx apply --create-decryption-secret FILE`).
+pub(crate) struct ClusterKey {
+    /// The identity, which also opens the sealed files.
+    pub(crate) identities: Identities,
+    /// Its recipient: the entry of `secrets.sops.age` that is the cluster's.
+    pub(crate) recipient: String,
+    /// Where that entry is (`secrets.sops.age[i]`).
+    pub(crate) index: usize,
+    /// The file it came from.
+    pub(crate) origin: String,
+    /// The file's text, which the decryption Secret holds (never printed).
+    text: String,
+}
+
+/// Read the cluster's identity from `path`: the file must hold exactly one age identity (a
+/// person's key file, with several, is refused: its other keys are not the cluster's to hold),
+/// and its recipient must be one of `secrets.sops.age`.
+///
+/// # Errors
+/// [`SecretsError::NotConfigured`] without `secrets.sops`; [`SecretsError::Io`],
+/// [`SecretsError::Identity`] for a file that cannot be read or holds no key;
+/// [`SecretsError::SeveralIdentities`], [`SecretsError::NotARecipient`].
+pub(crate) fn cluster_key(profile: &Profile, path: &Path) -> Result<ClusterKey, SecretsError> {
+    let sops = profile.secrets.sops.as_ref().ok_or(SecretsError::NotConfigured)?;
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| SecretsError::Io { path: origin.clone(), source })?;
+    let identities =
+        Identities::parse(&text).map_err(|source| SecretsError::Identity { origin: origin.clone(), source })?;
+    if identities.len() != 1 {
+        return Err(SecretsError::SeveralIdentities { path: origin, count: identities.len() });
+    }
+    let recipient = identities.recipients().remove(0);
+    let Some(index) = sops.age.iter().position(|r| *r == recipient) else {
+        return Err(SecretsError::NotARecipient { path: origin, recipient });
+    };
+    Ok(ClusterKey { identities, recipient, index, origin, text })
 }
 
 /// The Secret of `slot` holding `value`, as committed (before encryption).
@@ -275,7 +335,7 @@ pub(crate) fn seal(
             Err(e) => return Err(err(e)),
         }
     }
-    Ok(Sealing::Written(File::encrypt(&doc, &sops.age).map_err(err)?.to_yaml()))
+    Ok(Sealing::Written(File::encrypt(&doc, &sops.age).map_err(err)?.to_yaml().map_err(err)?))
 }
 
 fn same_set(a: &[String], b: &[String]) -> bool {
@@ -351,7 +411,7 @@ pub(crate) fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<
             Err(SopsError::NoMatchingIdentity { .. }) => return Err(needs()),
             Err(e) => return Err(err(e)),
         }
-        let text = file.to_yaml();
+        let text = file.to_yaml().map_err(err)?;
         out.push((m, text));
     }
     Ok(out)

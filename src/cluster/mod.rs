@@ -1,9 +1,11 @@
 //! Talking to a cluster: connection, discovery, apply, diff, readiness, inventory, preflight.
 //!
-//! [`Cluster::connect`] reads the kubeconfig like kubectl (`--kubeconfig`, `KUBECONFIG`,
-//! `~/.kube/config`, `--context`; in-cluster config when there is no kubeconfig) and builds one
-//! client for the whole run: one HTTP/2 connection (see `http2`), a QPS limit, a bound on
-//! requests in flight and request counters.
+//! [`Cluster::connect`] finds the kubeconfig like kubectl (`--kubeconfig`, else `KUBECONFIG`,
+//! else `~/.kube/config`; the in-cluster config when there is none and `KUBERNETES_SERVICE_HOST`
+//! is set), picks the context (`--context`, else its `current-context`) and its cluster, says in
+//! one line what it looked for and what to do when one is missing, and builds one client for the
+//! whole run: one HTTP/2 connection (see `http2`), a QPS limit, a bound on requests in flight and
+//! request counters.
 
 pub(crate) mod diff;
 pub(crate) mod flux_applier;
@@ -47,7 +49,7 @@ pub struct ConnectOptions {
 /// Why the cluster cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// The kubeconfig could not be read or has no usable context.
+    /// The kubeconfig could not be read or used.
     #[error("cannot load kubeconfig{}: {source}", .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
     Kubeconfig {
         /// The file, when one was given.
@@ -56,19 +58,48 @@ pub enum ClusterError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The kubeconfig has no context of the name asked for.
+    /// No kubeconfig was found where one was looked for, and no in-cluster config either.
+    #[error("{looked}")]
+    NoKubeconfig {
+        /// What was looked for, and what to do, in one line.
+        looked: String,
+    },
+    /// The kubeconfig names no context to use: none asked for and no `current-context`, or the
+    /// one asked for (or its `current-context`) is not one of its contexts.
     #[error(
-        "kubeconfig{} has no context {context:?} (its contexts: {})",
-        .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default(),
-        if .available.is_empty() { "none".to_owned() } else { .available.join(", ") }
+        "{kubeconfig} {}",
+        match (.context, .current) {
+            (None, _) => format!("sets no current-context and no context was asked for (its contexts: {}); give --context NAME, or set one with `kubectl config use-context NAME`", list(.available)),
+            (Some(c), true) => format!("has no context {c:?}, which its current-context names (its contexts: {}); give --context NAME, or set one with `kubectl config use-context NAME`", list(.available)),
+            (Some(c), false) => format!("has no context {c:?} (its contexts: {})", list(.available)),
+        }
     )]
     NoContext {
-        /// The file, when one was given.
-        path: Option<PathBuf>,
-        /// The context asked for.
-        context: String,
+        /// The kubeconfig, as [`Found`] says where it came from.
+        kubeconfig: Box<str>,
+        /// The context asked for (`--context`, a fleet's) or its `current-context`; `None`:
+        /// neither.
+        context: Option<String>,
+        /// Whether `context` is the kubeconfig's `current-context`, not one asked for.
+        current: bool,
         /// The contexts it has.
         available: Vec<String>,
+    },
+    /// The context names a cluster the kubeconfig does not define, or one without a server.
+    #[error(
+        "{kubeconfig}: context {context:?} {}; add the cluster with its server to the kubeconfig (`kubectl config set-cluster {cluster} --server URL`), or use another context",
+        if .defined.contains(.cluster) { format!("names cluster {cluster:?}, which has no server URL") }
+        else { format!("names cluster {cluster:?}, which it does not define (its clusters: {})", list(.defined)) }
+    )]
+    NoCluster {
+        /// The kubeconfig, as [`Found`] says where it came from.
+        kubeconfig: Box<str>,
+        /// The context that names the cluster.
+        context: String,
+        /// The cluster it names.
+        cluster: String,
+        /// The clusters the kubeconfig defines.
+        defined: Box<[String]>,
     },
     /// The API server did not answer.
     #[error("cannot reach the cluster at {server}: {reason}")]
@@ -100,12 +131,130 @@ pub enum ClusterError {
     },
 }
 
+/// Names for a message: `a, b`, or `none`.
+fn list(names: &[String]) -> String {
+    if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+}
+
 /// A kubeconfig that cannot be read or used (`path`: the file given, when one was).
 fn unreadable(path: Option<&PathBuf>, e: KubeconfigError) -> ClusterError {
     match e {
         // kube's text quotes the path in debug form: say it plainly.
         KubeconfigError::ReadConfig(io, path) => ClusterError::Kubeconfig { path: Some(path), source: Box::new(io) },
         e => ClusterError::Kubeconfig { path: path.cloned(), source: Box::new(e) },
+    }
+}
+
+/// Where the kubeconfig was found, in kubectl's order.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// Given by name (`--kubeconfig`, or a fleet cluster's `kubeconfig`).
+    Given(PathBuf),
+    /// `KUBECONFIG` (its value: one file, or several merged).
+    Env(std::ffi::OsString),
+    /// The default path, `~/.kube/config`.
+    Default(PathBuf),
+    /// None (not at this default path), but this runs in a pod of a cluster
+    /// (`KUBERNETES_SERVICE_HOST`).
+    InCluster(String),
+}
+
+impl Found {
+    /// Look for a kubeconfig where kubectl does when none is given: `KUBECONFIG` (`env`, empty
+    /// entries ignored), else `~/.kube/config` under `home`, else the in-cluster config when
+    /// `in_cluster`.
+    ///
+    /// # Errors
+    /// [`ClusterError::NoKubeconfig`], saying each place looked at and what to do.
+    fn search(env: Option<std::ffi::OsString>, home: Option<PathBuf>, in_cluster: bool) -> Result<Self, ClusterError> {
+        let default = home.map(|h| h.join(".kube").join("config"));
+        let shown = default.as_ref().map_or_else(|| "~/.kube/config".to_owned(), |d| d.display().to_string());
+        if let Some(env) = env.filter(|e| std::env::split_paths(e).any(|p| !p.as_os_str().is_empty())) {
+            if std::env::split_paths(&env).any(|p| !p.as_os_str().is_empty() && p.exists()) {
+                return Ok(Self::Env(env));
+            }
+            return Err(ClusterError::NoKubeconfig {
+                looked: format!(
+                    "no kubeconfig: --kubeconfig is not given and KUBECONFIG={} names no file that exists; set KUBECONFIG to your kubeconfig file (or unset it to use {shown}), or give --kubeconfig FILE",
+                    env.to_string_lossy()
+                ),
+            });
+        }
+        match default {
+            Some(default) if default.exists() => Ok(Self::Default(default)),
+            _ if in_cluster => Ok(Self::InCluster(shown)),
+            default => Err(ClusterError::NoKubeconfig {
+                looked: format!(
+                    "no kubeconfig: --kubeconfig is not given, KUBECONFIG is not set, {} and this is not a pod in a cluster (KUBERNETES_SERVICE_HOST is not set); give --kubeconfig FILE, set KUBECONFIG=FILE, or write your cluster's kubeconfig to {shown}",
+                    if default.is_some() {
+                        format!("{shown} does not exist,")
+                    } else {
+                        "the default ~/.kube/config has no home directory (HOME is not set),".to_owned()
+                    }
+                ),
+            }),
+        }
+    }
+
+    /// Read it (every file of `KUBECONFIG`, merged), with the one path errors name.
+    fn read(&self) -> Result<(Kubeconfig, Option<PathBuf>), ClusterError> {
+        let path = match self {
+            Self::Given(p) | Self::Default(p) => p.clone(),
+            Self::Env(_) => return Ok((Kubeconfig::read().map_err(|e| unreadable(None, e))?, None)),
+            Self::InCluster(_) => unreachable!("the in-cluster config is not a kubeconfig"),
+        };
+        if let Self::Given(p) = self
+            && !p.exists()
+        {
+            return Err(ClusterError::NoKubeconfig {
+                looked: format!("kubeconfig {} does not exist; give the path of your kubeconfig file", p.display()),
+            });
+        }
+        Ok((Kubeconfig::read_from(&path).map_err(|e| unreadable(Some(&path), e))?, Some(path)))
+    }
+
+    /// The context to use (`asked`, else the kubeconfig's `current-context`), checked to exist
+    /// and to name a cluster with a server.
+    ///
+    /// # Errors
+    /// [`ClusterError::NoContext`] or [`ClusterError::NoCluster`], naming the kubeconfig.
+    fn context(&self, kc: &Kubeconfig, asked: Option<&str>) -> Result<String, ClusterError> {
+        let name = asked.map(str::to_owned).or_else(|| kc.current_context.clone().filter(|c| !c.is_empty()));
+        let found = name.as_ref().and_then(|n| kc.contexts.iter().find(|c| c.name == *n));
+        let Some((name, named)) = name.clone().zip(found) else {
+            return Err(ClusterError::NoContext {
+                kubeconfig: self.to_string().into(),
+                current: asked.is_none(),
+                context: name,
+                available: kc.contexts.iter().map(|c| c.name.clone()).collect(),
+            });
+        };
+        let cluster = named.context.as_ref().map(|c| c.cluster.clone()).unwrap_or_default();
+        let served = kc.clusters.iter().any(|c| {
+            c.name == cluster && c.cluster.as_ref().is_some_and(|c| c.server.as_ref().is_some_and(|s| !s.is_empty()))
+        });
+        if !served {
+            return Err(ClusterError::NoCluster {
+                kubeconfig: self.to_string().into(),
+                context: name,
+                cluster,
+                defined: kc.clusters.iter().map(|c| c.name.clone()).collect(),
+            });
+        }
+        Ok(name)
+    }
+}
+
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Given(p) => write!(f, "kubeconfig {}", p.display()),
+            Self::Env(v) => write!(f, "kubeconfig {} (from KUBECONFIG)", v.to_string_lossy()),
+            Self::Default(p) => {
+                write!(f, "kubeconfig {} (the default: no --kubeconfig, KUBECONFIG not set)", p.display())
+            }
+            Self::InCluster(_) => f.write_str("the in-cluster config"),
+        }
     }
 }
 
@@ -132,22 +281,24 @@ impl Cluster {
     /// # Errors
     /// [`ClusterError::Kubeconfig`] when no usable configuration is found.
     pub async fn connect(opts: &ConnectOptions) -> Result<Self, ClusterError> {
-        let kc_opts = KubeConfigOptions { context: opts.context.clone(), ..KubeConfigOptions::default() };
-        let config = match (&opts.kubeconfig, &opts.context) {
-            (None, None) => {
-                Config::infer().await.map_err(|e| ClusterError::Kubeconfig { path: None, source: Box::new(e) })?
-            }
-            (path, context) => {
-                let kc = match path {
-                    Some(path) => Kubeconfig::read_from(path).map_err(|e| unreadable(Some(path), e))?,
-                    None => Kubeconfig::read().map_err(|e| unreadable(None, e))?,
-                };
-                if let Some(context) = context
-                    && !kc.contexts.iter().any(|c| c.name == *context)
-                {
-                    let available = kc.contexts.iter().map(|c| c.name.clone()).collect();
-                    return Err(ClusterError::NoContext { path: path.clone(), context: context.clone(), available });
-                }
+        let found = match &opts.kubeconfig {
+            Some(path) => Found::Given(path.clone()),
+            None => Found::search(
+                std::env::var_os("KUBECONFIG"),
+                std::env::home_dir(),
+                std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+            )?,
+        };
+        let config = match found {
+            Found::InCluster(default) => Config::incluster().map_err(|e| ClusterError::NoKubeconfig {
+                looked: format!(
+                    "no kubeconfig (--kubeconfig is not given, KUBECONFIG is not set, {default} does not exist), and KUBERNETES_SERVICE_HOST is set but this pod's in-cluster config cannot be read ({e}); give --kubeconfig FILE or set KUBECONFIG=FILE"
+                ),
+            })?,
+            found => {
+                let (kc, path) = found.read()?;
+                let context = found.context(&kc, opts.context.as_deref())?;
+                let kc_opts = KubeConfigOptions { context: Some(context), ..KubeConfigOptions::default() };
                 Config::from_custom_kubeconfig(kc, &kc_opts).await.map_err(|e| unreadable(path.as_ref(), e))?
             }
         };

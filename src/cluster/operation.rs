@@ -69,6 +69,10 @@ pub enum Operation {
     DeleteLabelled(Gvk, Option<String>),
     /// Wait for an object's readiness: read it, then watch it until it is ready.
     Wait(ObjectRef),
+    /// Follow objects until stopped: read them (one object by GET, any of a kind by one LIST),
+    /// then watch them from the version read (one object with the `metadata.name` field
+    /// selector, which RBAC authorizes by `resourceNames`).
+    Watch(Objects),
     /// Run a probe pod in a namespace (`None`: the run's own, named only when it starts) and
     /// read how it ended and why: its status, log and events.
     Probe(Option<String>),
@@ -114,6 +118,10 @@ impl Operation {
             Operation::Wait(object) => {
                 let object = Objects::Named(object.clone());
                 vec![named("get", &object), named("watch", &object)]
+            }
+            Operation::Watch(objects @ Objects::Named(_)) => vec![named("get", objects), named("watch", objects)],
+            Operation::Watch(Objects::Any(kind, namespace)) => {
+                vec![any("list", kind, namespace), any("watch", kind, namespace)]
             }
             Operation::Probe(namespace) => vec![
                 any("create", &KnownKind::POD.gvk(), namespace),
@@ -164,6 +172,23 @@ mod tests {
         let Target::Objects { name, .. } = &apply[1].target else { panic!() };
         assert_eq!((apply[1].verb, name.as_deref()), ("patch", Some("a")));
         assert_eq!(Operation::Apply { object: pod("a"), creates: false }.needs().len(), 1);
+    }
+
+    #[test]
+    fn following_objects_reads_them_as_it_watches_them() {
+        let verbs = |op: Operation| -> Vec<(&'static str, Option<String>)> {
+            op.needs()
+                .into_iter()
+                .map(|n| match n.target {
+                    Target::Objects { name, .. } => (n.verb, name),
+                    Target::Url(_) => panic!("{n:?}"),
+                })
+                .collect()
+        };
+        let one = verbs(Operation::Watch(Objects::Named(pod("a"))));
+        assert_eq!(one, [("get", Some("a".to_owned())), ("watch", Some("a".to_owned()))]);
+        let all = verbs(Operation::Watch(Objects::any(KnownKind::POD, Some("ns"))));
+        assert_eq!(all, [("list", None), ("watch", None)]);
     }
 
     #[test]

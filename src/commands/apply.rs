@@ -1,6 +1,8 @@
 //! `osbx apply`: plan, preflight, staged server-side apply layer by layer, prune, wait, and
 //! with `--verify` the acceptance checks.
 
+use anyhow::Context as _;
+
 use super::ExitStatus;
 use super::session::{self, prepare, runtime, start_connect};
 use super::settings::ApplySettings;
@@ -21,8 +23,25 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
     let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
-    let identity =
-        session::supply(&mut prepared, settings.api_key.as_deref(), settings.age_key_file.as_deref(), true, printer)?;
+    // The cluster's own identity, only when asked to create the decryption Secret from it
+    // (never the identities given to open the files: often a person's whole key file).
+    let cluster_key = settings
+        .decryption_key_file
+        .as_deref()
+        .map(|path| {
+            secrets::cluster_key(&prepared.loaded.profile, path)
+                .with_context(|| format!("--create-decryption-secret {}", path.display()))
+        })
+        .transpose()?;
+    let cluster_ids = cluster_key.as_ref().map(|k| &k.identities);
+    session::supply(
+        &mut prepared,
+        settings.api_key.as_deref(),
+        settings.age_key_file.as_deref(),
+        cluster_ids,
+        true,
+        printer,
+    )?;
     // The Flux repository is read on a thread of its own while the connection is made and the
     // plan reads the cluster: its state, and whether its pushed HEAD holds this render (fields
     // only Flux's applier owns are taken over only when Flux applies this very render), which
@@ -38,9 +57,7 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     });
     let (cluster, report) = rt.block_on(connecting)??;
     printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
-    if let Some(text) = identity {
-        rt.block_on(decryption_secret(&cluster, &mut prepared, &text, printer))?;
-    }
+    rt.block_on(decryption_secret(&cluster, &mut prepared, cluster_key.as_ref(), printer))?;
     let (profile, layers, opts) = (&prepared.loaded.profile, &prepared.layers, &settings.apply);
     rt.block_on(async {
         // With --verify, what the verify run does is reviewed before the apply writes too.
@@ -102,13 +119,14 @@ fn repo_warnings(repo: &std::path::Path, state: &repo::RepoState) -> Vec<String>
     out
 }
 
-/// With `secrets.sops` and an identity given: create the cluster's decryption Secret from it
-/// when the cluster has none (once: an existing one is never replaced), in the first layer that
-/// holds a sealed Secret.
+/// With `secrets.sops`: when the cluster has no decryption Secret, create it from the
+/// cluster's identity if one was given for it (`--create-decryption-secret`), in the first layer
+/// that holds a sealed Secret, else say that Flux cannot decrypt yet. An existing one is never
+/// replaced.
 async fn decryption_secret(
     cluster: &crate::cluster::Cluster,
     prepared: &mut session::Prepared,
-    identity: &str,
+    key: Option<&secrets::ClusterKey>,
     printer: Printer,
 ) -> anyhow::Result<()> {
     let profile = &prepared.loaded.profile;
@@ -120,11 +138,24 @@ async fn decryption_secret(
         cluster.client.clone(),
         id.namespace.as_deref().unwrap_or_default(),
     );
+    let Some(key) = key else {
+        // Only a warning: a read refused here is left to the apply's own review.
+        if let Ok(None) = api.get_metadata_opt(&id.name).await {
+            printer.warn(&format!(
+                "{id} does not exist: Flux cannot decrypt the sealed Secrets until it does; create it once with `--create-decryption-secret FILE` (the cluster's own identity)"
+            ));
+        }
+        return Ok(());
+    };
     if api.get_metadata_opt(&id.name).await?.is_some() {
+        printer.action(&format!("{id} exists: left as it is (it is never replaced)"));
         return Ok(());
     }
-    if let Some(object) = secrets::decryption_object(profile, identity) {
-        printer.action(&format!("{id} does not exist: creating it from the age identity given (the key is not shown), for Flux to decrypt with"));
+    if let Some(object) = secrets::decryption_object(profile, key) {
+        printer.action(&format!(
+            "{id} does not exist: creating it from {} (the identity of {}, secrets.sops.age[{}]; the key is not shown), for Flux to decrypt with",
+            key.origin, key.recipient, key.index
+        ));
         deploy::add_objects(&mut prepared.layers, vec![(slot.layer, object)]);
     }
     Ok(())

@@ -45,7 +45,7 @@ pub(super) fn run(settings: &LintSettings, printer: Printer) -> anyhow::Result<E
                     pool_crd: settings.pool_crd.as_ref(),
                     chart: settings.chart.as_ref(),
                     repo: settings.repo.as_deref(),
-                    identities: identities.as_ref().map(|(ids, _, _)| ids),
+                    identities: identities.as_ref(),
                 };
                 all.extend(lint::lint(m, &rendered, inputs));
             }

@@ -55,7 +55,7 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Diff(args) => diff::run(&(&args).try_into()?, printer),
         Command::Apply(args) => apply::run(&(&args).try_into()?, printer),
         Command::Verify(args) => verify::run(&(&args).try_into()?, printer),
-        Command::Status(args) => status::run(&(&args).into(), printer),
+        Command::Status(args) => status::run(&(&args).try_into()?, printer),
         Command::Rollout(args) => rollout::run(&(&args).into(), printer),
         Command::Lint(args) => lint::run(&(&args).try_into()?, printer),
         Command::Init(args) => init::run(&(&args).into(), printer),

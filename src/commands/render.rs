@@ -174,7 +174,7 @@ fn seal(
         return Ok(Vec::new());
     }
     let ids = secrets::identities(opts.age_key_file.as_deref())?;
-    let ids = ids.as_ref().map(|(ids, _, _)| ids);
+    let ids = ids.as_ref();
     // With an identity, a file changed without the key stops the render (without one, only
     // its form can be checked: the render does that).
     if let Some(ids) = ids {

@@ -47,8 +47,9 @@ pub(super) fn prepare(settings: &ProfileSettings, repo: Option<&std::path::Path>
 
 /// The Secrets a run adds to the render: the value it was given (`--api-key-file`,
 /// `OSBX_API_KEY`) for the components' Secrets, or with `secrets.sops` the sealed files
-/// decrypted as kustomize-controller decrypts them. Returns the identity's file text (for the
-/// decryption Secret), when one was given.
+/// decrypted as kustomize-controller decrypts them, with the identities given
+/// (`--age-key-file`, the environment's) and `cluster`'s (the cluster's own, given to create
+/// its decryption Secret).
 ///
 /// # Errors
 /// Both a value and `secrets.sops` (the value belongs in git); a sealed file that cannot be
@@ -57,21 +58,25 @@ pub(super) fn supply(
     prepared: &mut Prepared,
     api_key: Option<&str>,
     age_key_file: Option<&std::path::Path>,
+    cluster: Option<&crate::sops::Identities>,
     required: bool,
     printer: Printer,
-) -> anyhow::Result<Option<String>> {
+) -> anyhow::Result<()> {
     let profile = &prepared.loaded.profile;
     if profile.secrets.sops.is_none() {
         if let Some(key) = api_key {
             deploy::add_supplied_secrets(profile, &mut prepared.layers, key);
         }
-        return Ok(None);
+        return Ok(());
     }
     anyhow::ensure!(
         api_key.is_none(),
         "the profile keeps its Secrets in git (secrets.sops): set the API key with `osbx secret set`, not with OSBX_API_KEY or --api-key-file"
     );
-    let ids = crate::secrets::identities(age_key_file)?;
+    let ids = match (crate::secrets::identities(age_key_file)?, cluster) {
+        (Some(given), Some(cluster)) => Some(given.and(cluster)),
+        (given, cluster) => given.or_else(|| cluster.cloned()),
+    };
     for slot in crate::secrets::slots(profile) {
         if !prepared.loaded.sealed.0.contains_key(&slot.path) {
             printer.warn(&format!(
@@ -82,14 +87,14 @@ pub(super) fn supply(
             ));
         }
     }
-    match crate::secrets::open(&prepared.loaded, ids.as_ref().map(|(ids, _, _)| ids)) {
+    match crate::secrets::open(&prepared.loaded, ids.as_ref()) {
         Ok(opened) => deploy::add_objects(&mut prepared.layers, opened),
         Err(e) if !required && ids.is_none() => {
             printer.warn(&format!("the sealed Secrets are not compared: {e}"));
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(ids.map(|(_, text, _)| text))
+    Ok(())
 }
 
 /// A runtime for this command.
@@ -109,7 +114,13 @@ pub(super) fn start_connect(
 ) -> tokio::task::JoinHandle<anyhow::Result<(Cluster, preflight::Report)>> {
     let options = options.clone();
     rt.spawn(async move {
-        let cluster = Cluster::connect(&options).await?;
+        let cluster = Cluster::connect(&options).await.map_err(|e| match e {
+            // The context was asked for with --context: say what to ask for instead.
+            crate::cluster::ClusterError::NoContext { context: Some(_), current: false, .. } => {
+                anyhow::anyhow!("{e}; give --context one of them, or --kubeconfig the file that has it")
+            }
+            e => e.into(),
+        })?;
         let report = preflight::warm_up(&cluster).await?;
         Ok((cluster, report))
     })

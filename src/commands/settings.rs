@@ -245,6 +245,9 @@ pub(super) struct ApplySettings {
     pub repo: PathBuf,
     /// The age identity that opens the sealed Secrets (`secrets.sops`).
     pub age_key_file: Option<PathBuf>,
+    /// The cluster's own age identity, to create its decryption Secret from
+    /// (`--create-decryption-secret`).
+    pub decryption_key_file: Option<PathBuf>,
     /// Output format.
     pub output: Output,
     /// The API key to write to the profile's Secret (`--api-key-file`, `OSBX_API_KEY`).
@@ -272,6 +275,7 @@ impl TryFrom<&ApplyArgs> for ApplySettings {
             },
             repo: a.repo.clone(),
             age_key_file: a.age_key_file.clone(),
+            decryption_key_file: a.create_decryption_secret.clone(),
             output: a.output,
             api_key: key,
             verify: (a.verify && !a.dry_run).then_some(verify),
@@ -298,9 +302,23 @@ pub(super) struct StatusSettings {
     pub fleet: Option<PathBuf>,
 }
 
-impl From<&StatusArgs> for StatusSettings {
-    fn from(a: &StatusArgs) -> Self {
-        Self {
+impl TryFrom<&StatusArgs> for StatusSettings {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &StatusArgs) -> anyhow::Result<Self> {
+        if a.fleet.is_some() {
+            let graph = match a.output {
+                StatusOutput::Mermaid => Some("mermaid"),
+                StatusOutput::Dot => Some("dot"),
+                StatusOutput::Text | StatusOutput::Json => None,
+            };
+            if let Some(graph) = graph {
+                anyhow::bail!(
+                    "-o {graph}: --fleet prints one line per cluster, and the layer graph is drawn for one cluster; give -o text or -o json with --fleet, or drop --fleet to draw a cluster's graph"
+                );
+            }
+        }
+        Ok(Self {
             profile: (&a.profile).into(),
             connect: (&a.cluster).into(),
             repo: a.repo.clone(),
@@ -308,7 +326,7 @@ impl From<&StatusArgs> for StatusSettings {
             output: a.output,
             watch: a.watch,
             fleet: a.fleet.clone(),
-        }
+        })
     }
 }
 
@@ -464,6 +482,7 @@ impl From<&RbacArgs> for RbacSettings {
                     RbacFor::All => Purpose::All,
                 },
                 prune: a.prune,
+                decryption_secret: a.create_decryption_secret,
                 subjects: a.user.iter().cloned().map(Subject::User).chain(accounts).collect(),
             },
         }

@@ -27,17 +27,67 @@ pub(super) fn run(settings: &StatusSettings, printer: Printer) -> anyhow::Result
             show(&o, settings.output, printer);
             return Ok(exit(&o));
         }
-        let mut changes = overview::watch(&cluster, profile).await?;
+        // Watching from before the first read, so that nothing changes unseen in between.
+        let mut changes = overview::watch(&cluster, profile, layers);
+        let read = || overview::read(&cluster, profile, layers, repo, settings.server_url.as_deref());
+        let mut o = read().await?;
         let mut shown: Vec<String> = Vec::new();
+        let mut retry = overview::Backoff::new(std::time::Duration::from_secs(30));
         loop {
-            let o = overview::read(&cluster, profile, layers, repo, settings.server_url.as_deref()).await?;
             let lines = lines(&o, settings.output);
-            printer.redraw(&shown, &lines);
-            shown = lines;
-            tokio::select! {
-                () = super::session::interrupted() => return Ok(exit(&o)),
-                more = changes.next_change() => if !more { return Ok(exit(&o)) },
+            if settings.output == StatusOutput::Json {
+                // One document a line, each time it changes: for a reader, not a screen.
+                if lines != shown {
+                    for l in &lines {
+                        printer.data(l);
+                    }
+                }
+            } else {
+                printer.redraw(&shown, &lines);
             }
+            shown = lines;
+            // Until something changes (a watch's trouble is said, and the watch goes on).
+            loop {
+                tokio::select! {
+                    () = super::session::interrupted() => return Ok(exit(&o)),
+                    batch = changes.next() => match batch {
+                        None => return Ok(exit(&o)),
+                        Some(batch) => {
+                            for t in &batch.troubles {
+                                printer.warn(t);
+                            }
+                            if !batch.troubles.is_empty() && Printer::redraws_in_place() {
+                                // The warning moved the frame: the next is drawn below it.
+                                shown.clear();
+                            }
+                            if batch.changed {
+                                break;
+                            }
+                        }
+                    },
+                }
+            }
+            // A read that fails now (the API server restarting, a connection lost) is said and
+            // tried again after a delay; the last overview stays shown.
+            o = loop {
+                match read().await {
+                    Ok(new) => {
+                        retry.reset();
+                        break new;
+                    }
+                    Err(e) => {
+                        let delay = retry.delay();
+                        printer.warn(&format!("reading the platform: {e:#} (again in {:.1}s)", delay.as_secs_f64()));
+                        if Printer::redraws_in_place() {
+                            shown.clear();
+                        }
+                        tokio::select! {
+                            () = super::session::interrupted() => return Ok(exit(&o)),
+                            () = tokio::time::sleep(delay) => {}
+                        }
+                    }
+                }
+            };
         }
     })
 }

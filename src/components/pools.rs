@@ -382,6 +382,9 @@ impl Pools {
 }
 
 fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
+    if let Some(image) = written(s.pools.defaults.image.as_ref()) {
+        v.image("pools.defaults.image", image);
+    }
     let mut seen = BTreeSet::new();
     for (i, pool) in s.pools.items.iter().enumerate() {
         let at = format!("pools.items[{i}]");
@@ -411,7 +414,15 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
         if pool.image.as_ref().or(s.pools.defaults.image.as_ref()).is_none_or(|s| s.trim().is_empty()) {
             v.push(format!("{at}.image"), "missing image (set it on the pool or in pools.defaults)");
         }
+        if let Some(image) = written(pool.image.as_ref()) {
+            v.image(&format!("{at}.image"), image);
+        }
     }
+}
+
+/// An image the profile writes (a blank one is missing, said by the rule above).
+fn written(image: Option<&String>) -> Option<&str> {
+    image.map(String::as_str).filter(|i| !i.trim().is_empty())
 }
 
 fn capacity(at: &str, c: Capacity, v: &mut Violations) {

@@ -196,6 +196,23 @@ pub fn kept(profile: &Profile, layers: &[Layer]) -> Vec<ObjectRef> {
     ids
 }
 
+/// Of `kept`, what an apply or diff may write: all of it but the decryption Secret, which only
+/// an apply asked to create it writes (`--create-decryption-secret`: the layers then hold it).
+/// It is still read, and kept out of prune.
+fn writable<'a>(profile: &Profile, layers: &'a [Layer], kept: &'a [ObjectRef]) -> impl Iterator<Item = &'a ObjectRef> {
+    let decryption = crate::secrets::decryption_secret(profile);
+    kept.iter().filter(move |id| {
+        decryption.as_ref() != Some(*id) || layers.iter().flat_map(|l| &l.objects).any(|o| o.id == **id)
+    })
+}
+
+/// Creating the cluster's decryption Secret, which only `apply --create-decryption-secret`
+/// does (none without `secrets.sops`).
+#[must_use]
+pub(crate) fn creating_decryption_secret(profile: &Profile) -> Vec<Operation> {
+    crate::secrets::decryption_secret(profile).and_then(|id| ssa::writing(&id, Action::Created)).into_iter().collect()
+}
+
 /// The inventory ConfigMap of a profile on its cluster.
 #[must_use]
 pub fn inventory(profile: &Profile) -> ObjectRef {
@@ -307,7 +324,7 @@ fn between(before: &[Layer], after: &[Layer]) -> ChangeSet {
 pub(crate) fn diff_operations(profile: &Profile, layers: &[Layer], stale: bool) -> Vec<Operation> {
     let ids = kept(profile, layers);
     let mut out = ssa::reading(ids.iter());
-    out.extend(ids.iter().filter_map(|id| ssa::writing(id, Action::Created)));
+    out.extend(writable(profile, layers, &ids).filter_map(|id| ssa::writing(id, Action::Created)));
     out.push(Inventory::reading(&inventory(profile)));
     if stale {
         out.extend(ids.iter().map(|id| Operation::Get(Objects::Any(id.gvk.clone(), id.namespace.clone()))));

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
 
-use super::{DeployError, Layer, flux_kustomization, ids, inventory, kept, objects};
+use super::{DeployError, Layer, flux_kustomization, ids, inventory, kept, objects, writable};
 use crate::changeset::Action;
 use crate::cluster::Cluster;
 use crate::cluster::flux_applier::{FluxRender, OnConflict};
@@ -115,7 +115,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], scope: Scope) -> V
     let ids = kept(profile, layers);
     let inventory = inventory(profile);
     let mut out = ssa::reading(ids.iter());
-    out.extend(ids.iter().filter_map(|id| ssa::writing(id, Action::Created)));
+    out.extend(writable(profile, layers, &ids).filter_map(|id| ssa::writing(id, Action::Created)));
     out.push(Inventory::reading(&inventory));
     out.push(Inventory::writing(&inventory));
     out.push(preflight::reading_flux_namespace(&profile.cluster.flux_namespace));

@@ -95,7 +95,10 @@ pub(super) fn in_git(l: &mut Linter<'_>, repo: &std::path::Path, identities: Opt
     }
 }
 
-/// Every YAML document of kind Secret without SOPS metadata in `dir` (and below) of `repo`.
+/// Every YAML document of kind Secret in `dir` (and below) of `repo` that someone with the
+/// repository can read: one without SOPS metadata, and one with it whose `data` or
+/// `stringData` holds a value that is not encrypted (whatever its rules say). A sealed file
+/// that is not a SOPS file at all is left to `secret.malformed`.
 fn plaintext(l: &mut Linter<'_>, repo: &std::path::Path, dir: &str, sealed: &crate::spec::Sealed) {
     let mut stack = vec![repo.join(dir)];
     let mut files = Vec::new();
@@ -114,7 +117,7 @@ fn plaintext(l: &mut Linter<'_>, repo: &std::path::Path, dir: &str, sealed: &cra
     for path in files {
         let rel = path.strip_prefix(repo).unwrap_or(&path).to_string_lossy().replace('\\', "/");
         let Ok(text) = std::fs::read_to_string(&path) else { continue };
-        if sealed.0.contains_key(&rel) || !text.contains("Secret") {
+        if !text.contains("Secret") || (sealed.0.contains_key(&rel) && crate::sops::File::parse(&text).is_err()) {
             continue;
         }
         // The documents, each with the line it starts on (0-based).
@@ -129,11 +132,28 @@ fn plaintext(l: &mut Linter<'_>, repo: &std::path::Path, dir: &str, sealed: &cra
         }
         for (start, doc) in docs {
             let Ok(v) = serde_saphyr::from_str::<serde_json::Value>(&doc) else { continue };
-            if v["kind"] != "Secret" || v.get("sops").is_some() {
+            if v["kind"] != "Secret" {
+                continue;
+            }
+            let name = v["metadata"]["name"].as_str().unwrap_or("?");
+            if v.get("sops").is_some() {
+                if let Some((section, key)) = unencrypted_value(&v) {
+                    let at = value_line(&doc, &section, &key);
+                    l.add_at(
+                        "secret.plaintext",
+                        Severity::Error,
+                        rel.clone(),
+                        Pos { line: start + at.0 + 1, column: at.1 + 1 },
+                        &format!("{section}.{key}"),
+                        format!(
+                            "Secret {name} has SOPS metadata, but `{section}.{key}` is not encrypted: anyone with the repository can read it"
+                        ),
+                        "remove the value (and from git history) and seal it with `osbx secret set` or `sops encrypt` with rules that encrypt data and stringData",
+                    );
+                }
                 continue;
             }
             let at = doc.lines().position(|t| t.starts_with("kind:")).unwrap_or(0);
-            let name = v["metadata"]["name"].as_str().unwrap_or("?");
             l.add_at(
                 "secret.plaintext",
                 Severity::Error,
@@ -147,6 +167,44 @@ fn plaintext(l: &mut Linter<'_>, repo: &std::path::Path, dir: &str, sealed: &cra
             );
         }
     }
+}
+
+/// The first value of a Secret's `data` or `stringData` that is not encrypted (an empty string
+/// holds nothing), as (section, key).
+fn unencrypted_value(secret: &serde_json::Value) -> Option<(String, String)> {
+    ["data", "stringData"].into_iter().find_map(|section| {
+        let map = secret.get(section)?.as_object()?;
+        map.iter()
+            .find(|(_, v)| match v {
+                serde_json::Value::String(s) => !s.is_empty() && !s.starts_with("ENC[AES256_GCM,"),
+                serde_json::Value::Null => false,
+                _ => true,
+            })
+            .map(|(k, _)| (section.to_owned(), k.clone()))
+    })
+}
+
+/// The line and column (0-based) of `key` under the top-level `section` of a document's text;
+/// the section's own line when the key is not found there as written.
+fn value_line(doc: &str, section: &str, key: &str) -> (usize, usize) {
+    let lines: Vec<&str> = doc.lines().collect();
+    let Some(top) = lines.iter().position(|t| t.strip_prefix(section).is_some_and(|r| r.trim_start().starts_with(':')))
+    else {
+        return (0, 0);
+    };
+    lines[top + 1..]
+        .iter()
+        .take_while(|t| t.is_empty() || t.starts_with(' ') || t.starts_with('#'))
+        .position(|t| {
+            let t = t.trim_start();
+            t.strip_prefix(key)
+                .or_else(|| t.strip_prefix(&format!("\"{key}\"")))
+                .is_some_and(|r| r.trim_start().starts_with(':'))
+        })
+        .map_or((top, 0), |i| {
+            let t = lines[top + 1 + i];
+            (top + 1 + i, t.len() - t.trim_start().len())
+        })
 }
 
 /// The position of the first line starting (after indentation) with `key` in `text`.

@@ -176,10 +176,18 @@ pub(crate) fn text(o: &Overview) -> Vec<String> {
     if !o.runtimes.is_empty() {
         out.push("runtime classes:".into());
         for r in &o.runtimes {
-            let nodes = if r.nodes.is_empty() { "no node".to_owned() } else { r.nodes.join(", ") };
+            let glyph = match r.runnable {
+                Some(runnable) => mark(runnable),
+                None => "?",
+            };
+            let on = match (&r.message, r.nodes.is_empty()) {
+                (Some(why), _) => why.clone(),
+                (None, true) => "no node".to_owned(),
+                (None, false) => r.nodes.join(", "),
+            };
             out.push(match &r.handler {
-                Some(h) => format!("  {} {} (handler {h}): {nodes}", mark(!r.nodes.is_empty()), r.class),
-                None => format!("  {} {}: no such RuntimeClass", mark(false), r.class),
+                Some(h) => format!("  {glyph} {} (handler {h}): {on}", r.class),
+                None => format!("  {glyph} {}: {on}", r.class),
             });
         }
     }
@@ -307,6 +315,8 @@ mod tests {
                 class: "kata-qemu".into(),
                 handler: Some("kata-qemu".into()),
                 nodes: vec!["node-1".into(), "node-2".into()],
+                runnable: Some(true),
+                message: None,
             }],
             ready: false,
         }

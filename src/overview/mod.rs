@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub(crate) use draw::{dot, fleet_line, mermaid, text};
-pub(crate) use watch::watch;
+pub(crate) use watch::{Backoff, watch};
 
 use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::{Cluster, ClusterError, preflight};
@@ -138,7 +138,14 @@ pub(crate) struct RuntimeState {
     /// The class's handler (`None`: the class does not exist).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) handler: Option<String>,
+    /// The Ready nodes its `nodeSelector` admits that advertise its handler.
     pub(crate) nodes: Vec<String>,
+    /// Whether it can run somewhere, by the rule `verify` judges it by
+    /// ([`status::runtime::on_nodes`]); `None`: no verdict (nodes that publish no handlers).
+    pub(crate) runnable: Option<bool>,
+    /// Why it cannot run, or why there is no verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) message: Option<String>,
 }
 
 /// The platform at a glance.
@@ -157,7 +164,8 @@ pub(crate) struct Overview {
 }
 
 /// What `osbx status` reads: the layers' Kustomizations and the Pools by LIST, the
-/// HelmReleases and RuntimeClasses by name, the Nodes, the server's `/health` through the proxy.
+/// HelmReleases and RuntimeClasses by name, the Nodes, the server's `/health` through the proxy;
+/// and what `--watch` then watches ([`watch::operations`]).
 #[must_use]
 pub(crate) fn operations(profile: &Profile, layers: &[Layer]) -> Vec<Operation> {
     let mut out = preflight::connecting();
@@ -172,6 +180,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer]) -> Vec<Operation> 
         out.extend(classes.iter().map(|c| Operation::Get(Objects::Named(KnownKind::RUNTIME_CLASS.object(None, c)))));
     }
     out.extend(crate::verify::endpoint::requests(profile, crate::verify::Reach::default(), &[http::Method::GET]));
+    out.extend(watch::operations(profile, layers));
     out
 }
 
@@ -276,7 +285,7 @@ pub(crate) async fn read(
         && releases.iter().all(|r| r.ready)
         && server_state.healthy
         && pools.iter().all(|p| p.healthy)
-        && runtimes.iter().all(|r| !r.nodes.is_empty());
+        && runtimes.iter().all(|r| r.runnable == Some(true));
     Ok(Overview {
         cluster: profile.cluster.name.clone(),
         layers: layer_states,
@@ -427,25 +436,24 @@ fn pool_states(profile: &Profile, pool_objects: &[Value]) -> Vec<PoolState> {
         .collect()
 }
 
-/// The nodes that can run each class.
+/// The nodes that can run each class, by the rule `verify` judges a class by.
 fn runtime_states(classes: &[String], class_objects: &[Option<Value>], nodes: &[Value]) -> Vec<RuntimeState> {
+    use status::runtime::{OnNodes, on_nodes};
     classes
         .iter()
         .zip(class_objects)
         .map(|(class, obj)| {
             let handler = obj.as_ref().and_then(|o| o["handler"].as_str()).map(str::to_owned);
-            let nodes = handler.as_ref().map_or_else(Vec::new, |h| {
-                nodes
-                    .iter()
-                    .filter(|n| {
-                        n["status"]["runtimeHandlers"]
-                            .as_array()
-                            .is_some_and(|hs| hs.iter().any(|x| x["name"] == h.as_str()))
-                    })
-                    .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
-                    .collect()
-            });
-            RuntimeState { class: class.clone(), handler, nodes }
+            let (nodes, runnable, message) = match (obj, &handler) {
+                (Some(rc), Some(h)) => match on_nodes(rc, h, nodes) {
+                    OnNodes::Advertised(on) => (on, Some(true), None),
+                    OnNodes::Missing(why) | OnNodes::NoNode(why) => (Vec::new(), Some(false), Some(why)),
+                    OnNodes::Unknown(why) => (Vec::new(), None, Some(why)),
+                },
+                (Some(_), None) => (Vec::new(), Some(false), Some("no handler".to_owned())),
+                (None, _) => (Vec::new(), Some(false), Some("no such RuntimeClass".to_owned())),
+            };
+            RuntimeState { class: class.clone(), handler, nodes, runnable, message }
         })
         .collect()
 }
@@ -508,5 +516,50 @@ impl ClusterLine {
             against_head: Against::Unknown,
             error: Some(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn node(name: &str, ready: bool, labels: &Value, handlers: Option<&[&str]>) -> Value {
+        let mut n = json!({"metadata": {"name": name, "labels": labels},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}});
+        if let Some(h) = handlers {
+            n["status"]["runtimeHandlers"] = h.iter().map(|h| json!({"name": h})).collect();
+        }
+        n
+    }
+
+    fn state(nodes: &[Value]) -> RuntimeState {
+        let rc = json!({"metadata": {"name": "kata-qemu"}, "handler": "kata-qemu",
+            "scheduling": {"nodeSelector": {"katacontainers.io/kata-runtime": "true"}}});
+        runtime_states(&["kata-qemu".to_owned()], &[Some(rc)], nodes).remove(0)
+    }
+
+    #[test]
+    fn a_runtime_class_runs_only_on_ready_nodes_its_selector_admits_that_advertise_its_handler() {
+        let kata = json!({"katacontainers.io/kata-runtime": "true"});
+        let good = node("good", true, &kata, Some(&["", "kata-qemu"]));
+        let s = state(std::slice::from_ref(&good));
+        assert_eq!((s.runnable, s.nodes.clone(), s.message.clone()), (Some(true), vec!["good".to_owned()], None));
+        // Advertising the handler is not enough: Ready and admitted by the nodeSelector too.
+        let not_ready = node("down", false, &kata, Some(&["kata-qemu"]));
+        let not_admitted = node("plain", true, &json!({}), Some(&["kata-qemu"]));
+        for nodes in [vec![not_ready], vec![not_admitted]] {
+            let s = state(&nodes);
+            assert_eq!((s.runnable, s.nodes.len()), (Some(false), 0), "{nodes:?}: {s:?}");
+            assert!(s.message.as_deref().is_some_and(|m| m.contains("no Ready node")), "{s:?}");
+        }
+        let lacking = state(&[node("n", true, &kata, Some(&["runc"]))]);
+        assert_eq!(lacking.runnable, Some(false), "{lacking:?}");
+        assert!(lacking.message.unwrap().contains("n has runc"));
+        // Nodes that publish no handlers: no verdict, said as such.
+        let silent = state(&[node("old", true, &kata, None)]);
+        assert_eq!(silent.runnable, None, "{silent:?}");
+        assert!(silent.message.unwrap().contains("old publishes no status.runtimeHandlers"));
     }
 }

@@ -86,6 +86,27 @@ const HEAD_CUT: &str = "\n_Cut to fit: the summary is longer than the comment ma
 /// its fence ([`fence`]): the change cannot write the comment's Markdown.
 #[must_use]
 pub(crate) fn markdown(review: &Review, limit: usize) -> String {
+    let mut head = header(review);
+    let n = review.changes.len();
+    // The header alone may not fit (a fleet's table, many notes): cut at a line, say so.
+    if head.len() > limit {
+        let room = limit.saturating_sub(HEAD_CUT.len());
+        let mut cut = room.min(head.len());
+        while !head.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let cut = head[..cut].rfind('\n').map_or(0, |i| i + 1);
+        head.truncate(cut);
+        if head.len() + HEAD_CUT.len() <= limit {
+            head.push_str(HEAD_CUT);
+        }
+        return head;
+    }
+    objects(review, head, n, limit)
+}
+
+/// What was compared, the summary table and the notes.
+fn header(review: &Review) -> String {
     let mut head = String::new();
     let n = review.changes.len();
     let clusters = clusters_of(&review.clusters);
@@ -142,20 +163,11 @@ pub(crate) fn markdown(review: &Review, limit: usize) -> String {
             }
         }
     }
-    // The header alone may not fit (a fleet's table, many notes): cut at a line, say so.
-    if head.len() > limit {
-        let room = limit.saturating_sub(HEAD_CUT.len());
-        let mut cut = room.min(head.len());
-        while !head.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let cut = head[..cut].rfind('\n').map_or(0, |i| i + 1);
-        head.truncate(cut);
-        if head.len() + HEAD_CUT.len() <= limit {
-            head.push_str(HEAD_CUT);
-        }
-        return head;
-    }
+    head
+}
+
+/// `head`, then one collapsible section per change, as many as fit in `limit`.
+fn objects(review: &Review, head: String, n: usize, limit: usize) -> String {
     let mut out = head;
     if n > 0 {
         out.push_str("\n#### Objects\n\n");

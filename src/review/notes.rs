@@ -301,6 +301,8 @@ mod tests {
     use super::*;
     use crate::review::charts::ChartId;
 
+    type Charts<'a> = &'a [(ObjectRef, Expansion)];
+
     fn obj(v: Value) -> Object {
         Object::new(v).unwrap()
     }
@@ -319,12 +321,7 @@ mod tests {
         }))
     }
 
-    fn noted(
-        change: &Change,
-        before: &[&Object],
-        after: &[&Object],
-        charts: (&[(ObjectRef, Expansion)], &[(ObjectRef, Expansion)]),
-    ) -> String {
+    fn noted(change: &Change, before: &[&Object], after: &[&Object], charts: (Charts<'_>, Charts<'_>)) -> String {
         let sides =
             Sides { before: before.to_vec(), after: after.to_vec(), charts_before: charts.0, charts_after: charts.1 };
         notes(change, &sides).join("\n")

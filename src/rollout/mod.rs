@@ -389,9 +389,10 @@ async fn reach_all<'f>(
                 ..settings.connect.clone()
             };
             let cluster = Cluster::connect(&options).await.map_err(|source| match source {
-                ClusterError::Kubeconfig { .. } | ClusterError::NoContext { .. } => {
-                    RolloutError::Reach { cluster: name.clone(), index, source }
-                }
+                ClusterError::Kubeconfig { .. }
+                | ClusterError::NoKubeconfig { .. }
+                | ClusterError::NoContext { .. }
+                | ClusterError::NoCluster { .. } => RolloutError::Reach { cluster: name.clone(), index, source },
                 source => RolloutError::Cluster { cluster: name.clone(), source },
             })?;
             preflight::warm_up(&cluster)

@@ -8,7 +8,12 @@
 //!   `unencrypted_suffix`, matched against every key on its path) becomes
 //!   `ENC[AES256_GCM,data:…,iv:…,tag:…,type:str|int|float|bool]`: AES-256-GCM under the file's
 //!   32-byte data key, a random 32-byte IV, and the value's path as additional data
-//!   (`data:api-key:`). An empty string stays empty.
+//!   (`data:api-key:`). An empty string stays empty. A file names at most one rule; one that
+//!   names none leaves the keys ending in `_unencrypted` in plain text (`stores.go`).
+//! - A value's bytes (what is hashed and encrypted, `ToBytes`) are its text for a string,
+//!   `True`/`False` for a bool, the decimal for an int, and for a float the shortest decimal
+//!   that reads back as the same number, without an exponent (Go's `FormatFloat(f, 'f', -1,
+//!   64)`: `1.0` is `1`, `1e21` is `1000000000000000000000`).
 //! - The MAC is SHA-512 over every value's plaintext in document order (only the encrypted ones
 //!   with `mac_only_encrypted`, after a fixed prefix), upper-case hex, encrypted like a value with
 //!   `lastmodified` (RFC 3339) as additional data. A file whose MAC does not match was changed
@@ -41,6 +46,20 @@ const MAC_ONLY_ENCRYPTED_INIT: [u8; 32] = [
     0x8a, 0x3f, 0xd2, 0xad, 0x54, 0xce, 0x66, 0x52, 0x7b, 0x10, 0x34, 0xf3, 0xd1, 0x47, 0xbe, 0x0b, 0x0b, 0x97, 0x5b,
     0x3b, 0xf4, 0x4f, 0x72, 0xc6, 0xfd, 0xad, 0xec, 0x81, 0x76, 0xf2, 0x7d, 0x69,
 ];
+
+/// The metadata keys of the encryption rules; a file names at most one (`stores.go`).
+const RULES: [&str; 6] = [
+    "encrypted_suffix",
+    "unencrypted_suffix",
+    "encrypted_regex",
+    "unencrypted_regex",
+    "encrypted_comment_regex",
+    "unencrypted_comment_regex",
+];
+
+/// The suffix of the keys left in plain text when a file names no rule (`sops.go`:
+/// `DefaultUnencryptedSuffix`).
+const DEFAULT_UNENCRYPTED_SUFFIX: &str = "_unencrypted";
 
 /// Why a SOPS file cannot be written or read. No variant carries a secret value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -80,6 +99,7 @@ pub(crate) enum SopsError {
 }
 
 /// age identities (`AGE-SECRET-KEY-1…`), as a key file holds them.
+#[derive(Clone)]
 pub(crate) struct Identities(Vec<age::x25519::Identity>);
 
 impl std::fmt::Debug for Identities {
@@ -116,6 +136,18 @@ impl Identities {
     #[must_use]
     pub(crate) fn recipients(&self) -> Vec<String> {
         self.0.iter().map(|k| k.to_public().to_string()).collect()
+    }
+
+    /// How many identities there are.
+    #[must_use]
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// These identities and `other`'s, in that order.
+    #[must_use]
+    pub(crate) fn and(&self, other: &Self) -> Self {
+        Self(self.0.iter().chain(&other.0).cloned().collect())
     }
 }
 
@@ -154,6 +186,18 @@ struct Rules<'a> {
 impl<'a> Rules<'a> {
     fn of(meta: &'a Map<String, Value>) -> Result<Self, SopsError> {
         let text = |k: &str| meta.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+        let named: Vec<&str> = RULES.iter().copied().filter(|k| text(k).is_some()).collect();
+        if named.len() > 1 {
+            return Err(SopsError::Malformed(format!(
+                "sops names more than one encryption rule ({}): sops itself refuses such a file",
+                named.join(", ")
+            )));
+        }
+        if let Some(rule) = named.iter().find(|k| k.ends_with("_comment_regex")) {
+            return Err(SopsError::Malformed(format!(
+                "sops.{rule}: rules on comments are not supported (osbx keeps no comments)"
+            )));
+        }
         let regex = |k: &str| {
             text(k)
                 .map(|r| {
@@ -165,7 +209,11 @@ impl<'a> Rules<'a> {
             encrypted_regex: regex("encrypted_regex")?,
             unencrypted_regex: regex("unencrypted_regex")?,
             encrypted_suffix: text("encrypted_suffix"),
-            unencrypted_suffix: text("unencrypted_suffix"),
+            unencrypted_suffix: if named.is_empty() {
+                Some(DEFAULT_UNENCRYPTED_SUFFIX)
+            } else {
+                text("unencrypted_suffix")
+            },
             mac_only_encrypted: meta.get("mac_only_encrypted").and_then(Value::as_bool).unwrap_or(false),
         })
     }
@@ -207,7 +255,10 @@ fn plain_bytes(v: &Value) -> Option<(Vec<u8>, &'static str)> {
         Value::String(s) => Some((s.as_bytes().to_vec(), "str")),
         Value::Bool(b) => Some(((if *b { "True" } else { "False" }).as_bytes().to_vec(), "bool")),
         Value::Number(n) if n.is_i64() || n.is_u64() => Some((n.to_string().into_bytes(), "int")),
-        Value::Number(n) => Some((n.to_string().into_bytes(), "float")),
+        // Rust's `Display` of an `f64` is Go's `FormatFloat(f, 'f', -1, 64)`: the shortest
+        // decimal that reads back as the same number, never an exponent (`n.to_string()`, ryu's
+        // `1.0` and `1e21`, is not what sops hashes).
+        Value::Number(n) => Some((format!("{}", n.as_f64()?).into_bytes(), "float")),
         _ => None,
     }
 }
@@ -473,12 +524,21 @@ impl File {
         Ok((after.difference(&before).cloned().collect(), before.difference(&after).cloned().collect()))
     }
 
-    /// The file's YAML text: the document, then `sops`.
-    #[must_use]
-    pub(crate) fn to_yaml(&self) -> String {
+    /// The file's YAML text: the document, then `sops`. It is never empty: a text that would
+    /// not read back as this very file is an error, never written.
+    ///
+    /// # Errors
+    /// [`SopsError::Malformed`] when the document cannot be written as YAML that reads back.
+    pub(crate) fn to_yaml(&self) -> Result<String, SopsError> {
         let mut all = self.doc.clone();
         all.insert("sops".into(), Value::Object(self.meta.clone()));
-        serde_saphyr::to_string(&Value::Object(all)).unwrap_or_default()
+        let all = Value::Object(all);
+        let text = serde_saphyr::to_string(&all)
+            .map_err(|e| SopsError::Malformed(format!("the file cannot be written as YAML: {e}")))?;
+        match serde_saphyr::from_str::<Value>(&text) {
+            Ok(back) if back == all && !text.trim().is_empty() => Ok(text),
+            _ => Err(SopsError::Malformed("the file's YAML would not read back as written: nothing is written".into())),
+        }
     }
 }
 
@@ -508,7 +568,7 @@ mod tests {
     fn a_file_decrypts_to_what_was_encrypted_and_only_data_is_encrypted() {
         let (ids, r) = identity();
         let file = File::encrypt(&secret("c2VjcmV0"), std::slice::from_ref(&r)).unwrap();
-        let text = file.to_yaml();
+        let text = file.to_yaml().unwrap();
         assert!(!text.contains("c2VjcmV0"), "{text}");
         assert!(text.contains("name: k") && text.contains("ENC[AES256_GCM,"), "{text}");
         let parsed = File::parse(&text).unwrap();
@@ -519,7 +579,7 @@ mod tests {
     #[test]
     fn a_changed_plain_value_or_a_moved_value_is_refused() {
         let (ids, r) = identity();
-        let text = File::encrypt(&secret("c2VjcmV0"), &[r]).unwrap().to_yaml();
+        let text = File::encrypt(&secret("c2VjcmV0"), &[r]).unwrap().to_yaml().unwrap();
         let renamed = text.replace("name: k", "name: other");
         assert_eq!(File::parse(&renamed).unwrap().decrypt(&ids), Err(SopsError::Mac));
         let moved = text.replace("api-key:", "token:");
@@ -545,6 +605,36 @@ mod tests {
         assert_eq!((file.mac(), &file.document()["data"]), (mac.as_str(), &data));
         assert_eq!(file.decrypt(&ids2).unwrap(), secret("eA=="));
         assert!(file.decrypt(&ids).is_err());
+    }
+
+    #[test]
+    fn numbers_are_hashed_and_encrypted_as_sops_writes_them() {
+        let bytes = |v: Value| String::from_utf8(plain_bytes(&v).unwrap().0).unwrap();
+        // Go's FormatFloat(f, 'f', -1, 64), as sops' ToBytes: no `.0`, no exponent.
+        assert_eq!(bytes(json!(1.0)), "1");
+        assert_eq!(bytes(json!(1e21)), "1000000000000000000000");
+        assert_eq!(bytes(json!(0.000_001_5)), "0.0000015");
+        assert_eq!(bytes(json!(-2.5)), "-2.5");
+        assert_eq!(bytes(json!(3)), "3");
+        assert_eq!(bytes(json!(-7)), "-7");
+        assert_eq!(bytes(json!(u64::MAX)), "18446744073709551615");
+        assert_eq!(plain_bytes(&json!(1.0)).unwrap().1, "float");
+    }
+
+    #[test]
+    fn the_rules_are_sops_rules_one_at_most_and_none_means_the_unencrypted_suffix() {
+        let meta = |m: Value| m.as_object().unwrap().clone();
+        let path = |p: &[&str]| p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let none = meta(json!({}));
+        let rules = Rules::of(&none).unwrap();
+        assert!(!rules.encrypted(&path(&["data", "token_unencrypted"])));
+        assert!(rules.encrypted(&path(&["data", "token"])));
+        let regex = meta(json!({"encrypted_regex": "^data$"}));
+        assert!(Rules::of(&regex).unwrap().encrypted(&path(&["data", "token_unencrypted"])));
+        let two = meta(json!({"encrypted_regex": "^data$", "unencrypted_suffix": "_plain"}));
+        assert!(matches!(Rules::of(&two), Err(SopsError::Malformed(m)) if m.contains("more than one")));
+        let comments = meta(json!({"encrypted_comment_regex": "sops:enc"}));
+        assert!(matches!(Rules::of(&comments), Err(SopsError::Malformed(m)) if m.contains("comments")));
     }
 
     #[test]

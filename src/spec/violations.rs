@@ -1,7 +1,7 @@
 //! The violations of a profile's rules: each names the offending field path; the loader turns
 //! paths into `file:line:column`.
 
-use super::syntax::{FLUX_UNITS, check_dns_label, check_dns_subdomain, is_duration};
+use super::syntax::{FLUX_UNITS, check_dns_label, check_dns_subdomain, check_image_reference, is_duration};
 
 /// One violated rule: the field path and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +39,16 @@ impl Violations {
     pub fn dns_subdomain(&mut self, field: &str, value: &str) {
         if let Err(why) = check_dns_subdomain(value) {
             self.push(field, why);
+        }
+    }
+
+    /// The value must be a container image reference (`[host[:port]/]path[:tag][@digest]`).
+    pub(crate) fn image(&mut self, field: &str, value: &str) {
+        if let Err(why) = check_image_reference(value) {
+            self.push(
+                field,
+                format!("{value:?} is not an image reference ([registry[:port]/]path[:tag][@digest]): {why}"),
+            );
         }
     }
 

@@ -8,6 +8,8 @@
 //! `Ready=False` with a terminal reason (`InstallFailed`, …) is Failed, so waits fail fast, also
 //! while helm-controller waits to retry (`Reconciling=True` with `ProgressingWithRetry`).
 
+pub(crate) mod runtime;
+
 use std::fmt;
 
 use serde::Serialize;

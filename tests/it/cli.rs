@@ -339,3 +339,128 @@ fn a_build_pool_renders_on_the_build_class_the_kata_layer_installs() {
     );
     assert!(values["shims"]["clh-runtime-rs"].get("dropIn").is_none(), "the shim's own class keeps shared-fs");
 }
+
+/// `osbx` run with `HOME` at `home`, no `KUBECONFIG` and not in a pod, in `home`: its exit code
+/// and stderr.
+fn first_run(home: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = osbx()
+        .current_dir(home)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("OSBX_API_KEY")
+        .env("HOME", home)
+        .args(args)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = outputs(&out);
+    (out.status.code(), stdout, stderr)
+}
+
+/// The commands that reach a cluster, run as a new user would: each refuses in one line of
+/// osbx's own that names where it looked and what to do (not kube's `failed to infer config:
+/// in-cluster: (…), kubeconfig: (…)`), exit 2, nothing on stdout.
+#[test]
+fn a_first_run_without_a_kubeconfig_says_where_it_looked_and_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let default = home.join(".kube/config");
+    let none = format!(
+        "error: no kubeconfig: --kubeconfig is not given, KUBECONFIG is not set, {} does not exist, and this is not a pod in a cluster (KUBERNETES_SERVICE_HOST is not set); give --kubeconfig FILE, set KUBECONFIG=FILE, or write your cluster's kubeconfig to {}",
+        default.display(),
+        default.display()
+    );
+    for command in [&["status"][..], &["verify"], &["diff"], &["apply"], &["status", "--context", "lab"]] {
+        let (code, stdout, stderr) = first_run(home, command);
+        assert_eq!((code, stdout.as_str()), (Some(2), ""), "{command:?}: {stderr}");
+        assert_eq!(stderr.trim_end(), none, "{command:?}");
+    }
+    let (code, _, stderr) = first_run(home, &["status", "--kubeconfig", "lab.yaml"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end(), "error: kubeconfig lab.yaml does not exist; give the path of your kubeconfig file");
+    // In a pod (KUBERNETES_SERVICE_HOST set) without its service account: the in-cluster
+    // config is tried, and its failure said with the places looked at before it.
+    let out = osbx()
+        .current_dir(home)
+        .env_remove("KUBECONFIG")
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", "9")
+        .env("HOME", home)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = outputs(&out).1;
+    let said = said.trim_end();
+    let prefix = format!(
+        "error: no kubeconfig (--kubeconfig is not given, KUBECONFIG is not set, {} does not exist), and KUBERNETES_SERVICE_HOST is set but this pod's in-cluster config cannot be read (",
+        default.display()
+    );
+    assert!(said.starts_with(&prefix) && said.ends_with("); give --kubeconfig FILE or set KUBECONFIG=FILE"), "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+    let out = osbx()
+        .current_dir(home)
+        .env("KUBECONFIG", "a.yaml:b.yaml")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        outputs(&out).1.trim_end(),
+        format!(
+            "error: no kubeconfig: --kubeconfig is not given and KUBECONFIG=a.yaml:b.yaml names no file that exists; set KUBECONFIG to your kubeconfig file (or unset it to use {}), or give --kubeconfig FILE",
+            default.display()
+        )
+    );
+}
+
+/// A kubeconfig that is there but names no context to use, a context it lacks, or a context
+/// whose cluster it does not define: one line each, naming the file, what is missing, what it
+/// has and what to do. Nothing listens at its server: each is refused before any connection.
+#[test]
+fn a_kubeconfig_without_a_context_or_cluster_says_what_is_missing_and_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    std::fs::create_dir(home.join(".kube")).unwrap();
+    let default = home.join(".kube/config");
+    let kubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:9\"}\n\
+        users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: lab\n  context: {cluster: c, user: u}\n\
+        - name: moved\n  context: {cluster: gone, user: u}\n";
+    std::fs::write(&default, kubeconfig).unwrap();
+    let at = format!("kubeconfig {} (the default: no --kubeconfig, KUBECONFIG not set)", default.display());
+    let cases = [
+        (
+            &["verify"][..],
+            format!(
+                "{at} sets no current-context and no context was asked for (its contexts: lab, moved); give --context NAME, or set one with `kubectl config use-context NAME`"
+            ),
+        ),
+        (
+            &["status", "--context", "prod"],
+            format!(
+                "{at} has no context \"prod\" (its contexts: lab, moved); give --context one of them, or --kubeconfig the file that has it"
+            ),
+        ),
+        (
+            &["diff", "--context", "moved"],
+            format!(
+                "{at}: context \"moved\" names cluster \"gone\", which it does not define (its clusters: c); add the cluster with its server to the kubeconfig (`kubectl config set-cluster gone --server URL`), or use another context"
+            ),
+        ),
+    ];
+    for (command, line) in cases {
+        let (code, stdout, stderr) = first_run(home, command);
+        assert_eq!((code, stdout.as_str()), (Some(2), ""), "{command:?}: {stderr}");
+        assert_eq!(stderr.trim_end(), format!("error: {line}"), "{command:?}");
+    }
+    std::fs::write(&default, format!("{kubeconfig}current-context: prod\n")).unwrap();
+    let (code, _, stderr) = first_run(home, &["apply"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: {at} has no context \"prod\", which its current-context names (its contexts: lab, moved); give --context NAME, or set one with `kubectl config use-context NAME`"
+        )
+    );
+}

@@ -14,7 +14,7 @@ fn every_shipped_profile_has_an_up_to_date_example() {
         let rendered = tree(dir.path());
         let example_dir = root().join("examples").join(&name);
         if std::env::var_os("OSBX_UPDATE_EXAMPLES").is_some() {
-            let _ = std::fs::remove_dir_all(&example_dir);
+            crate::support::remove_dir_if_there(&example_dir);
             for (rel, content) in &rendered {
                 crate::support::write(&example_dir, rel, content);
             }

@@ -286,3 +286,34 @@ async fn status_of_a_fleet_is_one_line_per_cluster_and_names_an_unreachable_one(
     assert!(stdout.lines().any(|l| l.contains("lab-a") && l.contains("layers ") && l.contains("pools ")), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("✘ lab-b") && l.contains("unreadable")), "{stdout}");
 }
+
+/// `osbx status --fleet -o mermaid|dot` is refused (exit 2, nothing on stdout) before any
+/// cluster is reached: a fleet's status is one line per cluster, and the graph formats draw one
+/// cluster's layers, so printing the text lines instead would hand a picture tool prose.
+#[test]
+fn status_of_a_fleet_refuses_the_graph_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("fleet.yaml"),
+        TestFleet::new("look", "default").cluster("lab-a", Value::Null).yaml(),
+    )
+    .unwrap();
+    for graph in ["mermaid", "dot"] {
+        let out = osbx()
+            .current_dir(dir.path())
+            .env_remove("KUBECONFIG")
+            .env("HOME", dir.path())
+            .args(["status", "--fleet", "fleet.yaml", "--repo", ".", "-o", graph])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = outputs(&out);
+        assert_eq!(out.status.code(), Some(2), "-o {graph}: {stdout}{stderr}");
+        assert_eq!(stdout, "", "-o {graph} printed data");
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "error: -o {graph}: --fleet prints one line per cluster, and the layer graph is drawn for one cluster; give -o text or -o json with --fleet, or drop --fleet to draw a cluster's graph"
+            )
+        );
+    }
+}

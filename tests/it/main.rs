@@ -12,6 +12,7 @@ mod e2e;
 mod examples;
 mod fleet;
 mod kata;
+mod leftovers;
 mod lint;
 mod node;
 mod opensandbox_controller;

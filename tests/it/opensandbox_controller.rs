@@ -49,8 +49,10 @@ fn kubelet(client: kube::Client, ns: String) -> standin::AbortOnDrop {
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 if pod.metadata.deletion_timestamp.is_some() {
                     let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+                    // The loop's next pass sees what this step did not do; the test's assertions read the result.
                     let _ = api.delete(&name, &now).await;
                 } else if pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_none() {
+                    // A pod not yet startable is tried again on the next pass.
                     let _ = standin::try_pod_running(&client, &ns, &name, "it-node-played").await;
                 }
             }

@@ -435,3 +435,24 @@ fn chart_fields_are_names_not_paths() {
     let abs = with("  server:\n", "  chart: {path: /etc}\n  server:\n");
     assert!(error_of(&abs).contains("opensandbox.chart.path: \"/etc\" is refused: it is an absolute path"));
 }
+
+/// A pool image that is not an image reference (by the distribution grammar containerd and the
+/// kubelet parse) is refused at load, located, whether on a pool or in the defaults; one that
+/// is a reference (a registry with a port, a digest) loads.
+#[test]
+fn a_pool_image_that_is_not_an_image_reference_is_refused_at_load() {
+    let e = error_of(&with("image: example.com/sandbox:v1\n", "image: \"evil.example/x:1 <img src=x> **bold**\"\n"));
+    assert_eq!(
+        e,
+        "29:7: pools.items[0].image: \"evil.example/x:1 <img src=x> **bold**\" is not an image reference ([registry[:port]/]path[:tag][@digest]): tag \"1 <img src=x> **bold**\" is not 1 to 128 letters, digits, '_', '.' and '-' (starting with a letter, digit or '_')"
+    );
+    let e = error_of(&with("      image: example.com/sandbox:v1\n", "      image: example.com/Sandbox\n"));
+    assert_eq!(
+        e,
+        "29:7: pools.items[0].image: \"example.com/Sandbox\" is not an image reference ([registry[:port]/]path[:tag][@digest]): path component \"Sandbox\" is not lower-case letters and digits joined by '.', '_', '__' or '-'"
+    );
+    let e = error_of(&with("pools:\n  items:\n", "pools:\n  defaults: {image: \"x y\"}\n  items:\n"));
+    assert!(e.starts_with("26:14: pools.defaults.image: \"x y\" is not an image reference"), "{e}");
+    let digest = format!("localhost:5000/sandbox:v1@sha256:{}", "0".repeat(64));
+    profile::parse("p.yaml", with("image: example.com/sandbox:v1\n", &format!("image: {digest}\n"))).unwrap();
+}

@@ -134,6 +134,7 @@ fn a_cluster_without_its_kubeconfig_context_is_refused_naming_the_fleet_field() 
     let out = osbx()
         .current_dir(dir.path())
         .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
         .env("HOME", &home)
         .args(["-q", "rollout", "--fleet", "fleet.yaml", "--repo", "repo"])
         .output()
@@ -142,8 +143,8 @@ fn a_cluster_without_its_kubeconfig_context_is_refused_naming_the_fleet_field() 
     refused(
         &(out.status.code(), stdout, stderr),
         &format!(
-            "cluster sandbox-a: cannot load kubeconfig {}/.kube/config: No such file or directory (os error 2); set clusters[0].context (and .kubeconfig) in the fleet file to the context that reaches it, or give --kubeconfig",
-            home.display()
+            "cluster sandbox-a: no kubeconfig: --kubeconfig is not given, KUBECONFIG is not set, {home}/.kube/config does not exist, and this is not a pod in a cluster (KUBERNETES_SERVICE_HOST is not set); give --kubeconfig FILE, set KUBECONFIG=FILE, or write your cluster's kubeconfig to {home}/.kube/config; set clusters[0].context (and .kubeconfig) in the fleet file to the context that reaches it, or give --kubeconfig",
+            home = home.display()
         ),
     );
     untouched(&repo, None);

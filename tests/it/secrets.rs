@@ -198,6 +198,97 @@ fn sops_and_osbx_read_each_others_files() {
     c.assert_nothing_leaked(&["from-osbx", "from-sops", "rotated", "ZnJvbS1zb3Bz"]);
 }
 
+/// What the real `sops` writes with its other rules opens and re-keys in osbx, numbers
+/// included: `mac_only_encrypted`, `encrypted_suffix` and `unencrypted_regex`, each over ints and
+/// floats (`1.0`, `1e21`) both encrypted and in plain text, which sops hashes as Go formats them.
+#[test]
+fn files_sops_writes_with_its_rules_and_numbers_open_and_rekey() {
+    let plain = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: api-key\n  namespace: sx-system\ntype: Opaque\nstringData:\n  api-key: from-sops-7c1d\nnumbersData:\n  ratio: 1.0\n  big: 1e21\n  half: 0.5\n  count: 3\n  neg: -7\nplain:\n  ratio: 2.0\n  big: 1e22\n  count: 4\n";
+    // Each as a `.sops.yaml` creation rule (`mac_only_encrypted` has no command-line flag).
+    let variants = [
+        "mac_only_encrypted: true\n    encrypted_regex: ^(stringData|numbersData)$",
+        "encrypted_suffix: Data",
+        "unencrypted_regex: ^(apiVersion|kind|metadata|type|plain)$",
+    ];
+    for rules in variants {
+        let mut c = Case::new();
+        let (k1, k2) = (c.k1.file.clone(), c.k2.file.clone());
+        assert_exit(&c.osbx(&["render", "-o", "repo"], &[], None), 0);
+        std::fs::write(c.dir.path().join("plain.yaml"), plain).unwrap();
+        let config = format!("creation_rules:\n  - age: {}\n    {rules}\n", c.k1.recipient);
+        std::fs::write(c.dir.path().join("sops-config.yaml"), config).unwrap();
+        let args =
+            ["--config", "sops-config.yaml", "encrypt", "--input-type", "yaml", "--output-type", "yaml", "plain.yaml"];
+        let out = c.sops(&k1, &args);
+        let (by_sops, stderr) = outputs(&out);
+        assert!(out.status.success(), "sops encrypt {rules:?}: {stderr}");
+        assert!(by_sops.contains("type:float") && by_sops.contains("type:int"), "{rules:?}: {by_sops}");
+        let rule = rules.split(':').next().unwrap();
+        assert!(by_sops.contains(&format!("{rule}:")), "sops did not write {rule}: {by_sops}");
+        std::fs::write(c.repo().join(SEALED), &by_sops).unwrap();
+
+        // Opened: every value decrypts and the MAC matches.
+        let lint = ["lint", "--repo", "repo", "--age-key-file", k1.to_str().unwrap()];
+        let (stdout, _) = assert_exit(&c.osbx(&lint, &[], None), 0);
+        assert!(stdout.contains("0 error(s)"), "{rules:?}: {stdout}");
+
+        // Re-keyed by a render (k1 → k2): sops opens the result with k2, MAC and values intact.
+        c.profile(&json!([c.k2.recipient]));
+        let (_, stderr) = assert_exit(&c.osbx(&["render", "-o", "repo"], &[("SOPS_AGE_KEY_FILE", &k1)], None), 0);
+        assert!(stderr.contains("data key is re-encrypted"), "{rules:?}: {stderr}");
+        let path = c.repo().join(SEALED).display().to_string();
+        let out = c.sops(&k2, &["decrypt", &path]);
+        let (decrypted, stderr) = outputs(&out);
+        assert!(out.status.success(), "sops cannot open what osbx re-keyed ({rules:?}): {stderr}");
+        let doc: Value = serde_saphyr::from_str(&decrypted).unwrap();
+        assert_eq!(doc["stringData"]["api-key"], "from-sops-7c1d", "{rules:?}");
+        assert_eq!(doc["numbersData"]["count"], 3, "{rules:?}");
+        assert_eq!(doc["numbersData"]["half"], 0.5, "{rules:?}");
+        assert_eq!(doc["plain"]["count"], 4, "{rules:?}");
+        let lint = ["lint", "--repo", "repo", "--age-key-file", k2.to_str().unwrap()];
+        let (stdout, _) = assert_exit(&c.osbx(&lint, &[], None), 0);
+        assert!(stdout.contains("0 error(s), 0 warning(s)"), "{rules:?}: {stdout}");
+        c.assert_nothing_leaked(&["from-sops-7c1d"]);
+    }
+}
+
+/// A Secret with SOPS metadata whose `data` is not encrypted (sops with a rule that selects
+/// other keys writes one) is a plaintext Secret: in a layer's directory, and at the sealed
+/// file's own place.
+#[test]
+fn lint_flags_a_sops_secret_whose_data_is_not_encrypted() {
+    let mut c = Case::new();
+    let k1 = c.k1.file.clone();
+    assert_exit(&c.set("kept-sealed-51aa", None), 0);
+    let plain = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: leak\n  namespace: sx-system\ntype: Opaque\ndata:\n  token: bGVha2VkLXZhbHVl\nnote_secret: only this is encrypted\n";
+    std::fs::write(c.dir.path().join("plain.yaml"), plain).unwrap();
+    let out = c.sops(&k1, &["encrypt", "--age", &c.k1.recipient, "--encrypted-suffix", "_secret", "plain.yaml"]);
+    let (by_sops, stderr) = outputs(&out);
+    assert!(out.status.success(), "sops encrypt: {stderr}");
+    assert!(by_sops.contains("token: bGVha2VkLXZhbHVl") && by_sops.contains("sops:"), "{by_sops}");
+    std::fs::write(c.repo().join("platform/opensandbox-pools/leak.yaml"), &by_sops).unwrap();
+
+    let (stdout, _) = assert_exit(&c.osbx(&["lint", "--repo", "repo", "-o", "json"], &[], None), 1);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let plaintext: Vec<&Value> =
+        report["findings"].as_array().unwrap().iter().filter(|f| f["id"] == "secret.plaintext").collect();
+    assert_eq!(plaintext.len(), 1, "{report}");
+    let line = by_sops.lines().position(|l| l.trim_start().starts_with("token:")).unwrap() + 1;
+    assert_eq!(
+        (plaintext[0]["file"].as_str(), plaintext[0]["line"].as_u64(), plaintext[0]["severity"].as_str()),
+        (Some("platform/opensandbox-pools/leak.yaml"), Some(line as u64), Some("error")),
+        "{report}"
+    );
+    assert!(plaintext[0]["message"].as_str().unwrap().contains("`data.token` is not encrypted"), "{report}");
+
+    // The same file at the sealed Secret's place: its form is sops', its data plain text.
+    std::fs::remove_file(c.repo().join("platform/opensandbox-pools/leak.yaml")).unwrap();
+    std::fs::write(c.repo().join(SEALED), by_sops.replace("name: leak", "name: api-key")).unwrap();
+    let (stdout, _) = assert_exit(&c.osbx(&["lint", "--repo", "repo"], &[], None), 1);
+    assert!(stdout.contains(&format!("{SEALED}:{line}:")) && stdout.contains("error[secret.plaintext]"), "{stdout}");
+    c.assert_nothing_leaked(&["kept-sealed-51aa"]);
+}
+
 /// The render lists the sealed file, names the decryption Secret and marks the server with the
 /// key's revision; re-rendering keeps every byte and commits nothing; the same value set again
 /// (with the key) is recognised and kept; a new value changes the revision.
@@ -292,6 +383,32 @@ fn bad_input_is_refused_with_exit_2_and_nothing_written() {
     let bogus = c.dir.path().join("bogus.agekey");
     std::fs::write(&bogus, "AGE-SECRET-KEY-1NOTAKEY\n").unwrap();
     refused(&mut c, &apply, &[("SOPS_AGE_KEY_FILE", &bogus)], None, &["bogus.agekey", "not an age identity"]);
+    // The cluster's decryption Secret: only from a file holding exactly one identity, one of
+    // the profile's recipients (checked before the cluster is reached).
+    let both = c.dir.path().join("person.agekey");
+    let both_text = [&c.k1.file, &c.k2.file].map(|f| std::fs::read_to_string(f).unwrap()).concat();
+    std::fs::write(&both, both_text).unwrap();
+    let both_arg = both.display().to_string();
+    let k2_arg = k2.display().to_string();
+    let mut args = apply.to_vec();
+    args.extend(["--create-decryption-secret", &both_arg]);
+    refused(&mut c, &args, &[("SOPS_AGE_KEY_FILE", &k1)], None, &["person.agekey", "holds 2 age identities"]);
+    let mut args = apply.to_vec();
+    args.extend(["--create-decryption-secret", &k2_arg]);
+    refused(&mut c, &args, &[("SOPS_AGE_KEY_FILE", &k1)], None, &["k2.agekey", "not one of secrets.sops.age"]);
+
+    // Without secrets.sops there is no decryption Secret to make.
+    let plain_profile = c.dir.path().join("p.yaml");
+    let kept_profile = std::fs::read_to_string(&plain_profile).unwrap();
+    let mut doc: Value = serde_saphyr::from_str(&kept_profile).unwrap();
+    doc.as_object_mut().unwrap().remove("secrets");
+    std::fs::write(&plain_profile, serde_saphyr::to_string(&doc).unwrap()).unwrap();
+    let k1_arg = k1.display().to_string();
+    let mut args = apply.to_vec();
+    args.extend(["--create-decryption-secret", &k1_arg]);
+    refused(&mut c, &args, &[], None, &["--create-decryption-secret", "no `secrets.sops`"]);
+    std::fs::write(&plain_profile, kept_profile).unwrap();
+
     // The API key given as well as kept in git.
     let mut cmd_env = vec![("SOPS_AGE_KEY_FILE", k1.as_path())];
     let key_file = c.dir.path().join("api.key");
@@ -337,7 +454,7 @@ fn lint_finds_plaintext_foreign_recipients_and_malformed_files() {
     assert_exit(&c.set("v", None), 0);
     std::fs::write(
         c.repo().join("platform/opensandbox-pools/extra.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: leak\nstringData:\n  a: b\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: leak\nstringData:\n  a: b\n---\nkind: Secret\nmetadata:\n  name: half-sealed\ndata:\n  sealed: ENC[AES256_GCM,data:eA==,iv:eA==,tag:eA==,type:str]\n  plain: cGxhaW4=\nsops:\n  mac: ENC[AES256_GCM,data:eA==,iv:eA==,tag:eA==,type:str]\n  lastmodified: \"2026-01-01T00:00:00Z\"\n  encrypted_regex: ^sealed$\n",
     )
     .unwrap();
     c.profile(&json!([c.k2.recipient]));
@@ -349,6 +466,14 @@ fn lint_finds_plaintext_foreign_recipients_and_malformed_files() {
         (plain["file"].as_str(), plain["line"].as_u64(), plain["severity"].as_str()),
         (Some("platform/opensandbox-pools/extra.yaml"), Some(7), Some("error"))
     );
+    // SOPS metadata does not make a Secret sealed: its `data.plain` is in plain text.
+    let half = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "secret.plaintext" && f["line"] == 18)
+        .unwrap_or_else(|| panic!("the Secret with SOPS metadata and a plain value: {report}"));
+    assert_eq!((half["column"].as_u64(), half["field"].as_str()), (Some(3), Some("data.plain")), "{half}");
     let rec = find("secret.recipients").expect("the recipients warning");
     assert_eq!(rec["severity"], "warning");
     let msg = rec["message"].as_str().unwrap();

@@ -26,6 +26,55 @@ pub fn shipped_profiles() -> Vec<String> {
     names
 }
 
+/// Say that `what` was not proven on this machine (a branch it cannot reach), never silently:
+/// under `tests/run` (which sets `OSBX_TEST_NOTES`) the line goes to that file and `tests/run`
+/// prints it after cargo's summary; without it, the test fails saying so.
+///
+/// # Panics
+/// When `OSBX_TEST_NOTES` is not set, or its file cannot be written.
+pub fn not_proven(what: &str) {
+    use std::io::Write as _;
+    let Some(notes) = std::env::var_os("OSBX_TEST_NOTES") else {
+        panic!("not proven on this machine: {what} (tests/run lists this after its summary instead of failing)")
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&notes)
+        .unwrap_or_else(|e| panic!("OSBX_TEST_NOTES {}: {e}", Path::new(&notes).display()));
+    writeln!(file, "{what}").unwrap_or_else(|e| panic!("OSBX_TEST_NOTES {}: {e}", Path::new(&notes).display()));
+}
+
+/// Run a stop script from a `Drop` and check it: its failure fails the test, unless the test is
+/// already panicking (then it is printed: a panic inside that unwinding would abort the binary).
+///
+/// # Panics
+/// When the command cannot run or exits non-zero, and the thread is not already panicking.
+#[allow(clippy::print_stderr, reason = "the one way to say it while unwinding")]
+pub fn stop_in_drop(cmd: &mut std::process::Command) {
+    let why = match cmd.output() {
+        Ok(out) if out.status.success() => return,
+        Ok(out) => format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr)),
+        Err(e) => e.to_string(),
+    };
+    if std::thread::panicking() {
+        eprintln!("{cmd:?} failed: {why}");
+    } else {
+        panic!("{cmd:?} failed: {why}");
+    }
+}
+
+/// Remove the directory `path` with what it holds; one that is not there is fine.
+///
+/// # Panics
+/// When it is there and cannot be removed.
+pub fn remove_dir_if_there(path: &Path) {
+    match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("removing {}: {e}", path.display()),
+        _ => {}
+    }
+}
+
 /// The `osbx` binary under test, without colour and with a clean environment.
 pub fn osbx() -> Command {
     let mut cmd = Command::cargo_bin("osbx").expect("osbx binary");

@@ -171,12 +171,14 @@ impl Shim {
         let mut stdout = child.stdout.take().expect("qemu stdout");
         let reader = std::thread::spawn(move || {
             let mut s = String::new();
+            // What QEMU printed before a read error is the guest's output; a missing marker then fails the probe.
             let _ = stdout.read_to_string(&mut s);
             s
         });
         while child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(120) {
             std::thread::sleep(Duration::from_millis(100));
         }
+        // The guest may have exited by itself: kill fails then, and wait reaps it either way.
         let _ = child.kill();
         let _ = child.wait();
         out.push_str(&reader.join().unwrap_or_default());
@@ -233,6 +235,7 @@ impl Shim {
         let gone: Vec<String> = vms.keys().filter(|k| !live.contains(k)).cloned().collect();
         for uid in gone {
             if let Some(mut vm) = vms.remove(&uid) {
+                // Stopping a sandbox whose VMM may have exited; its directories may be gone with it.
                 let _ = vm.child.kill();
                 let _ = vm.child.wait();
                 let _ = std::fs::remove_dir_all(&vm.sandbox);
@@ -264,6 +267,7 @@ fn hex_id(seed: &str) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, seed.as_bytes());
     d.as_ref().iter().fold(String::new(), |mut s, b| {
         use std::fmt::Write;
+        // Writing to a String cannot fail.
         let _ = write!(s, "{b:02x}");
         s
     })
@@ -296,6 +300,7 @@ impl Cpio {
         ];
         let header = fields.iter().fold(String::from("070701"), |mut h, f| {
             use std::fmt::Write;
+            // Writing to a String cannot fail.
             let _ = write!(h, "{f:08X}");
             h
         });

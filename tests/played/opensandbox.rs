@@ -413,6 +413,7 @@ impl Controller {
             "firstTimestamp": now, "lastTimestamp": now,
         });
         if let Ok(ev) = serde_json::from_value::<k8s_openapi::api::core::v1::Event>(event) {
+            // An Event is evidence for the reader, not a step of the controller's contract.
             let _ = Api::<k8s_openapi::api::core::v1::Event>::namespaced(self.client.clone(), &ns)
                 .create(&PostParams::default(), &ev)
                 .await;
@@ -653,6 +654,7 @@ fn revision(template: &Value) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, template.to_string().as_bytes());
     digest.as_ref()[..8].iter().fold(String::new(), |mut hex, b| {
         use std::fmt::Write;
+        // Writing to a String cannot fail.
         let _ = write!(hex, "{b:02x}");
         hex
     })

@@ -274,14 +274,14 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
     v.duration("kata.interval", &k.interval);
     v.duration("kata.timeout", &k.timeout);
     v.duration("kata.chart.interval", &k.chart.interval);
-    if !k.chart.url.starts_with("oci://") {
-        v.push("kata.chart.url", format!("{:?} must be an oci:// URL", k.chart.url));
-    } else {
+    if k.chart.url.starts_with("oci://") {
         v.shape("kata.chart.url", &k.chart.url, |u| {
             crate::refs::url(u, &["oci://"])?;
             crate::refs::chart_name(u.trim_end_matches('/').rsplit('/').next().unwrap_or_default())
                 .map_err(|why| format!("its last segment names the chart, and {why}"))
         });
+    } else {
+        v.push("kata.chart.url", format!("{:?} must be an oci:// URL", k.chart.url));
     }
     v.shape("kata.chart.version", &k.chart.version, crate::refs::oci_tag);
     if k.shims.is_empty() {

@@ -232,6 +232,7 @@ async fn the_api_key_secret_is_created_and_rotated_and_never_printed() {
     let mut go = |out: Output, expect: i32, what: &str| {
         let (stdout, stderr) = outputs(&out);
         assert_eq!(out.status.code(), Some(expect), "{what}: {stdout}{stderr}");
+        // Writing to a String cannot fail.
         let _ = write!(transcript, "== {what}\n{stdout}{stderr}");
         stdout
     };

@@ -169,7 +169,7 @@ open(sys.argv[4], "wb").write(key.private_bytes(serialization.Encoding.PEM, seri
     let (_, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let line = format!(
-        "error: kubeconfig {} has no context \"no-such-context\" (its contexts: osbx-test)",
+        "error: kubeconfig {} has no context \"no-such-context\" (its contexts: osbx-test); give --context one of them, or --kubeconfig the file that has it",
         kubeconfig.display()
     );
     assert!(stderr.lines().any(|l| l == line), "{stderr}");

@@ -128,7 +128,12 @@ const LOOKED_UP: &[&str] = &["Deployment", "DaemonSet", "Service", "ServiceAccou
 /// Every named object of those kinds that `osbx verify` reads (the permissions `osbx rbac`
 /// grants it) is rendered under that name and namespace by the subject's charts or by osbx.
 pub fn lookup_problems(subject: &Subject, baselines: &[&Baseline]) -> Vec<String> {
-    let opts = osbx::rbac::Options { purpose: osbx::rbac::Purpose::Verify, prune: false, subjects: Vec::new() };
+    let opts = osbx::rbac::Options {
+        purpose: osbx::rbac::Purpose::Verify,
+        prune: false,
+        decryption_secret: false,
+        subjects: Vec::new(),
+    };
     let mut out = Vec::new();
     for need in osbx::rbac::needs(&subject.profile, &subject.layers, &opts) {
         let osbx::cluster::need::Target::Objects { kind, namespace: Some(ns), name: Some(name), .. } = &need.target

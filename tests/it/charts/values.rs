@@ -164,6 +164,7 @@ impl Leaf {
                     out.push_str(k);
                 }
                 Step::Index(i) => {
+                    // Writing to a String cannot fail.
                     let _ = write!(out, "[{i}]");
                 }
             }

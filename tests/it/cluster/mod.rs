@@ -78,7 +78,9 @@ impl OwnPlane {
 
 impl Drop for OwnPlane {
     fn drop(&mut self) {
-        let _ = std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()).output();
+        crate::support::stop_in_drop(
+            std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()),
+        );
     }
 }
 
@@ -265,10 +267,13 @@ impl OwnPlane {
 
 /// Start a killed API server again with `argv` (same etcd, same certificates) and wait for it.
 pub fn restart_apiserver_in(dir: &std::path::Path, kubeconfig: &std::path::Path, argv: &[String]) {
+    use std::os::unix::process::CommandExt as _;
     {
         let log = std::fs::File::create(dir.join("apiserver-restart.log")).unwrap();
+        // Leading its own process group, as `up` starts it: `down` signals the group.
         let child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
+            .process_group(0)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

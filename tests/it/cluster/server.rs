@@ -35,6 +35,6 @@ impl RealServer {
 
 impl Drop for RealServer {
     fn drop(&mut self) {
-        let _ = std::process::Command::new(root().join("tests/opensandbox/stop")).arg(&self.dir).output();
+        crate::support::stop_in_drop(std::process::Command::new(root().join("tests/opensandbox/stop")).arg(&self.dir));
     }
 }

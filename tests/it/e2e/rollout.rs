@@ -651,7 +651,7 @@ async fn a_rollout_killed_mid_wave_converges_when_run_again() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     child.kill().unwrap();
-    let _ = child.wait();
+    child.wait().expect("reap the killed osbx");
     // Run again: wave second is verified (not committed again), then the rest.
     let out = w.rollout(&["--resume", "-o", "json"]).await;
     let (stdout, stderr) = outputs(&out);

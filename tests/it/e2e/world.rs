@@ -69,7 +69,9 @@ impl ControllerPlane {
 
 impl Drop for ControllerPlane {
     fn drop(&mut self) {
-        let _ = std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()).output();
+        crate::support::stop_in_drop(
+            std::process::Command::new(root().join("tests/cluster/down")).arg(self.dir.path()),
+        );
     }
 }
 

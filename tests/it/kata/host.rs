@@ -18,6 +18,7 @@ use crate::cluster::standin::host_view::{Host, HostView, Module};
 use crate::e2e::SERIAL;
 use crate::node::report;
 use crate::played::kata::{Runtime, Vmm};
+use crate::support::not_proven;
 use crate::verify::World;
 
 /// The node of the Kata worlds.
@@ -91,13 +92,13 @@ async fn the_host_kvm_check_reads_this_hosts_kvm() {
 /// it under a QEMU shim (FAIL) and under Cloud Hypervisor (PASS: it needs none), no KVM module
 /// known (no verdict: ERROR), no `/dev/kvm` (FAIL). The view's `/dev/kvm` is the kernel's KVM
 /// device: on a machine without any KVM it does not open, and [`expected`] says FAIL for those
-/// hosts (the branches that need `KVM_CREATE_VM` are then unreachable here; the report says so).
+/// hosts: the branches that need `KVM_CREATE_VM` are then unreachable here, and the test says so
+/// in `tests/run`'s summary ([`not_proven`]; a plain `cargo test` fails instead), never passing
+/// silently on what it could not reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verdict_of_the_host_kvm_check_from_prepared_hosts() {
     let _turn = SERIAL.lock().await;
-    if !Host::this_machine().kvm_opens {
-        eprintln!("kata-tier: this machine has no KVM: the verdicts that need KVM_CREATE_VM are not reachable here");
-    }
+    let here = Host::this_machine();
     let intel = || Some(Module::nested("kvm_intel", "Y"));
     let cases: Vec<(&str, Host)> = vec![
         ("PVM", Host::with(Some(Module::nested("kvm_pvm", "N")), false)),
@@ -120,6 +121,12 @@ async fn every_verdict_of_the_host_kvm_check_from_prepared_hosts() {
     eprintln!("kata-tier: kata-clh, Intel without vhost-vsock");
     prepare(&world, &shim, &host);
     holds(&world, &host, false).await;
+    if !here.kvm_opens {
+        not_proven(&format!(
+            "kata::host::every_verdict_of_the_host_kvm_check_from_prepared_hosts: kata.host-kvm's PVM, Intel, AMD, vhost-vsock and no-known-module verdicts need KVM_CREATE_VM, and this machine's /dev/kvm does not answer ({}); only the `no /dev/kvm` and `/dev/kvm does not answer` verdicts were proven",
+            here.describe()
+        ));
+    }
 }
 
 /// Host probes in `world` see `host`.
@@ -202,4 +209,53 @@ async fn pods_that_never_ran_are_diagnosed_from_their_sandbox_events() {
     let (_, checks) = world.verify("kata.guest-kernel").await;
     report(&checks);
     assert_check(&checks, "kata.guest-kernel", "FAIL", &["its agent never answered over the hybrid vsock", "clh.sock"]);
+}
+
+/// On a machine without KVM the test of every verdict does not pass silently: run again (the
+/// same test binary, the same plane) in a private mount namespace whose `/dev/kvm` is a
+/// character device no driver answers (it does not open, as on a host without KVM), it fails
+/// naming what it could not prove when run alone, and under `tests/run` (`OSBX_TEST_NOTES`)
+/// passes on what it proved and leaves the line `tests/run` prints after its summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verdict_on_a_host_without_kvm_says_what_it_could_not_prove() {
+    let _turn = SERIAL.lock().await;
+    let test = "kata::host::every_verdict_of_the_host_kvm_check_from_prepared_hosts";
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes");
+    let run = |notes: Option<std::path::PathBuf>| {
+        // A device node of its own for each run (the namespace's mknod leaves it in `dir`).
+        let device = dir.path().join(if notes.is_some() { "kvm-noted" } else { "kvm-alone" });
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = std::process::Command::new("unshare");
+            // Major 240 is reserved for local use: no driver behind it, so open() fails (ENXIO).
+            cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                .arg("mknod \"$OSBX_NO_KVM\" c 240 0 && mount --bind \"$OSBX_NO_KVM\" /dev/kvm && exec \"$@\"")
+                .arg("sh")
+                .arg(std::env::current_exe().unwrap())
+                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env("OSBX_NO_KVM", &device);
+            match notes {
+                Some(notes) => cmd.env("OSBX_TEST_NOTES", notes),
+                None => cmd.env_remove("OSBX_TEST_NOTES"),
+            };
+            cmd.output().unwrap()
+        })
+    };
+    let why = "kata.host-kvm's PVM, Intel, AMD, vhost-vsock and no-known-module verdicts need KVM_CREATE_VM, and this machine's /dev/kvm does not answer";
+    let out = run(None).await.unwrap();
+    let (stdout, stderr) = crate::support::outputs(&out);
+    assert!(!out.status.success(), "{test} passed on a host without KVM:\n{stdout}\n{stderr}");
+    assert!(stderr.contains(&format!("not proven on this machine: {test}: {why}")), "{stderr}");
+    assert!(stderr.contains("/dev/kvm present but does not open"), "{stderr}");
+    let out = run(Some(notes.clone())).await.unwrap();
+    let (stdout, stderr) = crate::support::outputs(&out);
+    assert!(out.status.success(), "{test} under tests/run on a host without KVM:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    let said = std::fs::read_to_string(&notes).unwrap();
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.starts_with(&format!("{test}: {why} (")), "{said}");
+    assert!(
+        said.trim_end().ends_with("only the `no /dev/kvm` and `/dev/kvm does not answer` verdicts were proven"),
+        "{said}"
+    );
 }

@@ -85,7 +85,7 @@ async fn probes_are_real_pods_and_nothing_is_left() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     child.kill().unwrap();
-    let _ = child.wait();
+    child.wait().expect("reap the killed osbx");
     let (ns, _) = leftovers(&client).await;
     assert!(!ns.is_empty(), "a killed run leaves its namespace");
     // Its time is over 5 s after its --verify-timeout; then the next run sweeps it.

@@ -133,7 +133,7 @@ async fn verify_with_fifty_pools_keeps_the_client_limits_and_leaves_nothing() {
     })
     .await;
     child.kill().unwrap();
-    let _ = child.wait();
+    child.wait().expect("reap the killed osbx");
     assert!(!created.is_empty());
     // The killed run expires 5 s after its --verify-timeout (from its start).
     tokio::time::sleep(Duration::from_secs(12)).await;

@@ -87,6 +87,7 @@ fn a_chart_that_fails_to_template_quotes_helm() {
 #[test]
 fn no_helm_or_an_old_one_is_an_error_unless_no_charts_is_asked() {
     let case = Case::new(None, &profile(None));
+    let before = git(&case.repo, &["status", "--porcelain"]);
     let review = |helm: &std::path::Path, args: &[&str]| {
         let mut cmd = crate::support::osbx();
         cmd.args(["diff", "--base=HEAD", "-p"]).arg(case.profile_path()).arg("--repo").arg(&case.repo).args(args);
@@ -110,5 +111,6 @@ fn no_helm_or_an_old_one_is_an_error_unless_no_charts_is_asked() {
     let out = review(&missing, &["--no-charts"]);
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    let _ = git(&case.repo, &["status", "--porcelain"]);
+    // A review only reads: whatever helm was, the work tree is as it was.
+    assert_eq!(git(&case.repo, &["status", "--porcelain"]), before, "the reviews changed the work tree");
 }

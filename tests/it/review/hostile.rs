@@ -141,7 +141,7 @@ fn add_to_cluster(case: &Case, name: &str, objects: &str) {
     write(&dir.join(name), objects);
     let k = dir.join("kustomization.yaml");
     let text = std::fs::read_to_string(&k).unwrap();
-    std::fs::write(&k, format!("{}  - {name}\n", text)).unwrap();
+    std::fs::write(&k, format!("{text}  - {name}\n")).unwrap();
 }
 
 /// A Helm repository whose index keys a chart by a path (`../../../victim`): helm finds the

@@ -53,6 +53,7 @@ pub struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Best effort when dropped: kill fails only if the server already exited, and wait then reaps it.
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -98,6 +99,7 @@ fn read_port(child: &mut Child, what: &str, find: impl Fn(&str) -> Option<u16> +
         let mut sent = false;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if !sent && let Some(port) = find(&line) {
+                // The receiver gives up after its own timeout; a late port has no one to tell.
                 let _ = tx.send(port);
                 sent = true;
             }
@@ -162,7 +164,7 @@ impl ChartSources {
         git(&tree, &["init", "-q", "-b", "main"]);
         for (tag, copy) in OPENSANDBOX_TAGS {
             let charts = tree.join("kubernetes/charts");
-            let _ = std::fs::remove_dir_all(&charts);
+            crate::support::remove_dir_if_there(&charts);
             for chart in ["opensandbox", "opensandbox-controller", "opensandbox-server"] {
                 copy_dir(&shared().join("charts").join(copy).join(chart), &charts.join(chart));
             }

@@ -24,7 +24,8 @@ async fn interrupted_runs_leave_nothing_behind_after_the_next_run() {
     // SIGKILL: no chance to clean up; the next run sweeps it once the killed run has expired.
     let child = spawn_verify(&world, &["--only", "kata.host-kvm", "--verify-timeout", "2s"]);
     wait_for_probe_pod(&world.client).await;
-    let _ = kill(child, "KILL");
+    let (code, _) = kill(child, "KILL");
+    assert_eq!(code, None, "SIGKILL leaves no exit code");
     assert!(!leftovers(&world.client).await.is_empty());
     tokio::time::sleep(Duration::from_secs(8)).await;
     world.set(|_| {});

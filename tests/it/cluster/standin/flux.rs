@@ -131,6 +131,7 @@ impl Controllers {
                 let status = json!({"status": {"observedGeneration": generation, "total": total, "allocated": 0,
                                                "available": buffer, "revision": "standin"}});
                 let name = obj.metadata.name.clone().unwrap_or_default();
+                // The stand-in's next pass patches again; the tests read the status it reaches.
                 let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
             }
         }

@@ -4,8 +4,8 @@
 //! exist), so `kata.host-kvm` meets every kind of host on any machine, not only this one's.
 //!
 //! How: a directory holds the view's `sys-module/<module>/parameters/nested` files and a `dev/`
-//! with real device nodes (`mknod`: `null`, `zero`, `urandom`; `kvm` as misc 10:232 and
-//! `vhost-vsock` as misc 10:241, the kernel's fixed minors), and `unshare --mount` bind-mounts
+//! with real device nodes (`mknod`: `null`, `zero`, `urandom`; `kvm` as this machine's
+//! `/dev/kvm`, else misc 10:232, and `vhost-vsock` as misc 10:241, the kernel's fixed minors), and `unshare --mount` bind-mounts
 //! them over `/sys/module` and `/dev` for the probe alone (nothing outside its namespace sees
 //! them). The hostPath type check the kubelet makes before starting the probe reads the same
 //! view ([`HostView::path`]).
@@ -145,6 +145,23 @@ pub struct HostView {
     pub host: Host,
 }
 
+/// The device number of this machine's `/dev/kvm` (as this process's mount namespace shows it),
+/// else the kernel's misc 10:232: the view's `/dev/kvm` is the device this machine has, so it
+/// answers exactly when this machine's does.
+fn kvm_device() -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt as _;
+    match std::fs::metadata("/dev/kvm") {
+        Ok(m) if m.file_type().is_char_device() => {
+            let rdev = m.rdev();
+            // glibc's gnu_dev_major/gnu_dev_minor encoding.
+            let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+            let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+            (u32::try_from(major).expect("major"), u32::try_from(minor).expect("minor"))
+        }
+        _ => (10, 232),
+    }
+}
+
 /// `mknod PATH c MAJOR MINOR`, mode 0600 as udev makes these nodes.
 fn mknod(path: &Path, major: u32, minor: u32) {
     let out = Command::new("mknod")
@@ -180,7 +197,8 @@ impl HostView {
             mknod(&dev.join(name), major, minor);
         }
         if host.kvm {
-            mknod(&dev.join("kvm"), 10, 232);
+            let (major, minor) = kvm_device();
+            mknod(&dev.join("kvm"), major, minor);
         }
         if host.vhost_vsock {
             mknod(&dev.join("vhost-vsock"), 10, 241);

@@ -73,6 +73,7 @@ impl Kubelet {
                 if let Ok(list) = pods.list(&lp).await {
                     for pod in list {
                         let s = scenario.lock().unwrap().clone();
+                        // The kubelet's loop: a step a pod's deletion interrupted is retried on the next pass.
                         let _ = Self::step(&client, &pod, &s).await;
                     }
                 }
@@ -96,6 +97,7 @@ impl Kubelet {
                         .filter(|p| p.metadata.deletion_timestamp.is_none())
                         .filter_map(|p| p.metadata.uid)
                         .collect();
+                    // Stopping VMs of gone pods; a panic there shows in the shim's own asserts, the loop goes on.
                     let _ = tokio::task::spawn_blocking(move || shim.stop_others(&live)).await;
                 }
                 finalize_namespaces(&client, "app.kubernetes.io/managed-by=osbx-verify").await;
@@ -109,8 +111,10 @@ impl Kubelet {
         let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else { return };
         if pod.metadata.deletion_timestamp.is_some() {
             let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+            // The kubelet's step: a pod already gone needs nothing; the next pass retries what failed.
             let _ = Api::<Pod>::namespaced(client.clone(), ns).delete(name, &now).await;
         } else if pod.status.as_ref().and_then(|st| st.container_statuses.as_ref()).is_none() {
+            // A pod not yet startable is tried again on the next pass.
             let _ = try_pod_running(client, ns, name, node).await;
         }
     }

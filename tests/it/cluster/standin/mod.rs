@@ -55,6 +55,7 @@ pub struct NodeState<'a> {
 /// Create (or replace) a Node and give it the status a kubelet would post.
 pub async fn node(client: &Client, name: &str, state: &NodeState<'_>) -> Node {
     let api: Api<Node> = Api::all(client.clone());
+    // Replacing: the Node may not exist yet; the create below is checked.
     let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
     let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": state.labels}})).unwrap();
     api.create(&PostParams::default(), &node).await.expect("create node");
@@ -223,6 +224,7 @@ pub async fn warning(client: &Client, ns: &str, pod: &str, reason: &str, message
         "firstTimestamp": NOW, "lastTimestamp": NOW, "count": 1,
     }))
     .unwrap();
+    // An Event is evidence for the reader, not a step: the tests assert on what verify reports.
     let _ = events.create(&PostParams::default(), &ev).await;
 }
 
@@ -238,6 +240,7 @@ pub async fn container_waiting(client: &Client, ns: &str, name: &str, reason: &s
         })
         .collect();
     let status = json!({"status": {"phase": "Pending", "containerStatuses": statuses}});
+    // A pod deleted meanwhile has no status to patch; the tests assert on what verify reports.
     let _ = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await;
 }
 
@@ -249,6 +252,7 @@ pub async fn finalize_namespaces(client: &Client, selector: &str) {
     for ns in list.into_iter().filter(|n| n.metadata.deletion_timestamp.is_some()) {
         let name = ns.metadata.name.clone().unwrap_or_default();
         let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        // Emptying terminating namespaces is best effort each pass; the namespace delete below finishes it.
         let _ = Api::<Pod>::namespaced(client.clone(), &name).delete_collection(&now, &ListParams::default()).await;
         let body =
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": []}});

@@ -88,6 +88,7 @@ fn osbx_blocking(dir: &Path, args: &[String]) -> Ran {
     let pipe = |mut r: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
             let mut s = String::new();
+            // What was read before a broken pipe is the output; the test asserts on it.
             let _ = r.read_to_string(&mut s);
             s
         })
@@ -101,6 +102,7 @@ fn osbx_blocking(dir: &Path, args: &[String]) -> Ran {
         }
         if start.elapsed() > HANG {
             hung = true;
+            // It may have exited since try_wait; the wait below is checked.
             let _ = child.kill();
             break child.wait().expect("reap osbx");
         }

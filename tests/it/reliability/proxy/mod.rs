@@ -320,10 +320,16 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
+            // When dropped: a proxy thread that already stopped has no receiver.
             let _ = stop.send(());
         }
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            // A proxy thread that panicked fails the test (unless it is already failing).
+            if let Err(panic) = thread.join()
+                && !std::thread::panicking()
+            {
+                std::panic::resume_unwind(panic);
+            }
         }
     }
 }

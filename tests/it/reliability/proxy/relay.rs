@@ -63,6 +63,7 @@ async fn relay(conn: u64, mut client: TcpStream, plan: Plan, shared: Arc<Shared>
         return;
     }
     let Ok(mut server) = TcpStream::connect(shared.upstream).await else { return };
+    // Latency only: a socket that refuses the option still relays.
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let outcome = pump(conn, &mut client, &mut server, plan, &shared).await;
@@ -88,6 +89,7 @@ async fn pump(conn: u64, client: &mut TcpStream, server: &mut TcpStream, plan: P
                 let n = read.unwrap_or(0);
                 if n == 0 {
                     up_open = false;
+                    // Half-close of a peer that may be gone: the relay ends either way.
                     let _ = server_tx.shutdown().await;
                     continue;
                 }
@@ -109,6 +111,7 @@ async fn pump(conn: u64, client: &mut TcpStream, server: &mut TcpStream, plan: P
                 let n = read.unwrap_or(0);
                 if n == 0 {
                     down_open = false;
+                    // Half-close of a peer that may be gone: the relay ends either way.
                     let _ = client_tx.shutdown().await;
                     continue;
                 }
@@ -159,12 +162,14 @@ async fn send(to: &mut (impl AsyncWrite + Unpin), bytes: &[u8], delay: Duration)
 async fn end(mut client: TcpStream, server: Option<TcpStream>, cut: Cut) {
     match cut {
         Cut::Reset => {
+            // The fault played: a peer already gone needs no reset, and closing it is the rest of the cut.
             let _ = client.set_zero_linger();
             if let Some(s) = &server {
                 let _ = s.set_zero_linger();
             }
         }
         Cut::Close => {
+            // Closing peers that may be gone already: the cut is what the test observes.
             let _ = client.shutdown().await;
             if let Some(mut s) = server {
                 let _ = s.shutdown().await;
@@ -179,6 +184,7 @@ async fn end(mut client: TcpStream, server: Option<TcpStream>, cut: Cut) {
 /// close stays orderly (closing a socket with unread data would send a reset instead).
 async fn drain(mut stream: impl AsyncRead + Unpin) {
     let mut buf = [0u8; 4096];
+    // Draining is bounded: what is unread after 2 s is dropped on purpose.
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while stream.read(&mut buf).await.is_ok_and(|n| n > 0) {}
     })
