@@ -179,7 +179,7 @@ pub struct Pool {
     /// A Kata pool whose sandboxes run container builds (dockerd, BuildKit, kind): its
     /// emptyDirs must be block devices in the guest, not virtio-fs, for overlay2. A rendered
     /// kata layer gives its class `emptydir_mode = "block-plain"` (class `kata-<shim>-build`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub builds: bool,
     /// Warm-pool capacity.
     pub capacity: Capacity,

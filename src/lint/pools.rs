@@ -64,7 +64,7 @@ fn build_storage(l: &mut Linter<'_>) {
     let site = p.site();
     let layer = site.layer_of(&kata::COMPONENT).map(|(_, name)| name.to_owned());
     let kata_section = p.sections.kata.as_ref().filter(|_| layer.is_some());
-    let block = kata_section.map(|k| k.block_storage_classes(&p.sections.pools)).unwrap_or_default();
+    let block = kata_section.map(|k| k.block_storage_classes(&p.sections.pools.build_classes())).unwrap_or_default();
     let mut found = Vec::new();
     for (i, pool) in p.sections.pools.build_pools() {
         let Some(class) = pool.runtime_class_name.clone().filter(|c| !block.contains(c)) else { continue };

@@ -125,7 +125,7 @@ fn invalid_profile_exits_2_with_location_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr.contains(
-            "bad.yaml:158:18: pools.items[1].capacity.bufferMin: bufferMin (2) is greater than bufferMax (1)"
+            "bad.yaml:162:18: pools.items[1].capacity.bufferMin: bufferMin (2) is greater than bufferMax (1)"
         ),
         "{stderr}"
     );

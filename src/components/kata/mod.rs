@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
 
-use super::pools::Pools;
 use super::{Component, Sections, Site};
 use crate::spec::Violations;
 
@@ -173,29 +172,28 @@ impl Kata {
     /// The RuntimeClasses this installation creates for `pools`: one per enabled shim, and the
     /// build class of each enabled shim a build pool runs on.
     #[must_use]
-    pub fn runtime_classes(&self, pools: &Pools) -> Vec<String> {
+    pub fn runtime_classes(&self, build_classes: &[String]) -> Vec<String> {
         let mut classes: Vec<String> = self.shims.iter().map(|s| runtime_class(s)).collect();
-        classes.extend(self.block_storage_classes(pools));
+        classes.extend(self.block_storage_classes(build_classes));
         classes
     }
 
     /// The enabled shims whose build class a build pool of `pools` uses, in `shims` order.
     #[must_use]
-    pub fn build_shims(&self, pools: &Pools) -> Vec<&str> {
-        let wanted = pools.build_classes();
-        self.shims.iter().map(String::as_str).filter(|s| wanted.contains(&build_runtime_class(s))).collect()
+    pub fn build_shims(&self, build_classes: &[String]) -> Vec<&str> {
+        self.shims.iter().map(String::as_str).filter(|s| build_classes.contains(&build_runtime_class(s))).collect()
     }
 
     /// The RuntimeClasses this installation gives block-backed emptyDirs
     /// (`emptydir_mode = "block-plain"`): the build classes the build pools of `pools` use.
     #[must_use]
-    pub fn block_storage_classes(&self, pools: &Pools) -> Vec<String> {
-        self.build_shims(pools).into_iter().map(build_runtime_class).collect()
+    pub fn block_storage_classes(&self, build_classes: &[String]) -> Vec<String> {
+        self.build_shims(build_classes).into_iter().map(build_runtime_class).collect()
     }
 
     /// The chart values osbx sets for `pools`, with `values` merged over them.
     #[must_use]
-    pub fn chart_values(&self, pools: &Pools) -> Value {
+    pub fn chart_values(&self, build_classes: &[String]) -> Value {
         let mut shims = serde_json::Map::new();
         shims.insert("disableAll".into(), json!(true));
         for s in &self.shims {
@@ -208,7 +206,7 @@ impl Kata {
             "defaultShim": {"amd64": self.default_shim},
             "runtimeClasses": {"enabled": true, "createDefault": self.create_default_runtime_class},
         });
-        let builds = self.build_shims(pools);
+        let builds = self.build_shims(build_classes);
         if !builds.is_empty() {
             let runtimes: serde_json::Map<String, Value> =
                 builds.into_iter().map(|shim| (build_runtime_class(shim), build_runtime(shim))).collect();
@@ -323,7 +321,7 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
                 ),
             );
         }
-        let installed = k.runtime_classes(&s.pools);
+        let installed = k.runtime_classes(&s.pools.build_classes());
         for (i, pool) in s.pools.effective().iter().enumerate() {
             if let Some(rc) = &pool.runtime_class_name
                 && !installed.contains(rc)
@@ -352,8 +350,8 @@ fn view(s: &Sections, site: &Site<'_>, ctx: &mut Context) {
     ctx.insert("kataLayer", &site.layer_of(&COMPONENT).map(|(_, name)| name));
     if let Some(k) = &s.kata {
         let mut v = serde_json::to_value(k).unwrap_or(Value::Null);
-        v["chartValues"] = k.chart_values(&s.pools);
-        v["runtimeClasses"] = json!(k.runtime_classes(&s.pools));
+        v["chartValues"] = k.chart_values(&s.pools.build_classes());
+        v["runtimeClasses"] = json!(k.runtime_classes(&s.pools.build_classes()));
         ctx.insert("kata", &v);
     }
 }
