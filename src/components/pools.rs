@@ -179,8 +179,8 @@ pub struct Pool {
     /// A Kata pool whose sandboxes run container builds (dockerd, BuildKit, kind): its
     /// emptyDirs must be block devices in the guest, not virtio-fs, for overlay2. A rendered
     /// kata layer gives its class `emptydir_mode = "block-plain"` (class `kata-<shim>-build`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub builds: bool,
+    #[serde(default)]
+    pub builds: Option<bool>,
     /// Warm-pool capacity.
     pub capacity: Capacity,
     /// Cap on not-ready pods while scaling.
@@ -302,7 +302,7 @@ impl EffectivePool<'_> {
     /// Whether it is a Kata pool running container builds (`builds: true`).
     #[must_use]
     pub fn builds(&self) -> bool {
-        self.pool.builds && self.pool.runtime == Runtime::Kata
+        self.pool.builds == Some(true) && self.pool.runtime == Runtime::Kata
     }
 
     /// Whether released pods are deleted (the default recycle strategy).
@@ -349,7 +349,7 @@ impl Pools {
                 pool: p,
                 template: p.with_defaults(&self.defaults),
                 runtime_class_name: match p.runtime {
-                    Runtime::Kata => Some(p.runtime_class_name.clone().unwrap_or_else(if p.builds {
+                    Runtime::Kata => Some(p.runtime_class_name.clone().unwrap_or_else(if p.builds == Some(true) {
                         kata::default_build_runtime_class
                     } else {
                         kata::default_runtime_class
@@ -404,7 +404,7 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
             ),
             _ => {}
         }
-        if pool.builds && pool.runtime == Runtime::Runc {
+        if pool.builds == Some(true) && pool.runtime == Runtime::Runc {
             v.push(
                 format!("{at}.builds"),
                 "only kata pools take `builds` (a runc pool's emptyDirs are on the node's disk already); remove it or set `runtime: kata`",
