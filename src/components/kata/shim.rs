@@ -155,10 +155,12 @@ pub(crate) fn by_name(name: &str) -> Option<&'static Shim> {
     SHIMS.iter().find(|s| s.name == name)
 }
 
-/// The shim behind a RuntimeClass kata-deploy created (`kata-<shim>`).
+/// The shim behind a RuntimeClass kata-deploy created (`kata-<shim>`, or the build class
+/// `kata-<shim>-build` the kata layer creates from that shim's configuration).
 #[must_use]
 pub(crate) fn of_class(class: &str) -> Option<&'static Shim> {
-    class.strip_prefix("kata-").and_then(by_name)
+    let name = class.strip_prefix("kata-")?;
+    by_name(name).or_else(|| name.strip_suffix(super::BUILD_CLASS_SUFFIX).and_then(by_name))
 }
 
 #[cfg(test)]
@@ -180,5 +182,8 @@ mod tests {
         assert!(of_class("kata-qemu-snp").unwrap().shared_memory_not_applicable().is_some());
         assert!(of_class("kata-dragonball").unwrap().api_socket().is_none());
         assert!(of_class("my-kata").is_none());
+        assert_eq!(of_class("kata-clh-runtime-rs-build"), Some(rs), "a build class runs its shim");
+        assert_eq!(of_class(&super::super::build_runtime_class("qemu")), by_name("qemu"));
+        assert!(of_class("kata-my-build").is_none());
     }
 }
