@@ -102,3 +102,4 @@ fn assert_check(checks: &[Value], id: &str, outcome: &str, fragments: &[&str]) {
 mod guest;
 mod host;
 mod memory;
+mod reclaim;
