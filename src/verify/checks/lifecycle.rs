@@ -130,7 +130,7 @@ type Reclaim = Result<&'static Shim, String>;
 async fn lifecycle(ctx: &Ctx, pool: &str, reclaim: Option<Reclaim>) -> (Verdict, Option<Verdict>) {
     let no_sandbox = |v: &Verdict| {
         Verdict::error(
-            format!("no sandbox was deleted: opensandbox.lifecycle.{pool} {}", v.outcome),
+            format!("no sandbox ran to look at: opensandbox.lifecycle.{pool} {}", v.outcome),
             v.diagnosis.clone().unwrap_or_else(|| v.evidence.clone()),
         )
     };

@@ -179,7 +179,7 @@ fn processes(v: &Value) -> Vec<String> {
         .into_iter()
         .flatten()
         .map(|p| {
-            let cmd: String = p["cmdline"].as_str().unwrap_or_default().chars().take(160).collect();
+            let cmd: String = p["cmdline"].as_str().unwrap_or_default().chars().take(240).collect();
             format!("PID {} ({cmd})", p["pid"])
         })
         .collect()
