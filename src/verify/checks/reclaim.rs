@@ -206,8 +206,8 @@ fn verdict(found: &Found, dirs: &[String], r: &Value) -> Verdict {
     let waited = r["waited_s"].as_f64().unwrap_or_default();
     if procs.is_empty() && left_dirs.is_empty() && files.is_empty() {
         return Verdict::pass(format!(
-            "{at}: before the delete {before}; after it no process names the sandbox, no {}/<sandbox id> and no backing file ({waited:.0}s)",
-            dirs.join(", ")
+            "{at}: before the delete {before}; after it no process names the sandbox, none of {} and no backing file ({waited:.0}s)",
+            dirs.iter().map(|d| format!("{d}/<sandbox id>")).collect::<Vec<_>>().join(", ")
         ));
     }
     let mut what = Vec::new();
@@ -222,7 +222,10 @@ fn verdict(found: &Found, dirs: &[String], r: &Value) -> Verdict {
     }
     Verdict::fail(
         format!("{at}, {waited:.0}s after the delete: {}", what.join("; ")),
-        format!("the sandbox's VM was not reclaimed on node {}: {}", found.node, what.join("; ")),
+        format!(
+            "the sandbox's VM was not reclaimed on node {}: a VMM left running keeps the guest's memory and CPU, and what is left on disk piles up with every sandbox",
+            found.node
+        ),
     )
     .with_fix(format!(
         "on node {}: read the Kata shim's and the VMM's logs, stop what still runs and remove what is left",
@@ -261,7 +264,7 @@ mod tests {
             v.evidence.contains("before the delete PID 7 (qemu-system-x86_64 -name sandbox-ab12), /run/vc/vm/ab12"),
             "{v:?}"
         );
-        assert!(v.evidence.contains("/run/vc/sbs"), "{v:?}");
+        assert!(v.evidence.contains("none of /run/vc/vm/<sandbox id>, /run/vc/sbs/<sandbox id>, "), "{v:?}");
     }
 
     #[test]
