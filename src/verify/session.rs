@@ -118,7 +118,7 @@ impl Session {
         progress: &dyn Progress,
         interrupted: impl Future<Output = ()>,
     ) -> Result<Vec<CheckResult>, VerifyError> {
-        let catalogue = checks::catalogue(&self.ctx.profile, self.flux_objects.clone());
+        let catalogue = checks::catalogue(&self.ctx.profile, self.flux_objects.clone(), &self.settings.selection);
         let timeout = self.settings.timeout;
         let checks = super::run(&self.ctx, &catalogue, &self.settings.selection, progress);
         let outcome = tokio::select! {
@@ -150,7 +150,7 @@ pub(crate) fn operations(
 ) -> Vec<Operation> {
     let mut out = probe::run_operations(&extra_namespaces(profile));
     out.extend(checks::sweeping_sandboxes(profile));
-    for check in checks::catalogue(profile, flux_objects.to_vec()) {
+    for check in checks::catalogue(profile, flux_objects.to_vec(), selection) {
         if check.ids().iter().any(|id| selection.selects(id)) {
             out.extend(check.operations(profile, reach));
         }
@@ -162,5 +162,9 @@ pub(crate) fn operations(
 /// with it reports on.
 #[must_use]
 pub(crate) fn selected_ids(profile: &Profile, selection: &Selection) -> Vec<String> {
-    checks::catalogue(profile, Vec::new()).iter().flat_map(|c| c.ids()).filter(|id| selection.selects(id)).collect()
+    checks::catalogue(profile, Vec::new(), selection)
+        .iter()
+        .flat_map(|c| c.ids())
+        .filter(|id| selection.selects(id))
+        .collect()
 }

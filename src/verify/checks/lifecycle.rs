@@ -1,6 +1,7 @@
 //! `opensandbox.lifecycle.<pool>`: a sandbox can be created from each pool through the Lifecycle
-//! API, runs bound to it, and is gone after deletion; and the sweep of the sandboxes a killed
-//! run left.
+//! API, runs bound to it, and is gone after deletion; with it, for a Kata pool,
+//! `opensandbox.reclaim.<pool>` (its VM is gone from the node after the delete, [`super::reclaim`]);
+//! and the sweep of the sandboxes a killed run left.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use http::Method;
 use serde_json::{Value, json};
 
 use crate::cluster::operation::{Objects, Operation};
+use crate::components::kata::shim::Shim;
 use crate::components::opensandbox::BATCH_SANDBOX;
 use crate::components::pools;
 use crate::components::pools::EffectivePool;
@@ -64,15 +66,25 @@ pub(crate) fn sweeping_sandboxes(profile: &Profile) -> Vec<Operation> {
 
 pub(super) struct Lifecycle {
     pub pool: String,
+    /// The pool is a Kata pool: the check also reports `opensandbox.reclaim.<pool>`.
+    pub kata: bool,
+    /// That reclaim check was selected: the run looks at the sandbox's node before and after the
+    /// delete.
+    pub reclaim: bool,
 }
 
 impl Check for Lifecycle {
     fn ids(&self) -> Vec<String> {
-        vec![format!("opensandbox.lifecycle.{}", self.pool)]
+        let mut ids = vec![format!("opensandbox.lifecycle.{}", self.pool)];
+        if self.kata {
+            ids.push(super::reclaim::id(&self.pool));
+        }
+        ids
     }
 
     /// Reading the Pool, the API key, the sandbox's BatchSandbox and pods (named only at run
-    /// time), and `POST`, `GET` and `DELETE` to the server.
+    /// time), and `POST`, `GET` and `DELETE` to the server; with the reclaim check, two host
+    /// probes on the sandbox's node (before and after the delete).
     fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation> {
         let os = &profile.sections.opensandbox;
         let ns = Some(os.namespaces.sandbox.as_str());
@@ -85,6 +97,9 @@ impl Check for Lifecycle {
         if deletes_released_pods(profile, &self.pool) {
             out.push(Operation::Get(Objects::any(KnownKind::POD, ns)));
         }
+        if self.reclaim && super::reclaim::shim_of(profile, &self.pool).is_ok() {
+            out.push(Operation::Probe(None));
+        }
         out
     }
 
@@ -94,31 +109,79 @@ impl Check for Lifecycle {
     }
 
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
-        Box::pin(async move { vec![lifecycle(ctx, &self.pool).await] })
+        Box::pin(async move {
+            let reclaim = if self.reclaim { Some(super::reclaim::shim_of(&ctx.profile, &self.pool)) } else { None };
+            let (verdict, reclaimed) = lifecycle(ctx, &self.pool, reclaim).await;
+            let mut out = vec![verdict];
+            if self.kata {
+                out.push(reclaimed.unwrap_or_else(|| Verdict::skip("not selected")));
+            }
+            out
+        })
     }
 }
 
-/// Create a sandbox from `pool`, see it Running and bound to the pool, delete it, see it gone.
-async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
+/// What the reclaim check of a pool is to do: look at the node through the shim's paths, or
+/// skip (why).
+type Reclaim = Result<&'static Shim, String>;
+
+/// Create a sandbox from `pool`, see it Running and bound to the pool, delete it, see it gone;
+/// with `reclaim`, also see its VM gone from its node (the second verdict).
+async fn lifecycle(ctx: &Ctx, pool: &str, reclaim: Option<Reclaim>) -> (Verdict, Option<Verdict>) {
+    let no_sandbox = |v: &Verdict| {
+        Verdict::error(
+            format!("no sandbox ran to look at: opensandbox.lifecycle.{pool} {}", v.outcome),
+            v.diagnosis.clone().unwrap_or_else(|| v.evidence.clone()),
+        )
+    };
+    let shim = match reclaim {
+        None => None,
+        Some(Err(why)) => {
+            return (created_and_deleted(ctx, pool, None).await.0, Some(Verdict::skip(why)));
+        }
+        Some(Ok(shim)) => Some(shim),
+    };
+    let (verdict, found) = created_and_deleted(ctx, pool, shim).await;
+    let reclaimed = match (shim, found) {
+        (None, _) => None,
+        (Some(_), Some(Ok(found))) => Some(super::reclaim::reclaimed(ctx, pool, &found).await),
+        (Some(_), Some(Err(v))) => Some(v),
+        (Some(_), None) => Some(no_sandbox(&verdict)),
+    };
+    (verdict, reclaimed)
+}
+
+/// What the sandbox's node held before the delete, when the reclaim check looked (or why it
+/// could not).
+type Found = Option<Result<super::reclaim::Found, Verdict>>;
+
+/// [`lifecycle`]'s sandbox: created, Running, deleted; with `shim`, found on its node first.
+async fn created_and_deleted(ctx: &Ctx, pool: &str, shim: Option<&'static Shim>) -> (Verdict, Found) {
     let ns = &ctx.profile.sections.opensandbox.namespaces.sandbox;
     let pool_obj = match ctx.cluster.get(&pools::object(&ctx.profile.sections, pool)).await {
         Ok(p) => p,
-        Err(e) => return Verdict::error(format!("reading Pool {pool}"), e.to_string()),
+        Err(e) => return (Verdict::error(format!("reading Pool {pool}"), e.to_string()), None),
     };
     // The server waits its whole create timeout on a missing or empty pool: check first.
     match &pool_obj {
         None => {
-            return Verdict::fail(
-                format!("Pool {ns}/{pool} missing"),
-                "the pool does not exist; the server would time out",
+            return (
+                Verdict::fail(
+                    format!("Pool {ns}/{pool} missing"),
+                    "the pool does not exist; the server would time out",
+                ),
+                None,
             );
         }
         Some(p) if p["status"]["available"].as_i64().unwrap_or(0) < 1 => {
-            return Verdict::fail(
-                format!("Pool {pool} available {}", p["status"]["available"]),
-                "the pool has no available capacity: a create would time out",
-            )
-            .with_fix("raise bufferMin, or check the pool's pods");
+            return (
+                Verdict::fail(
+                    format!("Pool {pool} available {}", p["status"]["available"]),
+                    "the pool has no available capacity: a create would time out",
+                )
+                .with_fix("raise bufferMin, or check the pool's pods"),
+                None,
+            );
         }
         Some(_) => {}
     }
@@ -127,7 +190,7 @@ async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
     let body = json!({"extensions": {"poolRef": pool}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
                       "metadata": metadata});
     let created = match ctx.endpoint.request(Method::POST, "/v1/sandboxes", Some(&body), true).await {
-        Err(e) => return Verdict::error("POST /v1/sandboxes", e),
+        Err(e) => return (Verdict::error("POST /v1/sandboxes", e), None),
         Ok(r) => r,
     };
     if created.status != 202 && created.status != 200 {
@@ -138,24 +201,42 @@ async fn lifecycle(ctx: &Ctx, pool: &str) -> Verdict {
             }
             _ => format!("{code} {}", created.json["message"].as_str().unwrap_or(&created.text)),
         };
-        return Verdict::fail(format!("POST /v1/sandboxes → {}", created.status), why);
+        return (Verdict::fail(format!("POST /v1/sandboxes → {}", created.status), why), None);
     }
     let Some(id) = created.json["id"].as_str().map(str::to_owned) else {
-        return Verdict::error("POST /v1/sandboxes", format!("no id in the response: {}", created.text));
+        return (Verdict::error("POST /v1/sandboxes", format!("no id in the response: {}", created.text)), None);
     };
-    let verdict = running_then_deleted(ctx, pool, &id, &created.json).await;
+    let (verdict, found) = running_then_deleted(ctx, pool, &id, &created.json, shim).await;
     if verdict.outcome != crate::verify::Outcome::Pass {
         let _ = ctx.endpoint.request(Method::DELETE, &format!("/v1/sandboxes/{id}"), None, true).await;
     }
-    verdict
+    (verdict, found)
 }
 
-async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value) -> Verdict {
+async fn running_then_deleted(
+    ctx: &Ctx,
+    pool: &str,
+    id: &str,
+    created: &Value,
+    shim: Option<&'static Shim>,
+) -> (Verdict, Found) {
     // Everything after the create is bounded by the probe deadline (at least 10 s).
     let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180).max(10));
     match running_on_pool(ctx, pool, id, created, limit).await {
-        Ok(pods) => deleted_with_its_pods(ctx, pool, id, &pods, limit).await,
-        Err(verdict) => verdict,
+        Ok(pods) => {
+            // The node, pod and sandbox id are recorded before the delete: after it, the pod
+            // and its bundle are gone.
+            let found = match (shim, pods.first()) {
+                (None, _) => None,
+                (Some(shim), Some(pod)) => Some(super::reclaim::find(ctx, pool, shim, pod).await),
+                (Some(_), None) => Some(Err(Verdict::error(
+                    format!("BatchSandbox {id}"),
+                    "no allocated pod in sandbox.opensandbox.io/alloc-status: no node to look at",
+                ))),
+            };
+            (deleted_with_its_pods(ctx, pool, id, &pods, limit).await, found)
+        }
+        Err(verdict) => (verdict, None),
     }
 }
 

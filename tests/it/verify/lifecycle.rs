@@ -42,6 +42,8 @@ async fn lifecycle_against_the_real_opensandbox_server() {
     assert_check(&checks, "opensandbox.server", "PASS", "no key → 401 MISSING_API_KEY");
     assert_check(&checks, "opensandbox.lifecycle.pod", "PASS", "deleted, BatchSandbox and pods gone, GET → 404");
     assert_check(&checks, "opensandbox.lifecycle.vm", "PASS", "Running on pool vm");
+    // The reclaim of the Kata pool's sandbox, with the stand-in's host probe results.
+    assert_check(&checks, "opensandbox.reclaim.vm", "PASS", "after it no process names the sandbox");
     assert_eq!(code, Some(0), "{checks:?}");
 
     // The controller never allocates: the server times out the create.

@@ -205,7 +205,9 @@ async fn a_healthy_platform_is_ready_and_its_checks_run_concurrently() {
     let junit = world.dir.path().join("junit.xml").display().to_string();
 
     // Every check passes (the Lifecycle API checks run against the real server in `lifecycle`).
-    let out = world.osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle", "--junit", &junit]).await;
+    let out = world
+        .osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle,opensandbox.reclaim", "--junit", &junit])
+        .await;
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert_eq!(stdout.lines().last(), Some("Ready"), "{stdout}");
@@ -216,7 +218,9 @@ async fn a_healthy_platform_is_ready_and_its_checks_run_concurrently() {
 
     // For bench/run: a full verify's wall time against its slowest check.
     let start = Instant::now();
-    let out = world.osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle", "-o", "json"]).await;
+    let out = world
+        .osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle,opensandbox.reclaim", "-o", "json"])
+        .await;
     let wall = start.elapsed().as_secs_f64();
     let report: Value = serde_json::from_str(&outputs(&out).0).unwrap();
     let checks = report["checks"].as_array().unwrap();
