@@ -29,16 +29,22 @@ fn plain(value: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A plain value (see [`plain`]) that is not a path: no `/`, `\\` or `..`; `what` names it.
+fn not_a_path(value: &str, what: &str) -> Result<(), Refusal> {
+    plain(value)?;
+    if value.contains('/') || value.contains('\\') {
+        return Err(format!("{what} is not a path: it may not hold '/' or '\\'"));
+    }
+    if value.contains("..") {
+        return Err(format!("{what} may not hold '..'"));
+    }
+    Ok(())
+}
+
 /// A Helm chart's name: letters, digits, `.`, `_` and `-`, starting with a letter or digit (so
 /// never `.`, `..` or a path).
 pub(crate) fn chart_name(value: &str) -> Result<(), Refusal> {
-    plain(value)?;
-    if value.contains('/') || value.contains('\\') {
-        return Err("a chart name is not a path: it may not hold '/' or '\\'".into());
-    }
-    if value.contains("..") {
-        return Err("a chart name may not hold '..'".into());
-    }
+    not_a_path(value, "a chart name")?;
     if !value.starts_with(|c: char| c.is_ascii_alphanumeric())
         || !value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
     {
@@ -50,14 +56,7 @@ pub(crate) fn chart_name(value: &str) -> Result<(), Refusal> {
 /// A chart version or a semver range (`0.30.0`, `>=1.0.0 <2.0.0`, `4.x`): no path separator, no
 /// `..`, no leading `-`.
 pub(crate) fn version(value: &str) -> Result<(), Refusal> {
-    plain(value)?;
-    if value.contains('/') || value.contains('\\') {
-        return Err("a version may not hold '/' or '\\'".into());
-    }
-    if value.contains("..") {
-        return Err("a version may not hold '..'".into());
-    }
-    Ok(())
+    not_a_path(value, "a version")
 }
 
 /// An OCI tag, as the distribution specification has it: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.

@@ -172,9 +172,15 @@ pub struct Pool {
     pub name: String,
     /// `runc` or `kata`.
     pub runtime: Runtime,
-    /// RuntimeClass for `kata` (default `kata-clh-runtime-rs`, that of the default shim).
+    /// RuntimeClass for `kata` (default `kata-clh-runtime-rs`, that of the default shim; for a
+    /// build pool `kata-clh-runtime-rs-build`).
     #[serde(default)]
     pub runtime_class_name: Option<String>,
+    /// A Kata pool whose sandboxes run container builds (dockerd, BuildKit, kind): its
+    /// emptyDirs must be block devices in the guest, not virtio-fs, for overlay2. A rendered
+    /// kata layer gives its class `emptydir_mode = "block-plain"` (class `kata-<shim>-build`).
+    #[serde(default)]
+    pub builds: Option<bool>,
     /// Warm-pool capacity.
     pub capacity: Capacity,
     /// Cap on not-ready pods while scaling.
@@ -293,6 +299,12 @@ impl EffectivePool<'_> {
         self.template.container_name.as_deref().unwrap_or(PoolTemplate::CONTAINER_NAME)
     }
 
+    /// Whether it is a Kata pool running container builds (`builds: true`).
+    #[must_use]
+    pub fn builds(&self) -> bool {
+        self.pool.builds == Some(true) && self.pool.runtime == Runtime::Kata
+    }
+
     /// Whether released pods are deleted (the default recycle strategy).
     #[must_use]
     pub fn deletes_released_pods(&self) -> bool {
@@ -337,11 +349,28 @@ impl Pools {
                 pool: p,
                 template: p.with_defaults(&self.defaults),
                 runtime_class_name: match p.runtime {
-                    Runtime::Kata => Some(p.runtime_class_name.clone().unwrap_or_else(kata::default_runtime_class)),
+                    Runtime::Kata => Some(p.runtime_class_name.clone().unwrap_or_else(if p.builds == Some(true) {
+                        kata::default_build_runtime_class
+                    } else {
+                        kata::default_runtime_class
+                    })),
                     Runtime::Runc => None,
                 },
             })
             .collect()
+    }
+
+    /// The build pools (Kata pools with `builds: true`), with their index in `items`.
+    #[must_use]
+    pub fn build_pools(&self) -> Vec<(usize, EffectivePool<'_>)> {
+        self.effective().into_iter().enumerate().filter(|(_, p)| p.builds()).collect()
+    }
+
+    /// The RuntimeClasses the build pools use, sorted and without duplicates.
+    #[must_use]
+    pub fn build_classes(&self) -> Vec<String> {
+        let set: BTreeSet<String> = self.build_pools().into_iter().filter_map(|(_, p)| p.runtime_class_name).collect();
+        set.into_iter().collect()
     }
 
     /// The Kata RuntimeClasses the pools use, sorted and without duplicates.
@@ -374,6 +403,12 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
                 "only kata pools take a runtime class; remove it or set `runtime: kata`",
             ),
             _ => {}
+        }
+        if pool.builds == Some(true) && pool.runtime == Runtime::Runc {
+            v.push(
+                format!("{at}.builds"),
+                "only kata pools take `builds` (a runc pool's emptyDirs are on the node's disk already); remove it or set `runtime: kata`",
+            );
         }
         capacity(&at, pool.capacity, v);
         if pool.image.as_ref().or(s.pools.defaults.image.as_ref()).is_none_or(|s| s.trim().is_empty()) {

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::{Linter, Severity};
-use crate::components::kata::shim;
+use crate::components::kata::{self, shim};
 use crate::components::pools::{POOL, Runtime};
 use crate::render::RenderedObject;
 
@@ -57,7 +57,42 @@ fn uncheckable_shim(l: &mut Linter<'_>, at: &str, pool: &str, class: &str) {
     );
 }
 
+/// `kata.build-storage`: a build pool whose RuntimeClass is not one the rendered kata layer
+/// gives block-backed emptyDirs: on virtio-fs, dockerd's overlay2 fails or falls back to `vfs`.
+fn build_storage(l: &mut Linter<'_>) {
+    let p = &l.loaded.profile;
+    let site = p.site();
+    let layer = site.layer_of(&kata::COMPONENT).map(|(_, name)| name.to_owned());
+    let kata_section = p.sections.kata.as_ref().filter(|_| layer.is_some());
+    let block = kata_section.map(|k| k.block_storage_classes(&p.sections.pools.build_classes())).unwrap_or_default();
+    let mut found = Vec::new();
+    for (i, pool) in p.sections.pools.build_pools() {
+        let Some(class) = pool.runtime_class_name.clone().filter(|c| !block.contains(c)) else { continue };
+        let named = pool.pool.runtime_class_name.is_some();
+        let field = format!("pools.items[{i}].{}", if named { "runtimeClassName" } else { "builds" });
+        let why = match &layer {
+            None => format!(
+                "build pool {} runs on RuntimeClass {class}, which osbx does not install (it renders no kata layer; an external one it cannot see): it cannot tell that the class gives block-backed emptyDirs, and on virtio-fs (Kata's default, emptydir_mode = \"shared-fs\") Docker's overlay2 fails or falls back to vfs",
+                pool.pool.name
+            ),
+            Some(layer) => format!(
+                "build pool {} runs on RuntimeClass {class}, which the {layer} layer installs with virtio-fs emptyDirs (emptydir_mode = \"shared-fs\"): Docker's overlay2 fails or falls back to vfs; the layer gives block-backed emptyDirs to kata-<shim>-build of an enabled shim",
+                pool.pool.name
+            ),
+        };
+        found.push((field, why));
+    }
+    let fix = format!(
+        "render the kata layer (component: kata) and leave runtimeClassName unset (the pool then gets {}) or name kata-<shim>-build of an enabled shim; or set emptydir_mode = \"block-plain\" in the [runtime] table of that class's Kata configuration (Kata >= 4.0, e.g. kata-deploy's shims.<shim>.dropIn)",
+        kata::default_build_runtime_class()
+    );
+    for (field, why) in found {
+        l.add("kata.build-storage", Severity::Warning, &field, why, &fix);
+    }
+}
+
 pub(super) fn pools(l: &mut Linter<'_>, objects: &[RenderedObject], pool_crd: Option<&Value>) {
+    build_storage(l);
     let p = &l.loaded.profile;
     let timeout = p.sections.opensandbox.server.config.kubernetes.create_timeout();
     for (i, pool) in p.sections.pools.effective().iter().enumerate() {

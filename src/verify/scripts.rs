@@ -164,6 +164,79 @@ except Exception as e:
 out()
 "#;
 
+/// On the host (its PID namespace), for one Kata sandbox: `MODE=resolve` finds the sandbox id of
+/// a container (bundle `config.json` under the task directory) and lists what the sandbox holds on
+/// the node; `MODE=watch` (after the sandbox was deleted) looks every second, up to `GRACE`
+/// seconds, until nothing of sandbox `SANDBOX_ID` remains, and lists what does: every process
+/// whose command line names the sandbox id (the VMM, virtiofsd, the shim: its PID and command
+/// line), every directory `<dir>/<sandbox id>` of `DIRS` (the run directories), and the backing
+/// files of the pod `POD_UID` (block emptyDirs' `disk.img` under the kubelet's pod directory, and
+/// the direct-volume entries naming them, whose names are the base64 of the volume's path).
+const RECLAIM: &str = r#"import base64, glob, json, os, time
+env = os.environ
+r = {"check": "opensandbox.reclaim"}
+def out():
+    line = json.dumps(r, separators=(",", ":"))
+    open("/dev/termination-log", "w").write(line[-4000:])
+    print(line)
+def decoded(name):
+    for dec in (base64.urlsafe_b64decode, base64.b64decode):
+        try:
+            return dec(name + "=" * (-len(name) % 4)).decode(errors="replace")
+        except Exception:
+            pass
+    return ""
+def scan(sid, uid):
+    left = {"processes": [], "dirs": [], "files": []}
+    me = str(os.getpid())
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or p == me:
+            continue
+        try:
+            cmd = open("/proc/%s/cmdline" % p, "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if sid in cmd:
+            left["processes"].append({"pid": int(p), "cmdline": cmd[:300]})
+    for d in filter(None, env.get("DIRS", "").split(":")):
+        path = os.path.join(d, sid)
+        if os.path.lexists(path):
+            left["dirs"].append(path)
+    if uid:
+        pod = os.path.join(env.get("KUBELET_PODS", "/var/lib/kubelet/pods"), uid)
+        left["files"].extend(sorted(glob.glob(os.path.join(pod, "volumes", "kubernetes.io~empty-dir", "*", "disk.img"))))
+        direct = env.get("DIRECT_VOLUMES", "")
+        if direct and os.path.isdir(direct):
+            for e in sorted(os.listdir(direct)):
+                if uid in decoded(e):
+                    left["files"].append(os.path.join(direct, e))
+    left["processes"].sort(key=lambda p: p["pid"])
+    return left
+try:
+    uid = env.get("POD_UID", "")
+    if env["MODE"] == "resolve":
+        cfg = json.load(open(os.path.join(env["TASK_DIR"], env["CONTAINER_ID"], "config.json")))
+        sid = cfg.get("annotations", {}).get("io.kubernetes.cri.sandbox-id") or ""
+        r["sandbox_id"] = sid
+        if len(sid) < 12:
+            r["error"] = "no sandbox id in the bundle's config.json (io.kubernetes.cri.sandbox-id)"
+        else:
+            r["present"] = scan(sid, uid)
+    else:
+        sid = env["SANDBOX_ID"]
+        r["sandbox_id"] = sid
+        grace, start = float(env.get("GRACE", "30")), time.time()
+        while True:
+            left = scan(sid, uid)
+            if not any(left.values()) or time.time() - start >= grace:
+                break
+            time.sleep(1)
+        r["left"], r["waited_s"] = left, round(time.time() - start, 1)
+except Exception as e:
+    r["error"] = "%s: %s" % (type(e).__name__, e)
+out()
+"#;
+
 fn base_spec(run: &Run, containers: &Value) -> Value {
     json!({
         "restartPolicy": "Never",
@@ -310,4 +383,185 @@ pub(super) fn spiffe(
         spec["runtimeClassName"] = json!(rc);
     }
     spec
+}
+
+/// Where the reclaim host probe looks, for one Kata sandbox.
+pub(super) struct ReclaimTarget<'a> {
+    /// `resolve` (before the delete: find the sandbox id) or `watch` (after it).
+    pub mode: &'a str,
+    /// The pod's first container (`resolve`).
+    pub container_id: &'a str,
+    /// containerd's task directory (`<dir>/<container id>/config.json`).
+    pub task_dir: &'a str,
+    /// The sandbox id (`watch`).
+    pub sandbox_id: &'a str,
+    /// The pod's UID (its kubelet directory and block emptyDirs).
+    pub pod_uid: &'a str,
+    /// The directories whose `<dir>/<sandbox id>` must be gone after the delete.
+    pub dirs: &'a [String],
+    /// The kubelet's pod directories (`<dir>/<pod UID>/volumes/...`).
+    pub kubelet_pods: &'a str,
+    /// The direct-volume entries of block emptyDirs (named by the base64 of their path).
+    pub direct_volumes: &'a str,
+    /// How long `watch` waits for everything to go.
+    pub grace_seconds: u64,
+}
+
+/// The directory a host path is read through: `/run` for what is under it (always there on a
+/// node), else the path's parent (a run directory set elsewhere).
+fn mount_root(path: &str) -> String {
+    if path == "/run" || path.starts_with("/run/") {
+        return "/run".to_owned();
+    }
+    std::path::Path::new(path).parent().map_or_else(|| path.to_owned(), |p| p.display().to_string())
+}
+
+/// The reclaim host probe, pinned to `node`, in the host's PID namespace, reading the run
+/// directories and the kubelet's pod directories read-only where the host has them.
+#[must_use]
+pub(super) fn reclaim(run: &Run, node: &str, image: &str, t: &ReclaimTarget<'_>) -> Value {
+    let mut roots: Vec<String> = t.dirs.iter().map(|d| mount_root(d)).collect();
+    roots.push(mount_root(t.direct_volumes));
+    if t.mode == "resolve" {
+        roots.push(t.task_dir.to_owned());
+    }
+    roots.sort();
+    roots.dedup();
+    // A root under another one is read through it.
+    let kept: Vec<&String> =
+        roots.iter().filter(|r| !roots.iter().any(|o| o != *r && r.starts_with(&format!("{o}/")))).collect();
+    let mut volumes: Vec<Value> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, r)| json!({"name": format!("host-{i}"), "hostPath": {"path": r, "type": "Directory"}}))
+        .collect();
+    let mut mounts: Vec<Value> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, r)| json!({"name": format!("host-{i}"), "mountPath": r, "readOnly": true}))
+        .collect();
+    volumes.push(json!({"name": "kubelet-pods", "hostPath": {"path": t.kubelet_pods}}));
+    mounts.push(json!({"name": "kubelet-pods", "mountPath": t.kubelet_pods, "readOnly": true}));
+    let mut spec = host_spec(
+        run,
+        node,
+        image,
+        RECLAIM,
+        json!(volumes),
+        json!(mounts),
+        json!([
+            {"name": "MODE", "value": t.mode},
+            {"name": "CONTAINER_ID", "value": t.container_id},
+            {"name": "TASK_DIR", "value": t.task_dir},
+            {"name": "SANDBOX_ID", "value": t.sandbox_id},
+            {"name": "POD_UID", "value": t.pod_uid},
+            {"name": "DIRS", "value": t.dirs.join(":")},
+            {"name": "KUBELET_PODS", "value": t.kubelet_pods},
+            {"name": "DIRECT_VOLUMES", "value": t.direct_volumes},
+            {"name": "GRACE", "value": t.grace_seconds.to_string()},
+        ]),
+    );
+    // The VMM, virtiofsd and the shim are processes of the host: their command lines are read there.
+    spec["hostPID"] = json!(true);
+    spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reclaim script run here, as the host probe runs it (its termination log a file).
+    fn reclaim_here(env: &[(&str, String)]) -> Value {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("termination-log");
+        let script = RECLAIM.replace("/dev/termination-log", &log.display().to_string());
+        let out = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .expect("python3");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_str(&std::fs::read_to_string(log).unwrap()).unwrap()
+    }
+
+    /// What a sandbox leaves is listed by kind: a process naming its id (PID and command line),
+    /// its run directory, a block emptyDir's `disk.img` and the direct-volume entry naming it;
+    /// once they are gone, the list is empty before the grace period ends.
+    #[test]
+    fn the_reclaim_probe_lists_every_leftover_and_then_none() {
+        let sid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let root = tempfile::tempdir().unwrap();
+        let (run, pods, direct) = (root.path().join("vm"), root.path().join("pods"), root.path().join("direct"));
+        let disk = pods.join("uid-1/volumes/kubernetes.io~empty-dir/docker/disk.img");
+        std::fs::create_dir_all(run.join(sid)).unwrap();
+        std::fs::create_dir_all(disk.parent().unwrap()).unwrap();
+        std::fs::write(&disk, b"").unwrap();
+        let entry = direct.join(base64_url(&disk.display().to_string()));
+        std::fs::create_dir_all(&entry).unwrap();
+        let mut vmm =
+            std::process::Command::new("sh").args(["-c", "sleep 60", &format!("sandbox-{sid}")]).spawn().unwrap();
+        let env = |grace: &str| {
+            vec![
+                ("MODE", "watch".to_owned()),
+                ("SANDBOX_ID", sid.to_owned()),
+                ("POD_UID", "uid-1".to_owned()),
+                ("DIRS", format!("{}:{}", run.display(), root.path().join("sbs").display())),
+                ("KUBELET_PODS", pods.display().to_string()),
+                ("DIRECT_VOLUMES", direct.display().to_string()),
+                ("GRACE", grace.to_owned()),
+            ]
+        };
+        let r = reclaim_here(&env("1"));
+        let left = &r["left"];
+        assert_eq!(left["processes"][0]["pid"], vmm.id(), "{r}");
+        assert!(left["processes"][0]["cmdline"].as_str().unwrap().contains(sid), "{r}");
+        assert_eq!(left["dirs"], json!([run.join(sid).display().to_string()]), "{r}");
+        assert_eq!(left["files"], json!([disk.display().to_string(), entry.display().to_string()]), "{r}");
+        vmm.kill().unwrap();
+        vmm.wait().unwrap();
+        std::fs::remove_dir_all(run.join(sid)).unwrap();
+        std::fs::remove_dir_all(pods.join("uid-1")).unwrap();
+        std::fs::remove_dir_all(&entry).unwrap();
+        let r = reclaim_here(&env("30"));
+        assert_eq!(r["left"], json!({"processes": [], "dirs": [], "files": []}), "{r}");
+        assert!(r["waited_s"].as_f64().unwrap() < 5.0, "{r}");
+    }
+
+    /// Base64 with the URL alphabet, as the Kata runtime names direct-volume entries.
+    fn base64_url(s: &str) -> String {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import base64, sys; print(base64.urlsafe_b64encode(sys.argv[1].encode()).decode())", s])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// The probe reads the host where it keeps each path: `/run` for what is under it, the parent
+    /// of a run directory set elsewhere, the task directory only to find the sandbox id.
+    #[test]
+    fn the_reclaim_probe_mounts_the_roots_of_its_paths() {
+        let run = Run::new(60, std::time::Duration::from_secs(60));
+        let dirs = vec![
+            "/tmp/ok1/vc".to_owned(),
+            "/tmp/ok1/sbs".to_owned(),
+            "/run/kata-containers/shared/sandboxes".to_owned(),
+        ];
+        let t = ReclaimTarget {
+            mode: "resolve",
+            container_id: "c1",
+            task_dir: "/tmp/ok1/tasks",
+            sandbox_id: "",
+            pod_uid: "u",
+            dirs: &dirs,
+            kubelet_pods: "/var/lib/kubelet/pods",
+            direct_volumes: "/run/kata-containers/shared/direct-volumes",
+            grace_seconds: 0,
+        };
+        let spec = reclaim(&run, "n1", "python:3", &t);
+        let paths: Vec<&str> =
+            spec["volumes"].as_array().unwrap().iter().map(|v| v["hostPath"]["path"].as_str().unwrap()).collect();
+        assert_eq!(paths, ["/run", "/tmp/ok1", "/var/lib/kubelet/pods"]);
+        assert_eq!(spec["hostPID"], true);
+        assert_eq!(spec["nodeName"], "n1");
+    }
 }

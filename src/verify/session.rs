@@ -124,7 +124,7 @@ impl Session {
         progress: &dyn Progress,
         interrupted: impl Future<Output = ()>,
     ) -> Result<Vec<CheckResult>, VerifyError> {
-        let catalogue = checks::catalogue(&self.ctx.profile, self.flux_objects.clone());
+        let catalogue = checks::catalogue(&self.ctx.profile, self.flux_objects.clone(), &self.settings.selection);
         let timeout = self.settings.timeout;
         let checks = super::run(&self.ctx, &catalogue, &self.settings.selection, progress);
         let outcome = tokio::select! {
@@ -156,7 +156,7 @@ pub(crate) fn operations(
 ) -> Vec<Operation> {
     let mut out = probe::run_operations(&extra_namespaces(profile));
     out.extend(checks::sweeping_sandboxes(profile));
-    for check in checks::catalogue(profile, flux_objects.to_vec()) {
+    for check in checks::catalogue(profile, flux_objects.to_vec(), selection) {
         if check.ids().iter().any(|id| selection.selects(id)) {
             out.extend(check.operations(profile, reach));
         }
@@ -168,5 +168,9 @@ pub(crate) fn operations(
 /// with it reports on.
 #[must_use]
 pub(crate) fn selected_ids(profile: &Profile, selection: &Selection) -> Vec<String> {
-    checks::catalogue(profile, Vec::new()).iter().flat_map(|c| c.ids()).filter(|id| selection.selects(id)).collect()
+    checks::catalogue(profile, Vec::new(), selection)
+        .iter()
+        .flat_map(|c| c.ids())
+        .filter(|id| selection.selects(id))
+        .collect()
 }

@@ -125,7 +125,7 @@ fn invalid_profile_exits_2_with_location_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr.contains(
-            "bad.yaml:158:18: pools.items[1].capacity.bufferMin: bufferMin (2) is greater than bufferMax (1)"
+            "bad.yaml:162:18: pools.items[1].capacity.bufferMin: bufferMin (2) is greater than bufferMax (1)"
         ),
         "{stderr}"
     );
@@ -298,6 +298,46 @@ fn completions_are_generated() {
 fn a_qps_of_zero_is_refused_naming_the_flag() {
     // No `--qps` means no client-side limit; a limit of zero requests per second is an error.
     osbx().args(["diff", "--qps", "0"]).assert().code(2).stderr(predicate::str::contains("--qps"));
+}
+
+/// A build pool of fresh-cluster (`builds: true`) renders on `kata-clh-runtime-rs-build`, and the
+/// kata layer's values give that class, and only it, a kata-deploy custom runtime with the
+/// `block-plain` drop-in; the plain Kata pool keeps `kata-clh-runtime-rs`.
+#[test]
+fn a_build_pool_renders_on_the_build_class_the_kata_layer_installs() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = std::fs::read_to_string(crate::support::root().join("profiles/fresh-cluster.yaml")).unwrap();
+    let plain = "    - name: vm\n      runtime: kata\n";
+    assert!(shipped.contains(plain), "fresh-cluster has a Kata pool vm");
+    let profile = shipped.replacen(
+        plain,
+        &format!("{plain}      capacity: {{bufferMin: 1, bufferMax: 1, poolMin: 1, poolMax: 2}}\n    - name: build\n      runtime: kata\n      builds: true\n"),
+        1,
+    );
+    std::fs::write(dir.path().join("p.yaml"), profile).unwrap();
+    render(&dir.path().join("repo"), dir.path().join("p.yaml").to_str().unwrap()).success();
+    let files = tree(&dir.path().join("repo"));
+    let pools: Vec<serde_json::Value> =
+        serde_saphyr::from_str_multiple(&files["platform/opensandbox-pools/pools.yaml"]).unwrap();
+    let class = |name: &str| {
+        let pool = pools.iter().find(|p| p["metadata"]["name"] == name).unwrap_or_else(|| panic!("Pool {name}"));
+        pool["spec"]["template"]["spec"]["runtimeClassName"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!((class("vm"), class("build")), ("kata-clh-runtime-rs".into(), "kata-clh-runtime-rs-build".into()));
+    let cm: serde_json::Value = serde_saphyr::from_str(&files["platform/kata/values.yaml"]).unwrap();
+    let values: serde_json::Value = serde_saphyr::from_str(cm["data"]["values.yaml"].as_str().unwrap()).unwrap();
+    let runtimes = values["customRuntimes"]["runtimes"].as_object().unwrap();
+    assert_eq!(values["customRuntimes"]["enabled"], true);
+    assert_eq!(runtimes.keys().collect::<Vec<_>>(), ["kata-clh-runtime-rs-build"]);
+    let runtime = &runtimes["kata-clh-runtime-rs-build"];
+    assert_eq!(runtime["baseConfig"], "clh-runtime-rs");
+    assert_eq!(runtime["dropIn"], "[runtime]\nemptydir_mode = \"block-plain\"\n");
+    let class_object: serde_json::Value = serde_saphyr::from_str(runtime["runtimeClass"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (&class_object["metadata"]["name"], &class_object["handler"]),
+        (&serde_json::json!("kata-clh-runtime-rs-build"), &serde_json::json!("kata-clh-runtime-rs-build"))
+    );
+    assert!(values["shims"]["clh-runtime-rs"].get("dropIn").is_none(), "the shim's own class keeps shared-fs");
 }
 
 /// `osbx` run with `HOME` at `home`, no `KUBECONFIG` and not in a pod, in `home`: its exit code

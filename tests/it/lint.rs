@@ -296,3 +296,38 @@ fn a_kata_pool_verify_cannot_inspect_is_a_warning() {
     let (code, f) = lint(&(with_class("my-kata") + "verify: {kataShim: qemu-fast}\n"), &[]);
     assert_eq!(code, Some(1), "an unknown shim is refused: {f:#?}");
 }
+
+/// A build pool warns (`kata.build-storage`) when its RuntimeClass is not one the rendered kata
+/// layer gives block-backed emptyDirs: no kata layer rendered (at `builds`, the class being the
+/// default), a plain shim class named by hand with the layer rendered (at `runtimeClassName`);
+/// the build class the rendered layer installs is quiet, and so is a pool that runs no builds.
+#[test]
+fn a_build_pool_without_block_backed_empty_dirs_is_a_warning() {
+    let build = |class: &str| {
+        BASE.replace("      runtime: kata\n", &format!("      runtime: kata\n      builds: true\n{class}"))
+    };
+    let rendered = |text: String| {
+        text.replace("layers:\n", "layers:\n  - {name: kata, component: kata}\n") + "kata: {shims: [clh-runtime-rs]}\n"
+    };
+    let (code, f) = lint(&build(""), &[]);
+    assert_eq!(code, Some(0), "a warning: {f:#?}");
+    has(&f, "kata.build-storage", "warning", "21:7");
+    let w = f.iter().find(|f| f["id"] == "kata.build-storage").unwrap();
+    assert_eq!(w["field"], "pools.items[1].builds", "{w}");
+    assert!(
+        w["message"].as_str().unwrap().contains("RuntimeClass kata-clh-runtime-rs-build, which osbx does not install"),
+        "{w}"
+    );
+
+    let (code, f) = lint(&rendered(build("")), &[]);
+    assert_eq!(code, Some(0), "{f:#?}");
+    assert!(!f.iter().any(|f| f["id"] == "kata.build-storage"), "the layer gives the build class block-plain: {f:#?}");
+
+    let (_, f) = lint(&rendered(build("      runtimeClassName: kata-clh-runtime-rs\n")), &[]);
+    has(&f, "kata.build-storage", "warning", "23:7");
+    let w = f.iter().find(|f| f["id"] == "kata.build-storage").unwrap();
+    assert!(w["message"].as_str().unwrap().contains("which the kata layer installs with virtio-fs emptyDirs"), "{w}");
+
+    let (_, f) = lint(&rendered(BASE.to_owned()), &[]);
+    assert!(!f.iter().any(|f| f["id"] == "kata.build-storage"), "no build pool: {f:#?}");
+}

@@ -159,6 +159,30 @@ fn kata_pool_without_runtime_class() {
     );
 }
 
+/// `builds` marks a Kata pool as running container builds: on a runc pool it means nothing and
+/// is refused at the field.
+#[test]
+fn only_kata_pools_run_builds() {
+    assert_eq!(
+        error_of(&with(
+            "      runtime: runc
+",
+            "      runtime: runc
+      builds: true
+"
+        )),
+        "29:7: pools.items[0].builds: only kata pools take `builds` (a runc pool's emptyDirs are on the node's disk already); remove it or set `runtime: kata`"
+    );
+    let builds_on_kata = with(
+        "      runtime: kata
+",
+        "      runtime: kata
+      builds: true
+",
+    );
+    profile::parse("p.yaml", builds_on_kata).expect("a Kata build pool is valid");
+}
+
 #[test]
 fn depends_on_unknown_layer() {
     assert_eq!(
@@ -223,6 +247,35 @@ fn kata_pools_need_a_runtime_class_the_kata_layer_installs() {
         error_of(&text),
         "31:7: pools.items[1].runtimeClassName: RuntimeClass kata-clh-runtime-rs is not installed by the kata layer (it installs kata-qemu-runtime-rs)"
     );
+}
+
+/// A build pool without a class gets the build class of the default shim, which the kata layer
+/// installs; one naming a build class of a shim the layer does not enable is refused, and so is
+/// a kata-deploy older than 4.0 (Kata 3.x refuses `emptydir_mode = "block-plain"`).
+#[test]
+fn build_pools_need_a_build_class_the_kata_layer_installs_and_kata_4() {
+    let build = |kata: &str, class: &str| {
+        with_kata(kata).replacen(
+            "      runtime: kata\n",
+            &format!("      runtime: kata\n      builds: true\n{class}"),
+            1,
+        )
+    };
+    let kata = "kata:\n  shims: [clh-runtime-rs]\n";
+    let p = profile::parse("p.yaml", build(kata, "")).expect("the default build class is installed");
+    assert_eq!(p.profile.sections.pools.build_classes(), ["kata-clh-runtime-rs-build"]);
+    assert_eq!(
+        error_of(&build(kata, "      runtimeClassName: kata-qemu-build\n")),
+        "34:7: pools.items[1].runtimeClassName: RuntimeClass kata-qemu-build is not installed by the kata layer (it installs kata-clh-runtime-rs; for a build pool, the build class of an enabled shim: kata-clh-runtime-rs-build)"
+    );
+    let both = "kata:\n  shims: [clh-runtime-rs, qemu]\n";
+    profile::parse("p.yaml", build(both, "      runtimeClassName: kata-qemu-build\n")).expect("qemu's build class");
+    assert_eq!(
+        error_of(&build("kata:\n  chart: {version: 3.32.0}\n  shims: [clh-runtime-rs]\n", "")),
+        "37:11: kata.chart.version: the build pools need emptydir_mode = \"block-plain\", which Kata 3.x does not know (it refuses the configuration): pin kata-deploy 4.0 or later"
+    );
+    profile::parse("p.yaml", with_kata("kata:\n  chart: {version: 3.32.0}\n  shims: [clh-runtime-rs]\n"))
+        .expect("without build pools, an older kata-deploy is no concern of this rule");
 }
 
 #[test]

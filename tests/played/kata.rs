@@ -20,6 +20,10 @@
 //! (`vm.info`'s shape, `Content-Length`, a connection kept open even when asked to close) and
 //! maps a 1 GiB `ch_ram` memfd shared, as CH maps guest RAM.
 //!
+//! On a sandbox's stop it kills the VMM (QEMU exits) and removes the sandbox's directory and
+//! bundle, as the runtime does (`sandbox-work.md` §5.2); a test can make it leave the VMM running
+//! or the directory behind ([`Leave`]), the leaks `sandbox-work.md` §5.3 records.
+//!
 //! **What it cannot show**: the real shim (its timeouts, its errors, virtio-fs and vsock to an
 //! agent: the guest runs the probe from its initramfs, not through a kata-agent), a VM under
 //! KVM, Cloud Hypervisor itself, Dragonball and Firecracker.
@@ -50,6 +54,18 @@ pub enum Runtime {
     Go,
     /// runtime-rs (`/run/kata`, the systemd marker).
     Rust,
+}
+
+/// What the shim leaves behind when it stops a sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Leave {
+    /// Nothing: the VMM exits, the sandbox's directory is removed.
+    #[default]
+    Nothing,
+    /// The VMM keeps running (its directory is removed).
+    Vmm,
+    /// The sandbox's directory (the VMM exits).
+    RunDir,
 }
 
 /// Where the played shim finds the real parts.
@@ -85,6 +101,19 @@ pub struct Shim {
     pub task_dir: PathBuf,
     work: tempfile::TempDir,
     vms: Mutex<BTreeMap<String, Vm>>,
+    /// What stopping a sandbox leaves behind.
+    leave: Mutex<Leave>,
+    /// What it stopped, and the VMMs it left running.
+    left: Mutex<Stopped>,
+}
+
+/// The sandboxes a shim stopped.
+#[derive(Default)]
+struct Stopped {
+    /// Each one's VMM PID and directory.
+    sandboxes: Vec<(u32, PathBuf)>,
+    /// The VMMs left running ([`Leave::Vmm`]).
+    running: Vec<Child>,
 }
 
 const BEGIN: &str = "OSBX-PROBE-BEGIN";
@@ -106,7 +135,27 @@ impl Shim {
         for d in [&run_dir, &task_dir] {
             std::fs::create_dir_all(d).expect("shim directories");
         }
-        Self { parts, vmm, runtime, run_dir, task_dir, work, vms: Mutex::default() }
+        Self {
+            parts,
+            vmm,
+            runtime,
+            run_dir,
+            task_dir,
+            work,
+            vms: Mutex::default(),
+            leave: Mutex::default(),
+            left: Mutex::default(),
+        }
+    }
+
+    /// From now on, stopping a sandbox leaves `what` behind.
+    pub fn leave(&self, what: Leave) {
+        *self.leave.lock().unwrap() = what;
+    }
+
+    /// The sandboxes stopped so far: each one's VMM PID and directory.
+    pub fn stopped(&self) -> Vec<(u32, PathBuf)> {
+        self.left.lock().unwrap().sandboxes.clone()
     }
 
     /// The kernel command line the runtime gives an initrd guest.
@@ -233,12 +282,21 @@ impl Shim {
     pub fn stop_others(&self, live: &[String]) {
         let mut vms = self.vms.lock().unwrap();
         let gone: Vec<String> = vms.keys().filter(|k| !live.contains(k)).cloned().collect();
+        let leave = *self.leave.lock().unwrap();
+        let mut left = self.left.lock().unwrap();
         for uid in gone {
             if let Some(mut vm) = vms.remove(&uid) {
+                left.sandboxes.push((vm.child.id(), vm.sandbox.clone()));
                 // Stopping a sandbox whose VMM may have exited; its directories may be gone with it.
-                let _ = vm.child.kill();
-                let _ = vm.child.wait();
-                let _ = std::fs::remove_dir_all(&vm.sandbox);
+                if leave == Leave::Vmm {
+                    left.running.push(vm.child);
+                } else {
+                    let _ = vm.child.kill();
+                    let _ = vm.child.wait();
+                }
+                if leave != Leave::RunDir {
+                    let _ = std::fs::remove_dir_all(&vm.sandbox);
+                }
                 let _ = std::fs::remove_dir_all(&vm.bundle);
             }
         }
@@ -253,7 +311,13 @@ impl std::fmt::Debug for Shim {
 
 impl Drop for Shim {
     fn drop(&mut self) {
+        self.leave(Leave::Nothing);
         self.stop_others(&[]);
+        // The VMMs a test had it leave running stop with the shim.
+        for mut child in std::mem::take(&mut self.left.lock().unwrap().running) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

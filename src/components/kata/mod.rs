@@ -1,5 +1,17 @@
 //! The `kata` component: kata-deploy from its OCI chart (a Flux `OCIRepository` and
-//! `HelmRelease`), installing the Kata runtime and one RuntimeClass per enabled shim.
+//! `HelmRelease`), installing the Kata runtime and one RuntimeClass per enabled shim, and for
+//! the shims the build pools run on (`pools.items[].builds`) a second one whose emptyDirs are
+//! block devices in the guest.
+//!
+//! Facts (Kata 4.x, kata-deploy 4.1.0; `../shared/reference/sandbox-work.md` §2): a disk-backed
+//! emptyDir reaches the guest through virtio-fs by default (`emptydir_mode = "shared-fs"`), where
+//! Docker's overlay2 falls back to `vfs` or runs on FUSE; `emptydir_mode = "block-plain"` in the
+//! `[runtime]` table (Kata ≥ 4.0; no pod annotation sets it) plugs a virtio-blk disk the agent
+//! formats ext4. It applies to every emptyDir of every pod on that handler, so osbx gives it to a
+//! handler of its own: a kata-deploy `customRuntimes` entry (a copy of the shim's configuration
+//! with the drop-in in its `config.d`, a RuntimeClass of that handler) rather than the shim's
+//! `dropIn`, which every pod on the shim's class would get. kata-deploy 4.1.0 has no value of
+//! its own for the mode.
 
 use std::collections::BTreeMap;
 
@@ -82,6 +94,31 @@ pub(crate) fn default_runtime_class() -> String {
     runtime_class(DEFAULT_SHIM)
 }
 
+/// What ends the name of a build class (`kata-<shim>-build`), after kata-deploy's own variants
+/// of a shim's handler (`kata-<shim>-debug`).
+pub(crate) const BUILD_CLASS_SUFFIX: &str = "-build";
+
+/// The RuntimeClass (and handler) the kata layer creates for build pools on a shim:
+/// `kata-<shim>-build`, the shim's configuration with [`BUILD_DROP_IN`].
+#[must_use]
+pub fn build_runtime_class(shim: &str) -> String {
+    format!("{}{BUILD_CLASS_SUFFIX}", runtime_class(shim))
+}
+
+/// The RuntimeClass a build pool uses unless it names another: the build class of
+/// [`DEFAULT_SHIM`].
+#[must_use]
+pub(crate) fn default_build_runtime_class() -> String {
+    build_runtime_class(DEFAULT_SHIM)
+}
+
+/// The Kata configuration drop-in of the build classes: emptyDirs as a virtio-blk disk the
+/// agent formats ext4, instead of a virtio-fs share.
+pub const BUILD_DROP_IN: &str = "[runtime]\nemptydir_mode = \"block-plain\"\n";
+
+/// The first kata-deploy (and Kata) major version that knows `emptydir_mode = "block-plain"`.
+const BLOCK_PLAIN_SINCE: u64 = 4;
+
 /// kata-deploy, installed by a Flux HelmRelease from its OCI chart.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -132,15 +169,31 @@ impl Default for Kata {
 }
 
 impl Kata {
-    /// The RuntimeClasses this installation creates.
+    /// The RuntimeClasses this installation creates for `pools`: one per enabled shim, and the
+    /// build class of each enabled shim a build pool runs on.
     #[must_use]
-    pub fn runtime_classes(&self) -> Vec<String> {
-        self.shims.iter().map(|s| runtime_class(s)).collect()
+    pub fn runtime_classes(&self, build_classes: &[String]) -> Vec<String> {
+        let mut classes: Vec<String> = self.shims.iter().map(|s| runtime_class(s)).collect();
+        classes.extend(self.block_storage_classes(build_classes));
+        classes
     }
 
-    /// The chart values osbx sets, with `values` merged over them.
+    /// The enabled shims whose build class a build pool of `pools` uses, in `shims` order.
     #[must_use]
-    pub fn chart_values(&self) -> Value {
+    pub fn build_shims(&self, build_classes: &[String]) -> Vec<&str> {
+        self.shims.iter().map(String::as_str).filter(|s| build_classes.contains(&build_runtime_class(s))).collect()
+    }
+
+    /// The RuntimeClasses this installation gives block-backed emptyDirs
+    /// (`emptydir_mode = "block-plain"`): the build classes the build pools of `pools` use.
+    #[must_use]
+    pub fn block_storage_classes(&self, build_classes: &[String]) -> Vec<String> {
+        self.build_shims(build_classes).into_iter().map(build_runtime_class).collect()
+    }
+
+    /// The chart values osbx sets for `pools`, with `values` merged over them.
+    #[must_use]
+    pub fn chart_values(&self, build_classes: &[String]) -> Value {
         let mut shims = serde_json::Map::new();
         shims.insert("disableAll".into(), json!(true));
         for s in &self.shims {
@@ -153,6 +206,12 @@ impl Kata {
             "defaultShim": {"amd64": self.default_shim},
             "runtimeClasses": {"enabled": true, "createDefault": self.create_default_runtime_class},
         });
+        let builds = self.build_shims(build_classes);
+        if !builds.is_empty() {
+            let runtimes: serde_json::Map<String, Value> =
+                builds.into_iter().map(|shim| (build_runtime_class(shim), build_runtime(shim))).collect();
+            values["customRuntimes"] = json!({"enabled": true, "runtimes": runtimes});
+        }
         if !self.node_selector.is_empty() {
             values["nodeSelector"] = json!(self.node_selector);
         }
@@ -161,6 +220,18 @@ impl Kata {
         }
         values
     }
+}
+
+/// The kata-deploy `customRuntimes` entry of a shim's build class: the shim's configuration
+/// (`baseConfig`; the chart adds the shim's overhead to the RuntimeClass) with
+/// [`BUILD_DROP_IN`], and a RuntimeClass of its own handler on the nodes Kata is installed on
+/// (the label kata-deploy's own classes select; the chart adds its instance gate).
+fn build_runtime(shim: &str) -> Value {
+    let class = build_runtime_class(shim);
+    let runtime_class = format!(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {class}\n  labels:\n    app.kubernetes.io/managed-by: kata-deploy\nhandler: {class}\nscheduling:\n  nodeSelector:\n    katacontainers.io/kata-runtime: \"true\"\n"
+    );
+    json!({"baseConfig": shim, "dropIn": BUILD_DROP_IN, "runtimeClass": runtime_class})
 }
 
 /// A chart in an OCI registry (a Flux `OCIRepository`).
@@ -238,15 +309,33 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
         v.push("kata.deploymentMode", format!("{:?} is neither job nor daemonset", k.deployment_mode));
     }
     if layer.is_some() {
-        let installed = k.runtime_classes();
+        let builds = s.pools.effective().iter().filter(|p| p.builds()).count();
+        let major = semver::Version::parse(k.chart.version.trim_start_matches('v')).ok().map(|v| v.major);
+        if builds > 0
+            && let Some(major) = major.filter(|m| *m < BLOCK_PLAIN_SINCE)
+        {
+            v.push(
+                "kata.chart.version",
+                format!(
+                    "the build pools need emptydir_mode = \"block-plain\", which Kata {major}.x does not know (it refuses the configuration): pin kata-deploy {BLOCK_PLAIN_SINCE}.0 or later"
+                ),
+            );
+        }
+        let installed = k.runtime_classes(&s.pools.build_classes());
         for (i, pool) in s.pools.effective().iter().enumerate() {
             if let Some(rc) = &pool.runtime_class_name
                 && !installed.contains(rc)
             {
+                let builds = if pool.builds() {
+                    let classes: Vec<String> = k.shims.iter().map(|s| build_runtime_class(s)).collect();
+                    format!("; for a build pool, the build class of an enabled shim: {}", classes.join(", "))
+                } else {
+                    String::new()
+                };
                 v.push(
                     format!("pools.items[{i}].runtimeClassName"),
                     format!(
-                        "RuntimeClass {rc} is not installed by the kata layer (it installs {})",
+                        "RuntimeClass {rc} is not installed by the kata layer (it installs {}{builds})",
                         installed.join(", ")
                     ),
                 );
@@ -261,8 +350,8 @@ fn view(s: &Sections, site: &Site<'_>, ctx: &mut Context) {
     ctx.insert("kataLayer", &site.layer_of(&COMPONENT).map(|(_, name)| name));
     if let Some(k) = &s.kata {
         let mut v = serde_json::to_value(k).unwrap_or(Value::Null);
-        v["chartValues"] = k.chart_values();
-        v["runtimeClasses"] = json!(k.runtime_classes());
+        v["chartValues"] = k.chart_values(&s.pools.build_classes());
+        v["runtimeClasses"] = json!(k.runtime_classes(&s.pools.build_classes()));
         ctx.insert("kata", &v);
     }
 }

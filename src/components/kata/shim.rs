@@ -74,6 +74,23 @@ impl Shim {
         }
     }
 
+    /// The directories whose `<dir>/<sandbox id>` a sandbox holds on the node while it runs and
+    /// must be gone after its delete, given its run directory (`run_dir`, or
+    /// `verify.kataRunDir`): the run directory; for the Go runtime its persisted state in the
+    /// sibling `sbs` (`/run/vc/sbs`; runtime-rs keeps it in the run directory); and the host's
+    /// shared directory of the sandbox (`/run/kata-containers/shared/sandboxes`, both runtimes).
+    #[must_use]
+    pub fn sandbox_dirs(&self, run_dir: &str) -> Vec<String> {
+        let mut dirs = vec![run_dir.trim_end_matches('/').to_owned()];
+        if self.runtime == Runtime::Go
+            && let Some(parent) = std::path::Path::new(run_dir.trim_end_matches('/')).parent()
+        {
+            dirs.push(parent.join("sbs").display().to_string());
+        }
+        dirs.push(SHARED_SANDBOXES.to_owned());
+        dirs
+    }
+
     /// The VMM's API socket in the sandbox directory, when it has one verify reads.
     #[must_use]
     pub fn api_socket(&self) -> Option<&'static str> {
@@ -115,6 +132,18 @@ impl Shim {
     }
 }
 
+/// The host's shared directories of the sandboxes (`<dir>/<sandbox id>/{shared,mounts}` for the
+/// Go runtime, `{ro,rw}` for runtime-rs), removed when a sandbox stops.
+pub(crate) const SHARED_SANDBOXES: &str = "/run/kata-containers/shared/sandboxes";
+
+/// Where both runtimes record a block emptyDir's `disk.img` while a sandbox uses it: one
+/// directory per volume, named by the base64 of the volume's path (`<base64>/mountInfo.json`).
+pub(crate) const DIRECT_VOLUMES: &str = "/run/kata-containers/shared/direct-volumes";
+
+/// The kubelet's pod directories: a block emptyDir's backing file is
+/// `<dir>/<pod UID>/volumes/kubernetes.io~empty-dir/<volume>/disk.img`.
+pub(crate) const KUBELET_PODS: &str = "/var/lib/kubelet/pods";
+
 /// Every shim kata-deploy 4.1.0 installs, with its VMM and runtime.
 pub(crate) const SHIMS: &[Shim] = &[
     shim("clh", Vmm::CloudHypervisor, Runtime::Go, false),
@@ -155,10 +184,12 @@ pub(crate) fn by_name(name: &str) -> Option<&'static Shim> {
     SHIMS.iter().find(|s| s.name == name)
 }
 
-/// The shim behind a RuntimeClass kata-deploy created (`kata-<shim>`).
+/// The shim behind a RuntimeClass kata-deploy created (`kata-<shim>`, or the build class
+/// `kata-<shim>-build` the kata layer creates from that shim's configuration).
 #[must_use]
 pub(crate) fn of_class(class: &str) -> Option<&'static Shim> {
-    class.strip_prefix("kata-").and_then(by_name)
+    let name = class.strip_prefix("kata-")?;
+    by_name(name).or_else(|| name.strip_suffix(super::BUILD_CLASS_SUFFIX).and_then(by_name))
 }
 
 #[cfg(test)]
@@ -175,10 +206,18 @@ mod tests {
         assert_eq!((clh.run_dir(), clh.api_socket()), ("/run/vc/vm", Some("clh-api.sock")));
         let rs = of_class("kata-clh-runtime-rs").unwrap();
         assert_eq!((rs.run_dir(), rs.api_socket()), ("/run/kata", Some("ch-api.sock")));
+        assert_eq!(
+            clh.sandbox_dirs("/run/vc/vm"),
+            ["/run/vc/vm", "/run/vc/sbs", "/run/kata-containers/shared/sandboxes"]
+        );
+        assert_eq!(rs.sandbox_dirs("/run/kata/"), ["/run/kata", "/run/kata-containers/shared/sandboxes"]);
         assert!(of_class("kata-qemu").unwrap().needs_vhost_vsock());
         assert!(of_class("kata-fc").unwrap().shared_memory_not_applicable().is_some());
         assert!(of_class("kata-qemu-snp").unwrap().shared_memory_not_applicable().is_some());
         assert!(of_class("kata-dragonball").unwrap().api_socket().is_none());
         assert!(of_class("my-kata").is_none());
+        assert_eq!(of_class("kata-clh-runtime-rs-build"), Some(rs), "a build class runs its shim");
+        assert_eq!(of_class(&super::super::build_runtime_class("qemu")), by_name("qemu"));
+        assert!(of_class("kata-my-build").is_none());
     }
 }

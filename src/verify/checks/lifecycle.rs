@@ -1,7 +1,8 @@
 //! `opensandbox.lifecycle.<pool>`: a sandbox can be created from each pool through the Lifecycle
 //! API, runs bound to it, and is gone after deletion; `opensandbox.exec.<pool>` runs a command in
-//! that same sandbox through execd before it is deleted ([`exec`]); and the sweep of the
-//! sandboxes a killed run left.
+//! that same sandbox through execd before it is deleted ([`exec`]); with it, for a Kata pool,
+//! `opensandbox.reclaim.<pool>` (its VM is gone from the node after the delete, [`super::reclaim`]);
+//! and the sweep of the sandboxes a killed run left.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::exec;
 use crate::cluster::operation::{Objects, Operation};
+use crate::components::kata::shim::Shim;
 use crate::components::opensandbox::BATCH_SANDBOX;
 use crate::components::pools;
 use crate::components::pools::EffectivePool;
@@ -66,17 +68,28 @@ pub(crate) fn sweeping_sandboxes(profile: &Profile) -> Vec<Operation> {
 
 pub(super) struct Lifecycle {
     pub pool: String,
+    /// The pool is a Kata pool: the check also reports `opensandbox.reclaim.<pool>`.
+    pub kata: bool,
+    /// That reclaim check was selected: the run looks at the sandbox's node before and after the
+    /// delete.
+    pub reclaim: bool,
 }
 
 impl Check for Lifecycle {
-    /// The Lifecycle verdict, and that of the command run through execd in the same sandbox.
+    /// The Lifecycle verdict, that of the command run through execd in the same sandbox, and
+    /// for a Kata pool that of the sandbox's VM reclaimed from its node.
     fn ids(&self) -> Vec<String> {
-        vec![format!("opensandbox.lifecycle.{}", self.pool), exec::id(&self.pool)]
+        let mut ids = vec![format!("opensandbox.lifecycle.{}", self.pool), exec::id(&self.pool)];
+        if self.kata {
+            ids.push(super::reclaim::id(&self.pool));
+        }
+        ids
     }
 
     /// Reading the Pool, the API key, the sandbox's BatchSandbox and pods (named only at run
     /// time), and `POST`, `GET` and `DELETE` to the server (execd is reached through the
-    /// server's proxy with `GET` and `POST`).
+    /// server's proxy with `GET` and `POST`); with the reclaim check, two host probes on the
+    /// sandbox's node (before and after the delete).
     fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation> {
         let os = &profile.sections.opensandbox;
         let ns = Some(os.namespaces.sandbox.as_str());
@@ -89,6 +102,9 @@ impl Check for Lifecycle {
         if deletes_released_pods(profile, &self.pool) {
             out.push(Operation::Get(Objects::any(KnownKind::POD, ns)));
         }
+        if self.reclaim && super::reclaim::shim_of(profile, &self.pool).is_ok() {
+            out.push(Operation::Probe(None));
+        }
         out
     }
 
@@ -100,21 +116,27 @@ impl Check for Lifecycle {
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
             let with_exec = ctx.selection.selects(&exec::id(&self.pool));
-            let (lifecycle, exec) = lifecycle(ctx, &self.pool, with_exec).await;
-            vec![lifecycle, exec]
+            let reclaim = if self.reclaim { Some(super::reclaim::shim_of(&ctx.profile, &self.pool)) } else { None };
+            let (lifecycle, exec, reclaimed) = lifecycle(ctx, &self.pool, with_exec, reclaim).await;
+            let mut out = vec![lifecycle, exec];
+            if self.kata {
+                out.push(reclaimed.unwrap_or_else(not_selected));
+            }
+            out
         })
     }
 }
 
-/// The exec verdict when the exec check is not selected (never reported).
+/// The verdict of a check of the sandbox that is not selected (never reported).
 fn not_selected() -> Verdict {
     Verdict::skip("not selected")
 }
 
-/// A verdict from before a sandbox exists, for both checks.
-fn both(lifecycle: Verdict) -> (Verdict, Verdict) {
+/// A verdict from before a sandbox exists, for both the Lifecycle and the exec checks (nothing
+/// was found on a node).
+fn both(lifecycle: Verdict) -> (Verdict, Verdict, Found) {
     let exec = exec::without_sandbox(&lifecycle);
-    (lifecycle, exec)
+    (lifecycle, exec, None)
 }
 
 /// The Pool's `status.available` (`None`: unreadable or missing).
@@ -123,9 +145,55 @@ async fn available(ctx: &Ctx, pool: &str) -> Option<Value> {
     Some(p["status"]["available"].clone())
 }
 
+/// What the reclaim check of a pool is to do: look at the node through the shim's paths, or
+/// skip (why).
+type Reclaim = Result<&'static Shim, String>;
+
 /// Create a sandbox from `pool`, see it Running and bound to the pool, run a command in it
-/// through execd (`with_exec`), delete it, see it gone: the Lifecycle and the exec verdicts.
-async fn lifecycle(ctx: &Ctx, pool: &str, with_exec: bool) -> (Verdict, Verdict) {
+/// through execd (`with_exec`), delete it, see it gone: the Lifecycle and the exec verdicts;
+/// with `reclaim`, also see its VM gone from its node (the third verdict).
+async fn lifecycle(
+    ctx: &Ctx,
+    pool: &str,
+    with_exec: bool,
+    reclaim: Option<Reclaim>,
+) -> (Verdict, Verdict, Option<Verdict>) {
+    let no_sandbox = |v: &Verdict| {
+        Verdict::error(
+            format!("no sandbox ran to look at: opensandbox.lifecycle.{pool} {}", v.outcome),
+            v.diagnosis.clone().unwrap_or_else(|| v.evidence.clone()),
+        )
+    };
+    let shim = match reclaim {
+        None => None,
+        Some(Err(why)) => {
+            let (verdict, exec, _) = created_and_deleted(ctx, pool, with_exec, None).await;
+            return (verdict, exec, Some(Verdict::skip(why)));
+        }
+        Some(Ok(shim)) => Some(shim),
+    };
+    let (verdict, exec, found) = created_and_deleted(ctx, pool, with_exec, shim).await;
+    let reclaimed = match (shim, found) {
+        (None, _) => None,
+        (Some(_), Some(Ok(found))) => Some(super::reclaim::reclaimed(ctx, pool, &found).await),
+        (Some(_), Some(Err(v))) => Some(v),
+        (Some(_), None) => Some(no_sandbox(&verdict)),
+    };
+    (verdict, exec, reclaimed)
+}
+
+/// What the sandbox's node held before the delete, when the reclaim check looked (or why it
+/// could not).
+type Found = Option<Result<super::reclaim::Found, Verdict>>;
+
+/// [`lifecycle`]'s sandbox: created, Running, a command run in it (`with_exec`), deleted; with
+/// `shim`, found on its node first.
+async fn created_and_deleted(
+    ctx: &Ctx,
+    pool: &str,
+    with_exec: bool,
+    shim: Option<&'static Shim>,
+) -> (Verdict, Verdict, Found) {
     let ns = &ctx.profile.sections.opensandbox.namespaces.sandbox;
     let pool_obj = match ctx.cluster.get(&pools::object(&ctx.profile.sections, pool)).await {
         Ok(p) => p,
@@ -145,7 +213,7 @@ async fn lifecycle(ctx: &Ctx, pool: &str, with_exec: bool) -> (Verdict, Verdict)
                 "the pool has no available capacity: a create would time out",
             )
             .with_fix("raise bufferMin, or check the pool's pods");
-            return (life, exec::full(pool, &p["status"]["available"], "the Pool's status before the create"));
+            return (life, exec::full(pool, &p["status"]["available"], "the Pool's status before the create"), None);
         }
         Some(_) => {}
     }
@@ -170,7 +238,7 @@ async fn lifecycle(ctx: &Ctx, pool: &str, with_exec: bool) -> (Verdict, Verdict)
                     "the pool is full: no pod was free for the sandbox",
                 )
                 .with_fix("raise bufferMin/poolMax, or delete sandboxes that hold its pods");
-                return (life, exec::full(pool, &zero, how.trim_end()));
+                return (life, exec::full(pool, &zero, how.trim_end()), None);
             }
         }
         let why = match code {
@@ -184,20 +252,38 @@ async fn lifecycle(ctx: &Ctx, pool: &str, with_exec: bool) -> (Verdict, Verdict)
     let Some(id) = created.json["id"].as_str().map(str::to_owned) else {
         return both(Verdict::error("POST /v1/sandboxes", format!("no id in the response: {}", created.text)));
     };
-    let (life, exec) = running_then_deleted(ctx, pool, &id, &created.json, with_exec).await;
+    let (life, exec, found) = running_then_deleted(ctx, pool, &id, &created.json, with_exec, shim).await;
     if life.outcome != crate::verify::Outcome::Pass {
         let _ = ctx.endpoint.request(Method::DELETE, &format!("/v1/sandboxes/{id}"), None, true).await;
     }
-    (life, exec)
+    (life, exec, found)
 }
 
-async fn running_then_deleted(ctx: &Ctx, pool: &str, id: &str, created: &Value, with_exec: bool) -> (Verdict, Verdict) {
+async fn running_then_deleted(
+    ctx: &Ctx,
+    pool: &str,
+    id: &str,
+    created: &Value,
+    with_exec: bool,
+    shim: Option<&'static Shim>,
+) -> (Verdict, Verdict, Found) {
     // Everything after the create is bounded by the probe deadline (at least 10 s).
     let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180).max(10));
     match running_on_pool(ctx, pool, id, created, limit).await {
         Ok(pods) => {
+            // The command runs while the sandbox is Running, before the delete.
             let exec = if with_exec { exec::exec(ctx, pool, id).await } else { not_selected() };
-            (deleted_with_its_pods(ctx, pool, id, &pods, limit).await, exec)
+            // The node, pod and sandbox id are recorded before the delete: after it, the pod
+            // and its bundle are gone.
+            let found = match (shim, pods.first()) {
+                (None, _) => None,
+                (Some(shim), Some(pod)) => Some(super::reclaim::find(ctx, pool, shim, pod).await),
+                (Some(_), None) => Some(Err(Verdict::error(
+                    format!("BatchSandbox {id}"),
+                    "no allocated pod in sandbox.opensandbox.io/alloc-status: no node to look at",
+                ))),
+            };
+            (deleted_with_its_pods(ctx, pool, id, &pods, limit).await, exec, found)
         }
         Err(verdict) => both(verdict),
     }

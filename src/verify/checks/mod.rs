@@ -6,20 +6,22 @@ mod kata;
 mod lifecycle;
 mod nodes;
 mod opensandbox;
+mod reclaim;
 mod spiffe;
 
 pub(crate) use lifecycle::{sweep_sandboxes, sweeping_sandboxes};
 
 use serde_json::Value;
 
-use super::Check;
+use super::{Check, Selection};
 use crate::cluster::{Cluster, ClusterError};
 use crate::object::{Gvk, ObjectRef};
 use crate::profile::Profile;
 
-/// Every check for a profile, in report order.
+/// Every check for a profile, in report order; `selection` decides what a check that reports
+/// several verdicts does for the ones not selected (the reclaim of a Lifecycle sandbox).
 #[must_use]
-pub(crate) fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<Box<dyn Check>> {
+pub(crate) fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>, selection: &Selection) -> Vec<Box<dyn Check>> {
     let mut checks: Vec<Box<dyn Check>> = vec![
         Box::new(flux::Layers { objects: flux_objects }),
         Box::new(nodes::NodesReady),
@@ -32,7 +34,9 @@ pub(crate) fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>) -> Vec<
         Box::new(opensandbox::Pools),
     ];
     for pool in &profile.sections.pools.items {
-        checks.push(Box::new(lifecycle::Lifecycle { pool: pool.name.clone() }));
+        let kata = reclaim::has_check(profile, &pool.name);
+        let reclaim = kata && selection.selects(&reclaim::id(&pool.name));
+        checks.push(Box::new(lifecycle::Lifecycle { pool: pool.name.clone(), kata, reclaim }));
     }
     checks
 }

@@ -1,7 +1,7 @@
 //! The per-property checks of one release's render; each returns what is wrong, worded so that
 //! it can be fixed from the message alone.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 
@@ -325,4 +325,145 @@ fn required_sources(volume: &Value) -> Vec<(&'static str, String)> {
         add("Secret", &source["secret"], "name");
     }
     out.into_iter().collect()
+}
+
+/// The `emptydir_mode` a kata-deploy render gives each RuntimeClass's handler: kata-deploy's
+/// installer reads the ConfigMap it mounts at `/custom-configs/` (`custom-runtimes.list` lines
+/// `handler:baseConfig:…`; `dropin-<handler>.toml` for a custom runtime, `dropin-<shim>.toml`
+/// for a shim's own handler `kata-<shim>`, installed into that handler's `config.d`), and only
+/// when its install pod says `CUSTOM_RUNTIMES_ENABLED=true` for the custom ones; no drop-in
+/// leaves Kata's default, `shared-fs`. Returns class → (mode, what set it), or why it cannot be
+/// told.
+pub fn empty_dir_modes(b: &Baseline, shims: &[String]) -> Result<BTreeMap<String, (String, String)>, String> {
+    let configs = b.of_kind("ConfigMap").find(|c| {
+        let name = c["metadata"]["name"].as_str().unwrap_or_default();
+        name.starts_with("kata-deploy-custom-configs") || c["data"]["custom-runtimes.list"].is_string()
+    });
+    let data = configs.map_or(Value::Null, |c| c["data"].clone());
+    let installers = installer_pods(b);
+    let mounted = |name: &str| {
+        installers.iter().any(|pod| {
+            let volume = pod["volumes"].as_array().into_iter().flatten().find(|v| v["configMap"]["name"] == name);
+            let Some(volume) = volume.and_then(|v| v["name"].as_str()) else { return false };
+            pod["containers"].as_array().into_iter().flatten().any(|c| {
+                c["volumeMounts"].as_array().into_iter().flatten().any(|m| {
+                    m["name"] == volume
+                        && m["mountPath"].as_str().is_some_and(|p| p.trim_end_matches('/') == "/custom-configs")
+                })
+            })
+        })
+    };
+    let custom_enabled = installers.iter().any(|pod| {
+        pod["containers"].as_array().into_iter().flatten().any(|c| {
+            c["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["name"] == "CUSTOM_RUNTIMES_ENABLED" && e["value"] == "true")
+        })
+    });
+    let configs_name = configs.and_then(|c| c["metadata"]["name"].as_str()).unwrap_or_default();
+    let read = configs.is_some() && mounted(configs_name);
+    let mode_of = |key: &str| -> Result<Option<String>, String> {
+        let Some(text) = data[key].as_str().filter(|_| read) else { return Ok(None) };
+        let table: toml::Value =
+            toml::from_str(text).map_err(|e| format!("{key} of ConfigMap {configs_name} is not TOML: {e}"))?;
+        Ok(table.get("runtime").and_then(|r| r.get("emptydir_mode")).and_then(|m| m.as_str()).map(str::to_owned))
+    };
+    let custom: BTreeMap<String, String> = data["custom-runtimes.list"]
+        .as_str()
+        .filter(|_| read && custom_enabled)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            l.trim().split_once(':').map(|(h, rest)| (h.to_owned(), rest.split(':').next().unwrap_or("").to_owned()))
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for class in b.of_kind("RuntimeClass") {
+        let (Some(name), Some(handler)) = (class["metadata"]["name"].as_str(), class["handler"].as_str()) else {
+            continue;
+        };
+        let (key, base) = match custom.get(handler) {
+            Some(base) => {
+                if !shims.contains(base) {
+                    return Err(format!(
+                        "custom runtime {handler} is based on {base:?}, not an enabled shim {shims:?}"
+                    ));
+                }
+                (format!("dropin-{handler}.toml"), format!("custom runtime {handler} (baseConfig {base})"))
+            }
+            None => match handler.strip_prefix("kata-").filter(|s| shims.iter().any(|e| e == s)) {
+                Some(shim) => (format!("dropin-{shim}.toml"), format!("shim {shim}")),
+                None => {
+                    return Err(format!(
+                        "RuntimeClass {name}: handler {handler} is neither a shim's nor a custom runtime's"
+                    ));
+                }
+            },
+        };
+        let mode = mode_of(&key)?.map_or_else(
+            || ("shared-fs".to_owned(), format!("{base}: no drop-in sets it (Kata's default)")),
+            |m| (m, format!("{base}: {key} of ConfigMap {configs_name}")),
+        );
+        out.insert(name.to_owned(), mode);
+    }
+    Ok(out)
+}
+
+/// The pod specs of kata-deploy's install workloads: a DaemonSet's, and the per-node install
+/// Job's of `deploymentMode: job`, which the chart keeps as YAML text in a ConfigMap for its
+/// dispatcher to create.
+fn installer_pods(b: &Baseline) -> Vec<Value> {
+    let mut out: Vec<Value> = b.of_kind("DaemonSet").map(|d| d["spec"]["template"]["spec"].clone()).collect();
+    for c in b.of_kind("ConfigMap") {
+        for text in c["data"].as_object().into_iter().flatten().filter_map(|(_, v)| v.as_str()) {
+            let Ok(docs): Result<Vec<Value>, _> = serde_saphyr::from_str_multiple(text) else { continue };
+            out.extend(docs.into_iter().filter(|d| d["kind"] == "Job").map(|d| d["spec"]["template"]["spec"].clone()));
+        }
+    }
+    out
+}
+
+/// The Kata pools' classes against the emptyDir mode the kata-deploy render gives them: a build
+/// pool's class (`builds: true`) is `block-plain`, unless it is a shim's own class
+/// `kata-<shim>` named by hand (every pod of that shim would get it: lint warns instead), and
+/// no other class is.
+pub fn block_storage_problems(b: &Baseline) -> (Vec<String>, usize) {
+    let profile = &b.release.subject().profile;
+    let shims = profile.sections.kata.as_ref().map(|k| k.shims.clone()).unwrap_or_default();
+    let modes = match empty_dir_modes(b, &shims) {
+        Ok(modes) => modes,
+        Err(why) => return (vec![format!("chart {}: {why}", b.chart)], 0),
+    };
+    let builds: BTreeSet<String> = profile.sections.pools.build_classes().into_iter().collect();
+    let mut out = Vec::new();
+    let mut block = 0;
+    for class in profile.sections.pools.kata_classes() {
+        let shared = class.strip_prefix("kata-").is_some_and(|s| shims.iter().any(|e| e == s));
+        let want = builds.contains(&class) && !shared;
+        let Some((mode, why)) = modes.get(&class) else { continue };
+        let got = mode == "block-plain";
+        block += usize::from(got);
+        if want && !got {
+            out.push(format!(
+                "chart {}: RuntimeClass {class} is a build pool's class, but gets emptydir_mode {mode:?} ({why}): Docker's overlay2 needs \"block-plain\"",
+                b.chart
+            ));
+        } else if got && !want {
+            out.push(format!(
+                "chart {}: RuntimeClass {class} is no build pool's own class, but gets emptydir_mode {mode:?} ({why}): every pod on it would",
+                b.chart
+            ));
+        }
+    }
+    for (class, (mode, why)) in &modes {
+        if mode == "block-plain" && !builds.contains(class) {
+            out.push(format!(
+                "chart {}: RuntimeClass {class} gets block-plain ({why}), but no build pool uses it",
+                b.chart
+            ));
+        }
+    }
+    (out, block)
 }

@@ -203,6 +203,29 @@ fn kata_deploy_creates_exactly_the_runtime_classes_of_the_kata_pools() {
     conclude("kata_deploy_creates_exactly_the_runtime_classes_of_the_kata_pools", start, findings);
 }
 
+/// kata-deploy gives block-backed emptyDirs (`[runtime] emptydir_mode = "block-plain"`, in the
+/// drop-in its installer puts into the handler's `config.d`) to the build pools' classes only:
+/// every Kata pool class of a build pool gets it (unless the pool names a shim's own class by
+/// hand, which lint warns about), no other class does. At least the variants with build pools
+/// on a rendered kata layer (fresh-cluster's "pools and classes": one on the default shim, one
+/// on qemu) must have taken that path, so the test cannot pass by checking nothing.
+#[test]
+fn kata_deploy_gives_block_backed_empty_dirs_to_the_build_pools_classes_only() {
+    let start = Instant::now();
+    let (baselines, mut findings) = baselines_of(&[chart::KATA]);
+    let mut through = Vec::new();
+    for b in baselines.iter().filter(|b| b.chart == chart::KATA) {
+        let (problems, block) = checks::block_storage_problems(b);
+        findings.extend(problems.into_iter().map(|w| b.release.finding(&w)));
+        if block > 0 {
+            through.push((b.release.subject().label.clone(), block));
+        }
+    }
+    conclude("kata_deploy_gives_block_backed_empty_dirs_to_the_build_pools_classes_only", start, findings);
+    let pools = "variant \"pools and classes\" of profile fresh-cluster".to_owned();
+    assert!(through.contains(&(pools, 2)), "the build classes did not reach kata-deploy's drop-ins: {through:?}");
+}
+
 /// Every ConfigMap, Secret and projected source the SPIRE agent DaemonSet mounts is created by a
 /// chart render of the profile, by the osbx render, or is a ConfigMap the profile names as
 /// operator-provided ([`checks::operator_provided_config_maps`]); otherwise the agent pods never

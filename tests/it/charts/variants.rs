@@ -95,7 +95,8 @@ fn release_namespaces(base: &Value) -> Option<Value> {
 }
 
 /// Two runc pools and, where the profile has Kata pools, two Kata pools on two runtime classes
-/// (with both shims installed where the profile installs kata-deploy).
+/// and two build pools on their build classes (with both shims installed where the profile
+/// installs kata-deploy).
 fn pools_and_classes(base: &Value) -> Option<Value> {
     let has_kata = base["pools"]["items"].as_array()?.iter().any(|p| p["runtime"] == "kata");
     Some(with(base, |p| {
@@ -109,6 +110,9 @@ fn pools_and_classes(base: &Value) -> Option<Value> {
             items.push(
                 json!({"name": "vm-qemu", "runtime": "kata", "runtimeClassName": "kata-qemu", "capacity": capacity}),
             );
+            items.push(json!({"name": "build-clh", "runtime": "kata", "builds": true, "capacity": capacity}));
+            items.push(json!({"name": "build-qemu", "runtime": "kata", "builds": true,
+                              "runtimeClassName": "kata-qemu-build", "capacity": capacity}));
             if p.get("kata").is_some() {
                 p["kata"]["shims"] = json!(["clh-runtime-rs", "qemu"]);
             }

@@ -698,7 +698,11 @@ async fn the_printed_roles_are_enough_for_a_rollout_and_each_permission_is_neede
     let client = cluster::client_for(&w.planes[0].kubeconfig).await;
     let discovery = Discovery::new(client.clone()).run_aggregated().await.unwrap();
     let atoms = atoms(&roles[0]);
-    let (head, notes) = (w.flux.head(), git::git(&w.flux.dir, &["for-each-ref", "refs/notes"]));
+    // The gate records are the clone's own notes ref; a run fetches the remote's into
+    // refs/notes/remotes/<remote>/ before it plans (a copy of what the remote holds, as `git
+    // fetch` updates refs/remotes/), which a refused run may do too.
+    let records = || git::git(&w.flux.dir, &["for-each-ref", "refs/notes/osbx-rollout"]);
+    let (head, notes) = (w.flux.head(), records());
     let started = Instant::now();
     for atom in &atoms {
         let role = &roles[0][atom.role];
@@ -721,7 +725,8 @@ async fn the_printed_roles_are_enough_for_a_rollout_and_each_permission_is_neede
     let () = eprintln!("rollout rbac: {} permissions each proven needed in {took:.1}s", atoms.len());
     assert!(atoms.len() > 30, "{atoms:?}");
     assert_eq!(w.flux.head(), head, "a refused rollout committed");
-    assert_eq!(git::git(&w.flux.dir, &["for-each-ref", "refs/notes"]), notes, "a refused rollout recorded a gate");
+    assert!(notes.contains("refs/notes/osbx-rollout"), "the healthy rollout recorded its gates: {notes}");
+    assert_eq!(records(), notes, "a refused rollout recorded a gate");
     assert_eq!(w.flux.dirty(), "", "a refused rollout wrote");
     done(&mut guard);
 }

@@ -1,7 +1,8 @@
 //! The Kata tier (`tests/run kata`): verify's Kata checks against real VMs and real hosts.
 //!
 //! Real: QEMU from Debian (TCG, so no test needs this host's KVM) booting Debian's cloud kernel
-//! as the mirror serves it, whose guest runs the guest-kernel probe; the QEMU process, its QMP
+//! as the mirror serves it, whose guest runs the guest-kernel probe (and the QEMU of each Kata
+//! pool pod, whose exit the reclaim probe sees); the QEMU process, its QMP
 //! socket and its memory maps, read by the real host probe run on this machine; this machine's
 //! `/dev/kvm`, `/sys/module` and `/dev/vhost-vsock`, whatever they are, and prepared hosts (the
 //! real probe in a private mount namespace, `cluster::standin::host_view`) for every kind of
@@ -102,3 +103,4 @@ fn assert_check(checks: &[Value], id: &str, outcome: &str, fragments: &[&str]) {
 mod guest;
 mod host;
 mod memory;
+mod reclaim;

@@ -52,6 +52,8 @@ async fn lifecycle_against_the_real_opensandbox_server() {
         assert_check(&checks, &id, "FAIL", "the Pool template does not start execd (OpenSandbox #1692)");
         assert_check(&checks, &id, "FAIL", &format!("in pool {pool}'s sandbox"));
     }
+    // The reclaim of the Kata pool's sandbox, with the stand-in's host probe results.
+    assert_check(&checks, "opensandbox.reclaim.vm", "PASS", "after it no process names the sandbox");
     assert_eq!(code, Some(1), "{checks:?}");
 
     // The controller never allocates: the server times out the create.

@@ -206,7 +206,13 @@ async fn a_healthy_platform_is_ready_and_its_checks_run_concurrently() {
 
     // Every check passes (the Lifecycle API checks run against the real server in `lifecycle`).
     let out = world
-        .osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle,opensandbox.exec", "--junit", &junit])
+        .osbx(&[
+            "verify",
+            "--skip",
+            "opensandbox.server,opensandbox.lifecycle,opensandbox.exec,opensandbox.reclaim",
+            "--junit",
+            &junit,
+        ])
         .await;
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
@@ -219,7 +225,13 @@ async fn a_healthy_platform_is_ready_and_its_checks_run_concurrently() {
     // For bench/run: a full verify's wall time against its slowest check.
     let start = Instant::now();
     let out = world
-        .osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle,opensandbox.exec", "-o", "json"])
+        .osbx(&[
+            "verify",
+            "--skip",
+            "opensandbox.server,opensandbox.lifecycle,opensandbox.exec,opensandbox.reclaim",
+            "-o",
+            "json",
+        ])
         .await;
     let wall = start.elapsed().as_secs_f64();
     let report: Value = serde_json::from_str(&outputs(&out).0).unwrap();

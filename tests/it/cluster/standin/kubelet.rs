@@ -69,6 +69,26 @@ impl Kubelet {
         AbortOnDrop(tokio::spawn(async move {
             let pods: Api<Pod> = Api::all(client.clone());
             loop {
+                // The played shim's VMs of Kata pods that are gone (or going) stop, before the
+                // probes of this pass run (a reclaim probe looks for them).
+                let shim = scenario.lock().unwrap().vm.clone();
+                if let Some(shim) = shim.clone() {
+                    let mut live = Vec::new();
+                    for selector in ["osbx.io/probe=kata-target", crate::played::opensandbox::LABEL_POOL_NAME] {
+                        let lp = kube::api::ListParams::default().labels(selector);
+                        live.extend(
+                            pods.list(&lp)
+                                .await
+                                .map(|l| l.items)
+                                .unwrap_or_default()
+                                .into_iter()
+                                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                                .filter_map(|p| p.metadata.uid),
+                        );
+                    }
+                    // Stopping VMs of gone pods; a panic there shows in the shim's own asserts, the loop goes on.
+                    let _ = tokio::task::spawn_blocking(move || shim.stop_others(&live)).await;
+                }
                 let lp = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=osbx-verify");
                 if let Ok(list) = pods.list(&lp).await {
                     for pod in list {
@@ -81,24 +101,8 @@ impl Kubelet {
                 if let Ok(list) = pods.list(&lp).await {
                     let node = scenario.lock().unwrap().node.clone();
                     for pod in list {
-                        Self::run_pool_pod(&client, &pod, &node).await;
+                        Self::run_pool_pod(&client, &pod, &node, shim.clone()).await;
                     }
-                }
-                // The played shim's VMs of Kata pods that are gone (or going) stop.
-                let shim = scenario.lock().unwrap().vm.clone();
-                if let Some(shim) = shim {
-                    let lp = kube::api::ListParams::default().labels("osbx.io/probe=kata-target");
-                    let live: Vec<String> = pods
-                        .list(&lp)
-                        .await
-                        .map(|l| l.items)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .filter(|p| p.metadata.deletion_timestamp.is_none())
-                        .filter_map(|p| p.metadata.uid)
-                        .collect();
-                    // Stopping VMs of gone pods; a panic there shows in the shim's own asserts, the loop goes on.
-                    let _ = tokio::task::spawn_blocking(move || shim.stop_others(&live)).await;
                 }
                 finalize_namespaces(&client, "app.kubernetes.io/managed-by=osbx-verify").await;
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -106,16 +110,30 @@ impl Kubelet {
         }))
     }
 
-    /// A pool pod: Running on `node`, or gone once deleted.
-    async fn run_pool_pod(client: &Client, pod: &Pod, node: &str) {
+    /// A pool pod: Running on `node` (under a Kata class with the played shim, as a real VM), or
+    /// gone once deleted.
+    async fn run_pool_pod(
+        client: &Client,
+        pod: &Pod,
+        node: &str,
+        shim: Option<std::sync::Arc<crate::played::kata::Shim>>,
+    ) {
         let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else { return };
         if pod.metadata.deletion_timestamp.is_some() {
             let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
             // The kubelet's step: a pod already gone needs nothing; the next pass retries what failed.
             let _ = Api::<Pod>::namespaced(client.clone(), ns).delete(name, &now).await;
         } else if pod.status.as_ref().and_then(|st| st.container_statuses.as_ref()).is_none() {
+            let kata =
+                pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref()).is_some_and(|c| c.starts_with("kata"));
+            let cid = match (shim, pod.metadata.uid.clone()) {
+                (Some(shim), Some(uid)) if kata => {
+                    tokio::task::spawn_blocking(move || shim.start(&uid)).await.unwrap_or_default()
+                }
+                _ => String::new(),
+            };
             // A pod not yet startable is tried again on the next pass.
-            let _ = try_pod_running(client, ns, name, node).await;
+            let _ = try_pod_running_as(client, ns, name, node, &cid).await;
         }
     }
 
@@ -209,7 +227,10 @@ impl Kubelet {
         if spec.node_name.is_none() {
             bind(client, &ns, &name, &s.node).await;
         }
-        let kata_or_host = matches!(probe.as_str(), "guest-kernel" | "host-kvm" | "kata-target" | "vm-info");
+        let kata_or_host = matches!(
+            probe.as_str(),
+            "guest-kernel" | "host-kvm" | "kata-target" | "vm-info" | "reclaim-find" | "reclaim"
+        );
         if kata_or_host && let Some((reason, message)) = &s.sandbox_failure {
             warning(client, &ns, &name, reason, message).await;
             container_waiting(client, &ns, &name, "ContainerCreating").await;
@@ -255,6 +276,18 @@ impl Kubelet {
                     "vmm_pid": 4242, "maps_shared": maps}));
                 pod_terminated(client, &ns, &name, 0, &msg).await;
             }
+            "reclaim-find" => {
+                // Cloud Hypervisor (the default class's shim) of the sandbox's pod, before the delete.
+                let msg = result(json!({"check": "opensandbox.reclaim", "sandbox_id": STANDIN_SANDBOX,
+                    "present": {"processes": [{"pid": 4242, "cmdline": format!("cloud-hypervisor --api-socket /run/vc/vm/{STANDIN_SANDBOX}/clh-api.sock")}],
+                                "dirs": [format!("/run/vc/vm/{STANDIN_SANDBOX}")], "files": []}}));
+                pod_terminated(client, &ns, &name, 0, &msg).await;
+            }
+            "reclaim" => {
+                let msg = result(json!({"check": "opensandbox.reclaim", "sandbox_id": STANDIN_SANDBOX,
+                    "left": {"processes": [], "dirs": [], "files": []}, "waited_s": 1.0}));
+                pod_terminated(client, &ns, &name, 0, &msg).await;
+            }
             "spiffe" => {
                 // The probe's container is restarted in the same pod on failure: a denial shows
                 // as two failed attempts (the second after the kubelet's back-off).
@@ -280,6 +313,9 @@ impl Kubelet {
         Some(())
     }
 }
+
+/// The sandbox id the stand-in's reclaim probes report (a CRI sandbox id's shape).
+const STANDIN_SANDBOX: &str = "5b1d0c0a11ab1e5b1d0c0a11ab1e5b1d0c0a11ab1e5b1d0c0a11ab1e5b1d0c0a";
 
 /// A self-signed X.509 SVID with `id` as its URI SAN (what `spire-agent -write` leaves).
 pub fn svid_pem(id: &str) -> String {

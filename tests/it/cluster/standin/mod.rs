@@ -6,12 +6,15 @@
 //!
 //! - **What cannot run here** (`kubelet`): a Node's runtime handlers and kernel, and the results of
 //!   the probe pods: the guest kernel inside a Kata VM, `/dev/kvm` and `KVM_CREATE_VM` on the host,
-//!   Cloud Hypervisor's shared memory, and a SPIFFE Workload API answer. There is no KVM, no Kata VM
+//!   Cloud Hypervisor's shared memory, what a Kata sandbox holds on its node before and after its
+//!   delete (the reclaim probes: nothing left), and a SPIFFE Workload API answer. There is no KVM, no Kata VM
 //!   and no SPIRE agent on this machine; the stand-in returns each as a probe's termination message
 //!   in the format the probe scripts write. Limits: the scripts' parsing of `/proc`, `uname` and
 //!   the Workload API is exercised only against these messages.
 //!   The kubelet also runs the Pools' pods (bound to its node, Running and Ready at once, and gone
-//!   at once when deleted), for the played OpenSandbox controller (`tests/played`).
+//!   at once when deleted), for the played OpenSandbox controller (`tests/played`); with the
+//!   played Kata shim (the Kata tier), a Kata pool's pods are real QEMU guests, stopped when the
+//!   pod goes.
 //! - **Failure modes the real parts do not produce on demand**: a stale Ready (`flux`, `stale`), a
 //!   Pool that never gets capacity (`pools_stay_empty`).
 //! - **Speed** (`flux`): the apply and verify tests of osbx's own logic (ordering, zero-write

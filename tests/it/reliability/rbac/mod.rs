@@ -177,8 +177,12 @@ async fn the_printed_roles_are_enough_for_apply_diff_and_verify_and_each_permiss
     assert_eq!(out.status.code(), Some(0), "diff: {}{}", outputs(&out).0, outputs(&out).1);
     // The Lifecycle API checks need the real server (tests/it/verify/lifecycle.rs): the proxy
     // permissions are checked below with requests through the proxy instead.
-    let out =
-        world.osbx(&["verify", "--skip", "opensandbox.server,opensandbox.lifecycle,opensandbox.exec"], false).await;
+    let out = world
+        .osbx(
+            &["verify", "--skip", "opensandbox.server,opensandbox.lifecycle,opensandbox.exec,opensandbox.reclaim"],
+            false,
+        )
+        .await;
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "verify: {stdout}{stderr}");
     assert_eq!(stdout.lines().last(), Some("Ready"), "{stdout}");
