@@ -421,3 +421,18 @@ pub(crate) async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
 pub(crate) fn json_line(message: &str) -> Option<Value> {
     message.lines().rev().find_map(|l| serde_json::from_str::<Value>(l.trim()).ok().filter(Value::is_object))
 }
+
+/// The node a pod runs on and its first container's id without the runtime prefix
+/// (`containerd://<id>` → `<id>`); empty strings where the pod does not say.
+pub(crate) fn node_and_container(pod: &Pod) -> (String, String) {
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let cid = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.clone())
+        .unwrap_or_default();
+    let cid = cid.split_once("://").map_or(cid.as_str(), |(_, id)| id).to_owned();
+    (node, cid)
+}

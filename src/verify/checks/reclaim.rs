@@ -120,16 +120,8 @@ pub(super) async fn find(ctx: &Ctx, pool: &str, shim: &'static Shim, pod: &str) 
         Ok(None) => return Err(Verdict::error(format!("Pod {ns}/{pod} of the sandbox"), "gone before the delete")),
         Err(e) => return Err(Verdict::error(format!("reading Pod {ns}/{pod}"), e.to_string())),
     };
-    let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let (node, cid) = crate::verify::probe::node_and_container(&p);
     let uid = p.metadata.uid.clone().unwrap_or_default();
-    let cid = p
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .and_then(|c| c.container_id.clone())
-        .unwrap_or_default();
-    let cid = cid.split_once("://").map_or(cid.as_str(), |(_, id)| id).to_owned();
     if node.is_empty() || cid.is_empty() {
         return Err(Verdict::error(format!("Pod {ns}/{pod} of pool {pool}"), "no node or container id to look for"));
     }

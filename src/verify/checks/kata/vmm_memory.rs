@@ -50,15 +50,7 @@ impl Check for VmmSharedMemory {
                     Ok(Err(diagnosis)) => return vec![stuck_verdict("the Kata target pod", &diagnosis)],
                     Ok(Ok(pod)) => pod,
                 };
-            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-            let cid = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|c| c.first())
-                .and_then(|c| c.container_id.clone())
-                .unwrap_or_default();
-            let cid = cid.split_once("://").map_or(cid.as_str(), |(_, id)| id).to_owned();
+            let (node, cid) = crate::verify::probe::node_and_container(&pod);
             let run_dir = v.kata_run_dir.clone().unwrap_or_else(|| shim.run_dir().to_owned());
             let target = scripts::VmmTarget {
                 container_id: &cid,
