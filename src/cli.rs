@@ -276,6 +276,10 @@ pub struct VerifyFlags {
     /// Write a JUnit XML report here.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Also benchmark a container build: the workload probe's build in a runc pool beside each
+    /// build pool's (`workload.bench.<pool>`: both times and their ratio).
+    #[arg(long)]
+    pub bench: bool,
     /// Overall time limit of the run, e.g. 15m.
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub verify_timeout: std::time::Duration,

@@ -343,7 +343,7 @@ impl VerifyRunSettings {
     fn new(f: &VerifyFlags, api_key: Option<String>) -> Self {
         Self {
             run: verify::Settings {
-                selection: Selection { only: f.only.clone(), skip: f.skip.clone() },
+                selection: Selection { only: f.only.clone(), skip: f.skip.clone(), bench: f.bench },
                 server_url: f.server_url.clone(),
                 api_key: ApiKeyValue::new(api_key),
                 timeout: f.verify_timeout,
@@ -406,7 +406,7 @@ impl From<&RolloutArgs> for RolloutSettings {
                 timeout: a.timeout,
                 // Each cluster's key is read from the Secret its profile names.
                 verify: verify::Settings {
-                    selection: Selection { only: a.only.clone(), skip: a.skip.clone() },
+                    selection: Selection { only: a.only.clone(), skip: a.skip.clone(), bench: false },
                     server_url: None,
                     api_key: ApiKeyValue::default(),
                     timeout: a.verify_timeout,

@@ -42,6 +42,10 @@ pub(super) fn images(l: &mut Linter<'_>) {
     }
     seen.push(("verify.probeImage".into(), p.verify.probe_image.clone()));
     seen.push(("verify.hostProbeImage".into(), p.verify.host_probe_image.clone()));
+    seen.push(("verify.workload.dockerImage".into(), p.verify.workload.docker_image.clone()));
+    if let Some(image) = &p.verify.workload.kind_node_image {
+        seen.push(("verify.workload.kindNodeImage".into(), image.clone()));
+    }
     for (field, image) in seen {
         if !image.is_empty() && !pinned(&image) {
             l.add(

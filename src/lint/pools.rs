@@ -82,10 +82,7 @@ fn build_storage(l: &mut Linter<'_>) {
         };
         found.push((field, why));
     }
-    let fix = format!(
-        "render the kata layer (component: kata) and leave runtimeClassName unset (the pool then gets {}) or name kata-<shim>-build of an enabled shim; or set emptydir_mode = \"block-plain\" in the [runtime] table of that class's Kata configuration (Kata >= 4.0, e.g. kata-deploy's shims.<shim>.dropIn)",
-        kata::default_build_runtime_class()
-    );
+    let fix = kata::block_storage_fix();
     for (field, why) in found {
         l.add("kata.build-storage", Severity::Warning, &field, why, &fix);
     }

@@ -26,6 +26,32 @@ pub struct Verify {
     /// The SPIFFE smoke identity; without it (and without a `spire` section) the SPIFFE checks
     /// are skipped.
     pub spiffe: Option<SpiffeSmoke>,
+    /// The build pools' workload probe: dockerd, a BuildKit build and kind's preconditions in a
+    /// pod of the pool's class (`workload.docker.<pool>`, `workload.kind.<pool>`).
+    pub workload: Workload,
+}
+
+/// How `osbx verify` proves a build pool can build: its probe image, an optional limit on the
+/// build, and kind's node image.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Workload {
+    /// Image of the workload probe: needs `sh`, `dockerd` and a `docker` CLI that builds with
+    /// BuildKit (`DOCKER_BUILDKIT=1`, Docker 20.10 or later), and `kind` when `kindNodeImage` is
+    /// set. It runs privileged under the build pool's RuntimeClass.
+    pub docker_image: String,
+    /// Fail `workload.docker.<pool>` when the probe's build takes longer than this (seconds).
+    pub build_limit_seconds: Option<u64>,
+    /// kind's node image (e.g. `kindest/node:v1.35.0`): with it, `workload.kind.<pool>` also runs
+    /// `kind create cluster` and deletes it (the node image must be pullable from the pod, or
+    /// preloaded); without it, only kind's preconditions are checked.
+    pub kind_node_image: Option<String>,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self { docker_image: "docker:27-dind".into(), build_limit_seconds: None, kind_node_image: None }
+    }
 }
 
 impl Default for Verify {
@@ -38,6 +64,7 @@ impl Default for Verify {
             kata_run_dir: None,
             kata_shim: None,
             spiffe: None,
+            workload: Workload::default(),
         }
     }
 }

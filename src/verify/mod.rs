@@ -80,37 +80,72 @@ pub struct Verdict {
     /// The fix, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// Figures measured on the way, by name (`kata_build_seconds`): in the JSON report and as
+    /// JUnit properties.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub measurements: std::collections::BTreeMap<String, f64>,
 }
 
 impl Verdict {
     /// A pass with evidence.
     #[must_use]
     pub fn pass(evidence: impl Into<String>) -> Self {
-        Self { outcome: Outcome::Pass, evidence: evidence.into(), diagnosis: None, fix: None }
+        Self {
+            outcome: Outcome::Pass,
+            evidence: evidence.into(),
+            diagnosis: None,
+            fix: None,
+            measurements: std::collections::BTreeMap::new(),
+        }
     }
 
     /// A failure with evidence and a diagnosis.
     #[must_use]
     pub fn fail(evidence: impl Into<String>, diagnosis: impl Into<String>) -> Self {
-        Self { outcome: Outcome::Fail, evidence: evidence.into(), diagnosis: Some(diagnosis.into()), fix: None }
+        Self {
+            outcome: Outcome::Fail,
+            evidence: evidence.into(),
+            diagnosis: Some(diagnosis.into()),
+            fix: None,
+            measurements: std::collections::BTreeMap::new(),
+        }
     }
 
     /// No verdict: the check itself could not run.
     #[must_use]
     pub fn error(evidence: impl Into<String>, diagnosis: impl Into<String>) -> Self {
-        Self { outcome: Outcome::Error, evidence: evidence.into(), diagnosis: Some(diagnosis.into()), fix: None }
+        Self {
+            outcome: Outcome::Error,
+            evidence: evidence.into(),
+            diagnosis: Some(diagnosis.into()),
+            fix: None,
+            measurements: std::collections::BTreeMap::new(),
+        }
     }
 
     /// Not applicable.
     #[must_use]
     pub fn skip(why: impl Into<String>) -> Self {
-        Self { outcome: Outcome::Skip, evidence: why.into(), diagnosis: None, fix: None }
+        Self {
+            outcome: Outcome::Skip,
+            evidence: why.into(),
+            diagnosis: None,
+            fix: None,
+            measurements: std::collections::BTreeMap::new(),
+        }
     }
 
     /// Add the fix.
     #[must_use]
     pub fn with_fix(mut self, fix: impl Into<String>) -> Self {
         self.fix = Some(fix.into());
+        self
+    }
+
+    /// Add a measured figure.
+    #[must_use]
+    pub fn with_measurement(mut self, name: &str, value: f64) -> Self {
+        self.measurements.insert(name.to_owned(), value);
         self
     }
 }

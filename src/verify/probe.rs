@@ -46,6 +46,13 @@ impl Run {
         Self { namespace: format!("osbx-verify-{id}"), id, deadline_seconds, expires: now() + timeout.as_secs() + 5 }
     }
 
+    /// The probe pod deadline (`verify.probeDeadlineSeconds`; 180 s when it is not a count of
+    /// seconds).
+    #[must_use]
+    pub fn deadline(&self) -> Duration {
+        Duration::from_secs(u64::try_from(self.deadline_seconds).unwrap_or(180))
+    }
+
     /// Labels for an object of this run.
     #[must_use]
     pub fn labels(&self, probe: &str) -> Value {

@@ -100,6 +100,13 @@ pub(crate) fn junit(results: &[CheckResult]) -> String {
             xml(&r.id),
             seconds(r.duration_ms)
         );
+        if !r.verdict.measurements.is_empty() {
+            out.push_str("<properties>");
+            for (name, value) in &r.verdict.measurements {
+                let _ = write!(out, "<property name=\"{}\" value=\"{value}\"/>", xml(name));
+            }
+            out.push_str("</properties>");
+        }
         let detail = format!(
             "{}{}",
             r.verdict.evidence,

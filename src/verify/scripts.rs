@@ -237,7 +237,7 @@ except Exception as e:
 out()
 "#;
 
-fn base_spec(run: &Run, containers: &Value) -> Value {
+pub(super) fn base_spec(run: &Run, containers: &Value) -> Value {
     json!({
         "restartPolicy": "Never",
         "activeDeadlineSeconds": run.deadline_seconds,
@@ -247,7 +247,7 @@ fn base_spec(run: &Run, containers: &Value) -> Value {
     })
 }
 
-fn container(name: &str, image: &str, command: &Value) -> Value {
+pub(super) fn container(name: &str, image: &str, command: &Value) -> Value {
     json!({"name": name, "image": image, "command": command, "terminationMessagePolicy": "FallbackToLogsOnError"})
 }
 

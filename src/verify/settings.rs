@@ -9,7 +9,13 @@ pub struct Selection {
     pub only: Vec<String>,
     /// Not these ids (prefixes too).
     pub skip: Vec<String>,
+    /// Run the checks that only run when asked for ([`OPT_IN`]: the build benchmark, `--bench`).
+    pub bench: bool,
 }
+
+/// The checks a run makes only when asked for (`--bench`, or `--only` naming them): the build
+/// benchmark, which builds in a runc pool as well.
+pub(crate) const OPT_IN: &str = "workload.bench";
 
 impl Selection {
     fn matches(pattern: &str, id: &str) -> bool {
@@ -19,8 +25,10 @@ impl Selection {
     /// Whether a check id is selected.
     #[must_use]
     pub fn selects(&self, id: &str) -> bool {
+        let asked = self.bench || self.only.iter().any(|p| Self::matches(OPT_IN, p) && Self::matches(p, id));
         (self.only.is_empty() || self.only.iter().any(|p| Self::matches(p, id)))
             && !self.skip.iter().any(|p| Self::matches(p, id))
+            && (asked || !Self::matches(OPT_IN, id))
     }
 }
 
@@ -69,6 +77,26 @@ impl ApiKeyValue {
 
     pub(crate) fn value(&self) -> Option<&str> {
         self.0.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Selection;
+
+    #[test]
+    fn the_benchmark_runs_only_when_asked_for() {
+        let all = Selection::default();
+        assert!(all.selects("workload.docker.ci") && !all.selects("workload.bench.ci"));
+        let bench = Selection { bench: true, ..Selection::default() };
+        assert!(bench.selects("workload.bench.ci") && bench.selects("workload.docker.ci"));
+        let only = |p: &str| Selection { only: vec![p.to_owned()], ..Selection::default() };
+        assert!(only("workload.bench").selects("workload.bench.ci"));
+        assert!(only("workload.bench.ci").selects("workload.bench.ci"));
+        assert!(!only("workload").selects("workload.bench.ci"), "a prefix above it does not ask for it");
+        assert!(!only("workload.bench.ci").selects("workload.bench.other"));
+        let skipped = Selection { bench: true, skip: vec!["workload.bench".into()], ..Selection::default() };
+        assert!(!skipped.selects("workload.bench.ci"));
     }
 }
 

@@ -20,13 +20,24 @@
 //! (`vm.info`'s shape, `Content-Length`, a connection kept open even when asked to close) and
 //! maps a 1 GiB `ch_ram` memfd shared, as CH maps guest RAM.
 //!
+//! A workload probe (`verify`'s `workload.*` checks) boots a guest of its own: the kernel, an
+//! initramfs that loads the virtio, virtio-fs and overlay modules from the kernel package, and as
+//! the container's root the probe image's disk (`tests/cluster/guest-image`: Debian's dockerd,
+//! copy-on-write). The pod's emptyDir reaches the guest as Kata's `emptydir_mode` of its class
+//! says (`sandbox-work.md` §2): `shared-fs`, Kata's default, shares a host directory through
+//! Debian's virtiofsd (QEMU's, `qemu-system-common`) over `vhost-user-fs-pci`, with guest RAM
+//! shared; `block-plain` attaches a sparse `disk.img` as virtio-blk, formatted ext4 (here on the
+//! host, before boot: the agent's `mkfs.ext4` in the guest is played). The container's `/dev` is
+//! a tmpfs holding only the standard devices (a Kata privileged container gets no host devices).
+//!
 //! On a sandbox's stop it kills the VMM (QEMU exits) and removes the sandbox's directory and
 //! bundle, as the runtime does (`sandbox-work.md` §5.2); a test can make it leave the VMM running
 //! or the directory behind ([`Leave`]), the leaks `sandbox-work.md` §5.3 records.
 //!
 //! **What it cannot show**: the real shim (its timeouts, its errors, virtio-fs and vsock to an
 //! agent: the guest runs the probe from its initramfs, not through a kata-agent), a VM under
-//! KVM, Cloud Hypervisor itself, Dragonball and Firecracker.
+//! KVM, Cloud Hypervisor itself, Dragonball and Firecracker, Kata's own guest kernel and
+//! image, and the Rust virtiofsd Kata ships.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -81,7 +92,38 @@ pub struct Parts {
     /// The Python interpreter itself (not a wrapper that execs it: the played VMM's command
     /// line must start with the argv[0] it is given).
     pub python: PathBuf,
+    /// The guest kernel's modules (`lib/modules/<release>` of its package).
+    pub modules: PathBuf,
+    /// The workload probe image's disk (`tests/cluster/guest-image`), built when first asked for.
+    pub workload_image: fn() -> PathBuf,
+    /// Debian's virtiofsd (`/usr/lib/qemu/virtiofsd`, in `qemu-system-common`).
+    pub virtiofsd: PathBuf,
 }
+
+/// How a RuntimeClass's disk-backed emptyDirs reach the guest: Kata's `emptydir_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmptyDir {
+    /// `shared-fs` (Kata's default): a virtio-fs share of the kubelet's directory.
+    SharedFs,
+    /// `block-plain`: a virtio-blk disk formatted ext4.
+    BlockPlain,
+}
+
+/// The guest modules a workload guest loads, in dependency order (`sandbox-work.md` §3.6).
+const WORKLOAD_MODULES: &[&str] = &[
+    "virtio_ring",
+    "virtio",
+    "virtio_pci_legacy_dev",
+    "virtio_pci_modern_dev",
+    "virtio_pci",
+    "virtio_blk",
+    "fuse",
+    "virtiofs",
+    "overlay",
+];
+
+/// Guest memory of a workload guest (dockerd, containerd and a BuildKit build).
+const WORKLOAD_MIB: u64 = 1024;
 
 /// A running sandbox VM.
 struct Vm {
@@ -105,6 +147,8 @@ pub struct Shim {
     leave: Mutex<Leave>,
     /// What it stopped, and the VMMs it left running.
     left: Mutex<Stopped>,
+    /// The classes whose emptyDirs are `block-plain` (the rest: `shared-fs`).
+    block_plain: Mutex<Vec<String>>,
 }
 
 /// The sandboxes a shim stopped.
@@ -145,6 +189,27 @@ impl Shim {
             vms: Mutex::default(),
             leave: Mutex::default(),
             left: Mutex::default(),
+            block_plain: Mutex::default(),
+        }
+    }
+
+    /// From now on, the emptyDirs of pods under `class` are `block-plain` (as the Kata
+    /// configuration drop-in of a build class sets them).
+    pub fn block_plain(&self, class: &str) {
+        self.block_plain.lock().unwrap().push(class.to_owned());
+    }
+
+    /// The workload probe image's files (beside its disk), for a runc pod's workload probe.
+    pub fn workload_tree(&self) -> PathBuf {
+        (self.parts.workload_image)().with_file_name("rootfs")
+    }
+
+    /// How `class`'s emptyDirs reach the guest.
+    pub fn emptydir(&self, class: &str) -> EmptyDir {
+        if self.block_plain.lock().unwrap().iter().any(|c| c == class) {
+            EmptyDir::BlockPlain
+        } else {
+            EmptyDir::SharedFs
         }
     }
 
@@ -209,32 +274,118 @@ impl Shim {
     pub fn run_once(&self, script: &str) -> (i32, String) {
         let dir = tempfile::Builder::new().prefix("vm-").tempdir_in(self.work.path()).expect("vm dir");
         let shared = !matches!(self.vmm, Vmm::Qemu { shared: false });
-        let mut child = self
-            .qemu(dir.path(), "probe", script, shared)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start qemu-system-x86_64");
-        let mut out = String::new();
-        let start = Instant::now();
-        let mut stdout = child.stdout.take().expect("qemu stdout");
-        let reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            // What QEMU printed before a read error is the guest's output; a missing marker then fails the probe.
-            let _ = stdout.read_to_string(&mut s);
-            s
-        });
-        while child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(120) {
-            std::thread::sleep(Duration::from_millis(100));
+        boot(self.qemu(dir.path(), "probe", script, shared), Duration::from_secs(120))
+    }
+
+    /// Run a workload probe pod's `script` (with its `env`) in a fresh guest whose container
+    /// root is the workload probe image and whose emptyDir `volume` is mounted at `mount`, as
+    /// `class`'s `emptydir_mode` gives it; its exit code and output.
+    pub fn run_workload(
+        &self,
+        class: &str,
+        script: &str,
+        env: &[(String, String)],
+        volume: &str,
+        mount: &str,
+    ) -> (i32, String) {
+        let dir = tempfile::Builder::new().prefix("wl-").tempdir_in(self.work.path()).expect("vm dir");
+        let mode = self.emptydir(class);
+        let vars: String = env.iter().map(|(k, v)| format!("export {k}='{}'\n", v.replace('\'', "'\\''"))).collect();
+        let attach = match mode {
+            EmptyDir::BlockPlain => "/dev/vdb",
+            EmptyDir::SharedFs => volume,
+        };
+        let fstype = if mode == EmptyDir::BlockPlain { "ext4" } else { "virtiofs" };
+        let init = format!(
+            "#!/bin/busybox sh\n/bin/busybox --install -s /bin\n\
+             mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev\n\
+             for m in {modules}; do insmod /mods/$m.ko; done\n\
+             mount /dev/vda /root\n\
+             mount -t proc proc /root/proc; mount -t sysfs sys /root/sys; mount -t tmpfs dev /root/dev\n\
+             for n in 'null 1 3' 'zero 1 5' 'full 1 7' 'random 1 8' 'urandom 1 9' 'tty 5 0'; do set -- $n; mknod -m 666 /root/dev/$1 c $2 $3; done\n\
+             : > /root/dev/termination-log; mount -t tmpfs tmp /root/tmp; mount -t tmpfs run /root/run\n\
+             mkdir -p /root{mount}; mount -t {fstype} {attach} /root{mount}\n\
+             cp /probe.sh /probe.env /root/tmp/\n\
+             exec switch_root /root /bin/sh -c 'mkdir -p /dev/pts /dev/shm; mount -t devpts devpts /dev/pts; mount -t tmpfs shm /dev/shm; \
+             mount -t cgroup2 cgroup2 /sys/fs/cgroup; . /tmp/probe.env; sh /tmp/probe.sh > /tmp/out 2>&1; code=$?; \
+             echo {BEGIN}; cat /tmp/out; echo \"{END} $code\"; poweroff -f'\n",
+            modules = WORKLOAD_MODULES.join(" "),
+        );
+        let mut cpio = Cpio::default();
+        for d in ["bin", "proc", "sys", "dev", "root", "mods"] {
+            cpio.dir(d);
         }
-        // The guest may have exited by itself: kill fails then, and wait reaps it either way.
-        let _ = child.kill();
-        let _ = child.wait();
-        out.push_str(&reader.join().unwrap_or_default());
-        let body = out.split(BEGIN).nth(1).unwrap_or_default();
-        let (output, rest) = body.split_once(END).unwrap_or((body, " 1"));
-        let code = rest.split_whitespace().next().and_then(|c| c.parse().ok()).unwrap_or(1);
-        (code, output.replace('\r', "").trim().to_owned())
+        cpio.file("bin/busybox", 0o755, &std::fs::read(&self.parts.busybox).expect("busybox"));
+        for m in WORKLOAD_MODULES {
+            let ko =
+                find_module(&self.parts.modules, m).unwrap_or_else(|| panic!("module {m} in the guest kernel package"));
+            cpio.file(&format!("mods/{m}.ko"), 0o644, &std::fs::read(ko).expect("module"));
+        }
+        cpio.file("init", 0o755, init.as_bytes());
+        cpio.file("probe.sh", 0o755, script.as_bytes());
+        cpio.file("probe.env", 0o644, vars.as_bytes());
+        let initrd = dir.path().join("initramfs.cpio");
+        std::fs::write(&initrd, cpio.finish()).expect("initramfs");
+        let image = (self.parts.workload_image)();
+        let mut cmd = Command::new(&self.parts.qemu);
+        cmd.args([
+            "-accel",
+            "tcg",
+            "-smp",
+            "2",
+            "-m",
+            &format!("{WORKLOAD_MIB}M"),
+            "-nographic",
+            "-nodefaults",
+            "-no-reboot",
+        ])
+        .args(["-name", "sandbox-workload"])
+        .args(["-object", &format!("memory-backend-memfd,id=mem,size={WORKLOAD_MIB}M,share=on")])
+        .args(["-machine", "q35,memory-backend=mem", "-serial", "stdio"])
+        .arg("-kernel")
+        .arg(&self.parts.kernel)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args(["-append", &self.cmdline()])
+        .arg("-drive")
+        .arg(format!("file={},if=none,id=root,format=raw,snapshot=on", image.display()))
+        .args(["-device", "virtio-blk-pci,drive=root"]);
+        let mut virtiofsd = None;
+        match mode {
+            EmptyDir::BlockPlain => {
+                // The sparse disk.img Kata makes in the emptyDir's directory, formatted ext4.
+                let disk = dir.path().join("disk.img");
+                std::fs::File::create(&disk).and_then(|f| f.set_len(4 << 30)).expect("disk.img");
+                let out = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&disk).output().expect("mkfs.ext4");
+                assert!(out.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&out.stderr));
+                cmd.arg("-drive").arg(format!("file={},if=none,id=vol,format=raw", disk.display()));
+                cmd.args(["-device", "virtio-blk-pci,drive=vol"]);
+            }
+            EmptyDir::SharedFs => {
+                let share = dir.path().join("share");
+                let socket = dir.path().join("vfs.sock");
+                std::fs::create_dir(&share).expect("share");
+                let child = Command::new(&self.parts.virtiofsd)
+                    .arg(format!("--socket-path={}", socket.display()))
+                    .arg("-o")
+                    .arg(format!("source={}", share.display()))
+                    .args(["-o", "cache=auto"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start virtiofsd");
+                let start = Instant::now();
+                while !socket.exists() && start.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                virtiofsd = Some(ChildGuard(child));
+                cmd.arg("-chardev").arg(format!("socket,id=vfs,path={}", socket.display()));
+                cmd.args(["-device", &format!("vhost-user-fs-pci,chardev=vfs,tag={volume}")]);
+            }
+        }
+        let out = boot(cmd, Duration::from_secs(300));
+        drop(virtiofsd);
+        out
     }
 
     /// Start the sandbox of pod `uid` with one container, as the runtime would: its bundle
@@ -318,6 +469,57 @@ impl Drop for Shim {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Boot a guest and wait (at most `limit`) for it to power off; the probe's exit code and
+/// output, between the init's markers.
+fn boot(mut cmd: Command, limit: Duration) -> (i32, String) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start qemu-system-x86_64");
+    let start = Instant::now();
+    let mut stdout = child.stdout.take().expect("qemu stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        // What QEMU printed before a read error is the guest's output; a missing marker then fails the probe.
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    while child.try_wait().ok().flatten().is_none() && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The guest may have exited by itself: kill fails then, and wait reaps it either way.
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = reader.join().unwrap_or_default();
+    let body = out.split(BEGIN).nth(1).unwrap_or_default();
+    let (output, rest) = body.split_once(END).unwrap_or((body, " 1"));
+    let code = rest.split_whitespace().next().and_then(|c| c.parse().ok()).unwrap_or(1);
+    (code, output.replace('\r', "").trim().to_owned())
+}
+
+/// A kernel module's file (`<name>.ko`) under the kernel package's modules directory.
+fn find_module(dir: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = find_module(&path, name) {
+                return Some(found);
+            }
+        } else if path.file_name().is_some_and(|n| n.to_string_lossy() == format!("{name}.ko")) {
+            return Some(path);
+        }
+    }
+    None
+}
+
+/// A helper process stopped with the guest.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // Killing a helper that may have exited with the guest: wait reaps it either way.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

@@ -116,6 +116,16 @@ pub(crate) fn default_build_runtime_class() -> String {
 /// agent formats ext4, instead of a virtio-fs share.
 pub const BUILD_DROP_IN: &str = "[runtime]\nemptydir_mode = \"block-plain\"\n";
 
+/// How a build pool gets block-backed emptyDirs (what `kata.build-storage` and
+/// `workload.docker.<pool>` advise).
+#[must_use]
+pub(crate) fn block_storage_fix() -> String {
+    format!(
+        "render the kata layer (component: kata) and leave runtimeClassName unset (the pool then gets {}) or name kata-<shim>-build of an enabled shim; or set emptydir_mode = \"block-plain\" in the [runtime] table of that class's Kata configuration (Kata >= 4.0, e.g. kata-deploy's shims.<shim>.dropIn)",
+        default_build_runtime_class()
+    )
+}
+
 /// The first kata-deploy (and Kata) major version that knows `emptydir_mode = "block-plain"`.
 const BLOCK_PLAIN_SINCE: u64 = 4;
 

@@ -64,7 +64,7 @@ pub(super) fn full(pool: &str, available: &Value, how: &str) -> Verdict {
 }
 
 /// The nonce a run's command prints: `osbx-<run>`.
-fn nonce(run: &str) -> String {
+pub(super) fn nonce(run: &str) -> String {
     format!("osbx-{run}")
 }
 

@@ -268,7 +268,7 @@ async fn running_then_deleted(
     shim: Option<&'static Shim>,
 ) -> (Verdict, Verdict, Found) {
     // Everything after the create is bounded by the probe deadline (at least 10 s).
-    let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180).max(10));
+    let limit = ctx.run.deadline().max(Duration::from_secs(10));
     match running_on_pool(ctx, pool, id, created, limit).await {
         Ok(pods) => {
             // The command runs while the sandbox is Running, before the delete.

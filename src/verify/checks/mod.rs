@@ -8,6 +8,7 @@ mod nodes;
 mod opensandbox;
 mod reclaim;
 mod spiffe;
+mod workload;
 
 pub(crate) use lifecycle::{sweep_sandboxes, sweeping_sandboxes};
 
@@ -37,6 +38,9 @@ pub(crate) fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>, selecti
         let kata = reclaim::has_check(profile, &pool.name);
         let reclaim = kata && selection.selects(&reclaim::id(&pool.name));
         checks.push(Box::new(lifecycle::Lifecycle { pool: pool.name.clone(), kata, reclaim }));
+    }
+    for (_, pool) in profile.sections.pools.build_pools() {
+        checks.push(Box::new(workload::Workload { pool: pool.pool.name.clone() }));
     }
     checks
 }

@@ -78,12 +78,12 @@ impl Found {
 }
 
 fn probe_timeout(ctx: &Ctx) -> Duration {
-    Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180) + 10)
+    ctx.run.deadline() + Duration::from_secs(10)
 }
 
 /// The grace period: [`GRACE_SECONDS`], within two thirds of the probe's deadline.
 fn grace(ctx: &Ctx) -> u64 {
-    GRACE_SECONDS.min((u64::try_from(ctx.run.deadline_seconds).unwrap_or(180) * 2 / 3).max(1))
+    GRACE_SECONDS.min((ctx.run.deadline().as_secs() * 2 / 3).max(1))
 }
 
 async fn run_probe(

@@ -232,7 +232,7 @@ impl Spiffe {
         }
         // Attempts in one pod (the kubelet restarts the container with a growing back-off) until
         // the denials span more than two agent sync intervals (5 s each), or the pod's deadline.
-        let limit = Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180));
+        let limit = ctx.run.deadline();
         match Self::probe(ctx, smoke, "spiffe-wrong", &wrong, class, limit, Some(DENIAL_SPAN)).await {
             Err(e) => Verdict::error("creating the probe", e),
             Ok(Probed::Stuck(why)) => Verdict::error(format!("{wrong}: the probe never ran"), broken_diagnosis(&why, class.is_some())),

@@ -53,13 +53,31 @@ fn parts() -> Parts {
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
         .expect("python3");
+    let release = kernel.file_name().unwrap_or_default().to_string_lossy().trim_start_matches("vmlinuz-").to_owned();
     Parts {
+        modules: debs.join("linux-image-cloud-amd64/lib/modules").join(release),
+        workload_image,
+        virtiofsd: PathBuf::from("/usr/lib/qemu/virtiofsd"),
         python: PathBuf::from(String::from_utf8_lossy(&python.stdout).trim()),
         qemu: qemu.clone(),
         kernel,
         busybox: debs.join("busybox-static/bin/busybox"),
         cloud_hypervisor: root().join("tests/played/cloud_hypervisor.py"),
     }
+}
+
+/// The workload probe image's disk (`tests/cluster/guest-image`: Debian's dockerd), built once.
+fn workload_image() -> PathBuf {
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            let out = std::process::Command::new(root().join("tests/cluster/guest-image"))
+                .output()
+                .expect("tests/cluster/guest-image");
+            assert!(out.status.success(), "tests/cluster/guest-image: {}", String::from_utf8_lossy(&out.stderr));
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        })
+        .clone()
 }
 
 /// The guest kernel's release (`uname -r` in the guest): its `vmlinuz-<release>` name.
@@ -104,3 +122,4 @@ mod guest;
 mod host;
 mod memory;
 mod reclaim;
+mod workload;

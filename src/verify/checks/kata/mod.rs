@@ -25,8 +25,8 @@ fn if_kata(profile: &Profile, operations: impl FnOnce() -> Vec<Operation>) -> Ve
     if profile.sections.pools.kata_classes().is_empty() { Vec::new() } else { operations() }
 }
 
-fn probe_timeout(ctx: &Ctx) -> Duration {
-    Duration::from_secs(u64::try_from(ctx.run.deadline_seconds).unwrap_or(180) + 10)
+pub(super) fn probe_timeout(ctx: &Ctx) -> Duration {
+    ctx.run.deadline() + Duration::from_secs(10)
 }
 
 /// Map what a stuck Kata pod says (its events first: see [`probe::diagnose`]) to a diagnosis and
@@ -81,7 +81,7 @@ fn kata_diagnosis(stuck: &str) -> (String, Option<&'static str>) {
     (stuck.to_owned(), None)
 }
 
-fn stuck_verdict(what: &str, diagnosis: &str) -> Verdict {
+pub(super) fn stuck_verdict(what: &str, diagnosis: &str) -> Verdict {
     let (diag, fix) = kata_diagnosis(diagnosis);
     let v = Verdict::fail(format!("{what} did not finish"), diag);
     match fix {

@@ -57,6 +57,47 @@ impl Scenario {
     }
 }
 
+/// A container's environment as name and value (a value from a reference: empty).
+fn env_of(container: &k8s_openapi::api::core::v1::Container) -> Vec<(String, String)> {
+    container.env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())).collect()
+}
+
+/// Run `script` as a privileged runc container would, on this machine: in mount, network and PID
+/// namespaces of its own (no route out: only a loopback that is down), its root the image tree
+/// `tree` under a copy-on-write overlay, pivoted into as runc does, with the host's `/sys` and
+/// `/dev` (a privileged container's), tmpfs `/run` and `/tmp`, and `/var/lib/docker` an emptyDir
+/// on this machine's disk; everything it started ends with its PID namespace. Its exit code and
+/// output.
+fn run_container_here(tree: &std::path::Path, script: &str, env: &[(String, String)]) -> (i32, String) {
+    let dir = tempfile::Builder::new().prefix("osbx-runc-pod-").tempdir().expect("pod dir");
+    for d in ["upper", "work", "root", "emptydir"] {
+        std::fs::create_dir(dir.path().join(d)).expect("pod dirs");
+    }
+    std::fs::write(dir.path().join("probe.sh"), script.replace("/dev/termination-log", "/tmp/termination-log"))
+        .expect("probe.sh");
+    let setup = r#"set -e
+d=$POD_DIR
+mount -t overlay overlay -o "lowerdir=$TREE,upperdir=$d/upper,workdir=$d/work" "$d/root"
+r=$d/root
+mount -t proc proc "$r/proc"; mount --rbind /sys "$r/sys"; mount --rbind /dev "$r/dev"
+mount -t tmpfs run "$r/run"; mount -t tmpfs tmp "$r/tmp"
+mount --bind "$d/emptydir" "$r/var/lib/docker"
+cp "$d/probe.sh" "$r/tmp/probe.sh"
+mkdir -p "$r/.old"; cd "$r"; pivot_root . .old
+exec /bin/sh -c 'umount -l /.old; rmdir /.old; exec sh /tmp/probe.sh'
+"#;
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--net", "--pid", "--fork", "--propagation", "private", "sh", "-c", setup])
+        .env("POD_DIR", dir.path())
+        .env("TREE", tree)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .expect("unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let text = if stdout.is_empty() { String::from_utf8_lossy(&out.stderr).into_owned() } else { stdout };
+    (out.status.code().unwrap_or(1), text)
+}
+
 /// A kubelet (and scheduler) for verify probe pods: binds them to the scenario's node and writes
 /// the terminated state and termination message the real probe would produce there. It also runs
 /// the Pools' pods (labelled `sandbox.opensandbox.io/pool-name`): bound, Running and Ready at once,
@@ -159,6 +200,20 @@ impl Kubelet {
                 let (code, out) = tokio::task::spawn_blocking(move || shim.run_once(&script)).await.ok()?;
                 pod_terminated(client, &ns, &name, code, out.lines().last().unwrap_or_default()).await;
             }
+            "workload" => {
+                // A build pool's workload probe: its own guest, the probe image as its root,
+                // the emptyDir at its mount as the class's emptydir_mode gives it.
+                let script = command.get(2)?.clone();
+                let class = spec.runtime_class_name.clone().unwrap_or_default();
+                let env = env_of(&container);
+                let mount = container.volume_mounts.iter().flatten().next()?.clone();
+                let (code, out) = tokio::task::spawn_blocking(move || {
+                    shim.run_workload(&class, &script, &env, &mount.name, &mount.mount_path)
+                })
+                .await
+                .ok()?;
+                pod_terminated(client, &ns, &name, code, out.lines().last().unwrap_or_default()).await;
+            }
             "kata-target" => {
                 let uid = pod.metadata.uid.clone()?;
                 let cid = tokio::task::spawn_blocking(move || shim.start(&uid)).await.ok()?;
@@ -194,12 +249,7 @@ impl Kubelet {
                 }
                 let log = tempfile::NamedTempFile::new().ok()?;
                 let script = command.get(2)?.replace("/dev/termination-log", &log.path().display().to_string());
-                let env: Vec<(String, String)> = container
-                    .env
-                    .iter()
-                    .flatten()
-                    .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-                    .collect();
+                let env = env_of(&container);
                 let out = tokio::task::spawn_blocking(move || {
                     let mut cmd = view.map_or_else(|| std::process::Command::new("python3"), |v| v.command("python3"));
                     cmd.args(["-c", &script]).envs(env).output()
@@ -230,7 +280,8 @@ impl Kubelet {
         let kata_or_host = matches!(
             probe.as_str(),
             "guest-kernel" | "host-kvm" | "kata-target" | "vm-info" | "reclaim-find" | "reclaim"
-        );
+        ) || (probe == "workload"
+            && spec.runtime_class_name.as_deref().is_some_and(|c| c.starts_with("kata")));
         if kata_or_host && let Some((reason, message)) = &s.sandbox_failure {
             warning(client, &ns, &name, reason, message).await;
             container_waiting(client, &ns, &name, "ContainerCreating").await;
@@ -238,6 +289,20 @@ impl Kubelet {
         }
         if kata_or_host && let Some(shim) = &s.vm {
             return Self::real_vm(client, pod, &spec, &probe, s, shim.clone()).await;
+        }
+        if probe == "workload"
+            && let Some(shim) = &s.vm
+        {
+            // A runc pool's workload probe (the build benchmark's other side): run here, as runc
+            // runs a privileged container.
+            let container = spec.containers.first()?.clone();
+            let script = container.command.clone().unwrap_or_default().get(2)?.clone();
+            let env = env_of(&container);
+            let tree = shim.workload_tree();
+            let (code, out) =
+                tokio::task::spawn_blocking(move || run_container_here(&tree, &script, &env)).await.ok()?;
+            pod_terminated(client, &ns, &name, code, out.lines().last().unwrap_or_default()).await;
+            return Some(());
         }
         let result = |v: Value| v.to_string();
         match probe.as_str() {
