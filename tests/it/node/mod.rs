@@ -14,7 +14,8 @@
 //! (a real Workload API: issued, denied, a wrong trust domain, a missing entry, the CSI driver
 //! absent, the agent down), `opensandbox.pools` and `opensandbox.lifecycle.*` (pool pods as real
 //! containers), `opensandbox.exec.*` (the played execd inside a pool's real container, behind the
-//! real server's proxy; and a pool that does not start it). Held back: a Kata VM (no registry serves Kata; `kata.guest-kernel` in a VM,
+//! real server's proxy; and a pool that does not start it), the build pools' workload probe
+//! (`workload.*`: Debian's dockerd in a privileged real container, both sides of `--bench`). Held back: a Kata VM (no registry serves Kata; `kata.guest-kernel` in a VM,
 //! `kata.host-kvm` and `kata.vmm-shared-memory` meet QEMU in `tests/run kata` and the stand-in
 //! elsewhere).
 //!
@@ -25,6 +26,7 @@ mod probes;
 mod runtime;
 mod sandboxes;
 mod spiffe;
+mod workload;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
