@@ -134,10 +134,11 @@ impl Check for Workload {
             };
             let bench = ctx.selection.selects(&bench_id(&self.pool));
             let runc = pools.iter().find(|p| p.pool.runtime == Runtime::Runc).filter(|_| bench);
-            let kata_probe = probe_in(ctx, pool, "workload", false);
+            let (kata_pod, runc_pod) = (format!("workload-{}", self.pool), format!("workload-bench-{}", self.pool));
+            let kata_probe = probe_in(ctx, pool, &kata_pod, false);
             let (kata, runc_run) = match runc {
                 Some(r) => {
-                    let (k, r) = futures::join!(kata_probe, probe_in(ctx, r, "workload-bench", true));
+                    let (k, r) = futures::join!(kata_probe, probe_in(ctx, r, &runc_pod, true));
                     (k, Some(r))
                 }
                 None => (kata_probe.await, None),
@@ -162,9 +163,9 @@ impl Check for Workload {
     }
 }
 
-/// Run the workload probe in `pool`'s pods (`runc`: the benchmark's side, which leaves kind's
-/// preconditions alone: its pod shares the node's kernel); its result line, or the verdict
-/// that says why there is none.
+/// Run the workload probe as pod `name` in `pool`'s pods (`runc`: the benchmark's side, which
+/// leaves kind's preconditions alone: its pod shares the node's kernel); its result line, or the
+/// verdict that says why there is none.
 async fn probe_in(ctx: &Ctx, pool: &EffectivePool<'_>, name: &str, runc: bool) -> Result<Value, Verdict> {
     let t = &pool.template;
     let mounted = t
@@ -196,7 +197,7 @@ async fn probe_in(ctx: &Ctx, pool: &EffectivePool<'_>, name: &str, runc: bool) -
         (None, false) => {}
     }
     let spec = spec(&ctx.run, &settings.docker_image, &at, &env);
-    let pod = probe::pod(&ctx.run, &format!("{name}-{}", pool.pool.name), "workload", &spec);
+    let pod = probe::pod(&ctx.run, name, "workload", &spec);
     let what = format!("the workload probe pod of pool {}", pool.pool.name);
     match probe::run_pod(&ctx.cluster, &pod, probe_timeout(ctx)).await {
         Err(e) => Err(Verdict::error("creating the workload probe pod", e.to_string())),
