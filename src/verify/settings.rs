@@ -80,6 +80,12 @@ impl ApiKeyValue {
     }
 }
 
+impl std::fmt::Debug for ApiKeyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "ApiKeyValue(***)" } else { "ApiKeyValue(none)" })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Selection;
@@ -97,11 +103,5 @@ mod tests {
         assert!(!only("workload.bench.ci").selects("workload.bench.other"));
         let skipped = Selection { bench: true, skip: vec!["workload.bench".into()], ..Selection::default() };
         assert!(!skipped.selects("workload.bench.ci"));
-    }
-}
-
-impl std::fmt::Debug for ApiKeyValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "ApiKeyValue(***)" } else { "ApiKeyValue(none)" })
     }
 }

@@ -290,42 +290,13 @@ impl Shim {
     ) -> (i32, String) {
         let dir = tempfile::Builder::new().prefix("wl-").tempdir_in(self.work.path()).expect("vm dir");
         let mode = self.emptydir(class);
-        let vars: String = env.iter().map(|(k, v)| format!("export {k}='{}'\n", v.replace('\'', "'\\''"))).collect();
-        let attach = match mode {
-            EmptyDir::BlockPlain => "/dev/vdb",
-            EmptyDir::SharedFs => volume,
-        };
-        let fstype = if mode == EmptyDir::BlockPlain { "ext4" } else { "virtiofs" };
-        let init = format!(
-            "#!/bin/busybox sh\n/bin/busybox --install -s /bin\n\
-             mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev\n\
-             for m in {modules}; do insmod /mods/$m.ko; done\n\
-             mount /dev/vda /root\n\
-             mount -t proc proc /root/proc; mount -t sysfs sys /root/sys; mount -t tmpfs dev /root/dev\n\
-             for n in 'null 1 3' 'zero 1 5' 'full 1 7' 'random 1 8' 'urandom 1 9' 'tty 5 0'; do set -- $n; mknod -m 666 /root/dev/$1 c $2 $3; done\n\
-             : > /root/dev/termination-log; mount -t tmpfs tmp /root/tmp; mount -t tmpfs run /root/run\n\
-             mkdir -p /root{mount}; mount -t {fstype} {attach} /root{mount}\n\
-             cp /probe.sh /probe.env /root/tmp/\n\
-             exec switch_root /root /bin/sh -c 'mkdir -p /dev/pts /dev/shm; mount -t devpts devpts /dev/pts; mount -t tmpfs shm /dev/shm; \
-             mount -t cgroup2 cgroup2 /sys/fs/cgroup; . /tmp/probe.env; sh /tmp/probe.sh > /tmp/out 2>&1; code=$?; \
-             echo {BEGIN}; cat /tmp/out; echo \"{END} $code\"; poweroff -f'\n",
-            modules = WORKLOAD_MODULES.join(" "),
-        );
-        let mut cpio = Cpio::default();
-        for d in ["bin", "proc", "sys", "dev", "root", "mods"] {
-            cpio.dir(d);
-        }
-        cpio.file("bin/busybox", 0o755, &std::fs::read(&self.parts.busybox).expect("busybox"));
-        for m in WORKLOAD_MODULES {
-            let ko =
-                find_module(&self.parts.modules, m).unwrap_or_else(|| panic!("module {m} in the guest kernel package"));
-            cpio.file(&format!("mods/{m}.ko"), 0o644, &std::fs::read(ko).expect("module"));
-        }
-        cpio.file("init", 0o755, init.as_bytes());
-        cpio.file("probe.sh", 0o755, script.as_bytes());
-        cpio.file("probe.env", 0o644, vars.as_bytes());
-        let initrd = dir.path().join("initramfs.cpio");
-        std::fs::write(&initrd, cpio.finish()).expect("initramfs");
+        let vars = env.iter().fold(String::new(), |mut out, (k, v)| {
+            use std::fmt::Write;
+            // Writing to a String cannot fail.
+            let _ = writeln!(out, "export {k}='{}'", v.replace('\'', "'\\''"));
+            out
+        });
+        let initrd = self.workload_initramfs(dir.path(), mode, volume, mount, script, &vars);
         let image = (self.parts.workload_image)();
         let mut cmd = Command::new(&self.parts.qemu);
         cmd.args([
@@ -386,6 +357,57 @@ impl Shim {
         let out = boot(cmd, Duration::from_secs(300));
         drop(virtiofsd);
         out
+    }
+
+    /// The initramfs of a workload guest: busybox, the modules, an `/init` that mounts the probe
+    /// image's disk as the container's root with the emptyDir at `mount` (`/dev/vdb` for
+    /// `block-plain`, the virtio-fs tag `volume` for `shared-fs`) and runs the probe with its
+    /// environment `vars` there, printing its output between markers.
+    fn workload_initramfs(
+        &self,
+        dir: &Path,
+        mode: EmptyDir,
+        volume: &str,
+        mount: &str,
+        script: &str,
+        vars: &str,
+    ) -> PathBuf {
+        let attach = match mode {
+            EmptyDir::BlockPlain => "/dev/vdb",
+            EmptyDir::SharedFs => volume,
+        };
+        let fstype = if mode == EmptyDir::BlockPlain { "ext4" } else { "virtiofs" };
+        let init = format!(
+            "#!/bin/busybox sh\n/bin/busybox --install -s /bin\n\
+             mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev\n\
+             for m in {modules}; do insmod /mods/$m.ko; done\n\
+             mount /dev/vda /root\n\
+             mount -t proc proc /root/proc; mount -t sysfs sys /root/sys; mount -t tmpfs dev /root/dev\n\
+             for n in 'null 1 3' 'zero 1 5' 'full 1 7' 'random 1 8' 'urandom 1 9' 'tty 5 0'; do set -- $n; mknod -m 666 /root/dev/$1 c $2 $3; done\n\
+             : > /root/dev/termination-log; mount -t tmpfs tmp /root/tmp; mount -t tmpfs run /root/run\n\
+             mkdir -p /root{mount}; mount -t {fstype} {attach} /root{mount}\n\
+             cp /probe.sh /probe.env /root/tmp/\n\
+             exec switch_root /root /bin/sh -c 'mkdir -p /dev/pts /dev/shm; mount -t devpts devpts /dev/pts; mount -t tmpfs shm /dev/shm; \
+             mount -t cgroup2 cgroup2 /sys/fs/cgroup; . /tmp/probe.env; sh /tmp/probe.sh > /tmp/out 2>&1; code=$?; \
+             echo {BEGIN}; cat /tmp/out; echo \"{END} $code\"; poweroff -f'\n",
+            modules = WORKLOAD_MODULES.join(" "),
+        );
+        let mut cpio = Cpio::default();
+        for d in ["bin", "proc", "sys", "dev", "root", "mods"] {
+            cpio.dir(d);
+        }
+        cpio.file("bin/busybox", 0o755, &std::fs::read(&self.parts.busybox).expect("busybox"));
+        for m in WORKLOAD_MODULES {
+            let ko =
+                find_module(&self.parts.modules, m).unwrap_or_else(|| panic!("module {m} in the guest kernel package"));
+            cpio.file(&format!("mods/{m}.ko"), 0o644, &std::fs::read(ko).expect("module"));
+        }
+        cpio.file("init", 0o755, init.as_bytes());
+        cpio.file("probe.sh", 0o755, script.as_bytes());
+        cpio.file("probe.env", 0o644, vars.as_bytes());
+        let initrd = dir.join("initramfs.cpio");
+        std::fs::write(&initrd, cpio.finish()).expect("initramfs");
+        initrd
     }
 
     /// Start the sandbox of pod `uid` with one container, as the runtime would: its bundle

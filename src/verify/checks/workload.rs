@@ -14,6 +14,9 @@
 //! filesystem; kind needs `/dev/kmsg` (made with `mknod /dev/kmsg c 1 11` in a Kata pod), cgroup
 //! v2 it can write to, and inotify limits of 524288 watches and 512 instances.
 
+use std::fmt::Write as _;
+use std::time::Duration;
+
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
@@ -276,7 +279,7 @@ fn docker_verdict(r: &Value, nonce: &str, class: &str, limit: Option<u64>) -> Ve
     );
     let build = text(r, "build");
     if build == "ok" {
-        evidence.push_str(&format!("; BuildKit build {build_s:.1} s"));
+        let _ = write!(evidence, "; BuildKit build {build_s:.1} s");
     }
     let verdict = if driver != "overlay2" {
         let what = format!("dockerd chose the {driver} storage driver, not overlay2 ({log})");
@@ -293,7 +296,7 @@ fn docker_verdict(r: &Value, nonce: &str, class: &str, limit: Option<u64>) -> Ve
             format!("{evidence}; the image printed {:?}", text(r, "ran")),
             format!("the built image did not print the nonce {nonce}"),
         )
-    } else if let Some(limit) = limit.filter(|l| build_s > *l as f64) {
+    } else if let Some(limit) = limit.filter(|l| Duration::from_secs(*l).as_secs_f64() < build_s) {
         Verdict::fail(
             evidence.clone(),
             format!("the build took {build_s:.1} s, more than verify.workload.buildLimitSeconds ({limit} s)"),

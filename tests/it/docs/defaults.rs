@@ -29,8 +29,8 @@ fn rows() -> Vec<Row> {
             prefix = None;
         } else if line.starts_with("A pool (`items[]`)") {
             prefix = Some("pools.items[]".into());
-        } else if line == "`verify.spiffe`:" {
-            prefix = Some("verify.spiffe".into());
+        } else if let Some(section) = line.strip_prefix("`verify.").and_then(|l| l.strip_suffix("`:")) {
+            prefix = Some(format!("verify.{section}"));
         } else if let Some(p) = &prefix
             && line.starts_with("| `")
         {

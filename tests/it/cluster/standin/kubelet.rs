@@ -57,6 +57,24 @@ impl Scenario {
     }
 }
 
+/// A runc pool's workload probe (the build benchmark's other side): run here, as runc runs a
+/// privileged container, from the probe image's files.
+async fn runc_workload(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    shim: &crate::played::kata::Shim,
+) -> Option<()> {
+    let container = spec.containers.first()?.clone();
+    let script = container.command.clone().unwrap_or_default().get(2)?.clone();
+    let env = env_of(&container);
+    let tree = shim.workload_tree();
+    let (code, out) = tokio::task::spawn_blocking(move || run_container_here(&tree, &script, &env)).await.ok()?;
+    pod_terminated(client, ns, name, code, out.lines().last().unwrap_or_default()).await;
+    Some(())
+}
+
 /// A container's environment as name and value (a value from a reference: empty).
 fn env_of(container: &k8s_openapi::api::core::v1::Container) -> Vec<(String, String)> {
     container.env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())).collect()
@@ -293,16 +311,7 @@ impl Kubelet {
         if probe == "workload"
             && let Some(shim) = &s.vm
         {
-            // A runc pool's workload probe (the build benchmark's other side): run here, as runc
-            // runs a privileged container.
-            let container = spec.containers.first()?.clone();
-            let script = container.command.clone().unwrap_or_default().get(2)?.clone();
-            let env = env_of(&container);
-            let tree = shim.workload_tree();
-            let (code, out) =
-                tokio::task::spawn_blocking(move || run_container_here(&tree, &script, &env)).await.ok()?;
-            pod_terminated(client, &ns, &name, code, out.lines().last().unwrap_or_default()).await;
-            return Some(());
+            return runc_workload(client, &ns, &name, &spec, shim).await;
         }
         let result = |v: Value| v.to_string();
         match probe.as_str() {
