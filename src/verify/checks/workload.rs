@@ -233,10 +233,26 @@ fn on_virtio_fs(r: &Value) -> bool {
 }
 
 /// `overlay2`'s backing filesystem as `docker info` reports it.
+/// With the containerd image store (Docker 29's default; driver `overlayfs`, the containerd
+/// snapshotter) `docker info` names no backing filesystem: the one under `/var/lib/docker`, by
+/// the names dockerd gives them.
 fn backing(r: &Value) -> Option<String> {
     let status: Value = serde_json::from_str(text(r, "driver_status")).ok()?;
-    status.as_array()?.iter().find(|p| p[0] == "Backing Filesystem").and_then(|p| p[1].as_str()).map(str::to_owned)
+    let named = status.as_array().and_then(|s| s.iter().find(|p| p[0] == "Backing Filesystem"));
+    match named {
+        Some(p) => p[1].as_str().map(str::to_owned),
+        None if text(r, "driver") == SNAPSHOTTER => match text(r, "fs_magic") {
+            "ef53" => Some("extfs".to_owned()),
+            "58465342" => Some("xfs".to_owned()),
+            "65735546" => Some("fuse".to_owned()),
+            other => Some(format!("magic 0x{other}")),
+        },
+        None => None,
+    }
 }
+
+/// The storage driver `docker info` names for the containerd snapshotter's overlay.
+const SNAPSHOTTER: &str = "overlayfs";
 
 fn seconds(ms: &Value) -> f64 {
     ms.as_f64().unwrap_or_default() / 1000.0
@@ -281,12 +297,12 @@ fn docker_verdict(r: &Value, nonce: &str, class: &str, limit: Option<u64>) -> Ve
     if build == "ok" {
         let _ = write!(evidence, "; BuildKit build {build_s:.1} s");
     }
-    let verdict = if driver != "overlay2" {
+    let verdict = if driver != "overlay2" && driver != SNAPSHOTTER {
         let what = format!("dockerd chose the {driver} storage driver, not overlay2 ({log})");
         let v = Verdict::fail(evidence.clone(), why_fs(&what));
         if virtio { v.with_fix(storage_fix()) } else { v.with_fix("give /var/lib/docker an ext4 or xfs volume") }
     } else if !matches!(backing.as_str(), "extfs" | "xfs") {
-        let what = format!("overlay2 runs on a {backing} backing filesystem, not extfs or xfs");
+        let what = format!("{driver} runs on a {backing} backing filesystem, not extfs or xfs");
         let v = Verdict::fail(evidence.clone(), why_fs(&what));
         if virtio { v.with_fix(storage_fix()) } else { v.with_fix("give /var/lib/docker an ext4 or xfs volume") }
     } else if build != "ok" {
@@ -469,6 +485,16 @@ mod tests {
         let fuse = docker_verdict(&vfs, "osbx-1-2", "kata-qemu", None);
         assert_eq!(fuse.outcome, Outcome::Fail);
         assert!(fuse.diagnosis.unwrap().contains("fuse backing filesystem"));
+        // Docker 29's containerd image store: the overlayfs snapshotter, judged by the filesystem
+        // under /var/lib/docker.
+        vfs["driver"] = json!("overlayfs");
+        vfs["driver_status"] = json!("[[\"driver-type\",\"io.containerd.snapshotter.v1\"]]");
+        let snapshotter = docker_verdict(&vfs, "osbx-1-2", "kata-qemu", None);
+        assert!(snapshotter.diagnosis.unwrap().contains("overlayfs runs on a fuse backing filesystem"));
+        let mut block = block();
+        block["driver"] = json!("overlayfs");
+        block["driver_status"] = json!("[[\"driver-type\",\"io.containerd.snapshotter.v1\"]]");
+        assert_eq!(docker_verdict(&block, "osbx-1-2", "kata-qemu-build", None).outcome, Outcome::Pass);
         // dockerd forced onto overlay2 exits: said with its own words.
         vfs["dockerd"] = json!("exited");
         vfs["dockerd_log"] = json!("failed to start daemon: error initializing graphdriver: driver not supported");
