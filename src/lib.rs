@@ -36,6 +36,7 @@ pub mod printer;
 pub mod profile;
 pub mod progress;
 pub mod rbac;
+mod readiness;
 mod refs;
 pub mod render;
 mod repo;
@@ -44,7 +45,6 @@ mod rollout;
 mod secrets;
 mod sops;
 mod spec;
-mod status;
 pub mod timing;
 pub mod verify;
 

@@ -421,7 +421,7 @@ impl crate::progress::Progress for ProgressView {
         }
     }
 
-    fn status(&self, object: &crate::object::ObjectRef, status: &crate::status::StatusResult) {
+    fn status(&self, object: &crate::object::ObjectRef, status: &crate::readiness::StatusResult) {
         let text = format!("{object} {}: {}", status.status, status.message);
         let active = self
             .layers

@@ -6,7 +6,7 @@
 use std::fmt;
 
 use crate::object::ObjectRef;
-use crate::status::StatusResult;
+use crate::readiness::StatusResult;
 
 /// Where a layer of an apply is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

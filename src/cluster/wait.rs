@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::{Cluster, ClusterError};
 use crate::object::ObjectRef;
 use crate::progress::Progress;
-use crate::status::{self, Status, StatusResult};
+use crate::readiness::{self, Status, StatusResult};
 
 /// How to wait.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +65,7 @@ pub(crate) async fn status_of(cluster: &Cluster, r: &ObjectRef) -> Result<Observ
     match api.get_opt(&r.name).await {
         Ok(Some(obj)) => {
             let v = serde_json::to_value(&obj).unwrap_or(Value::Null);
-            Ok((status::compute(&v), Some(v)))
+            Ok((readiness::compute(&v), Some(v)))
         }
         Ok(None) => Ok((not_found(), None)),
         Err(e) => Err(ClusterError::Api { subject: r.to_string(), error: e }),
@@ -83,7 +83,7 @@ fn not_found() -> StatusResult {
 /// What one object's follower reports: a new status, or why it cannot go on.
 type Report = (ObjectRef, Result<StatusResult, ClusterError>);
 
-/// How an object's status is judged from the object (by default, [`status::compute`]).
+/// How an object's status is judged from the object (by default, [`readiness::compute`]).
 pub(crate) type Judge<'a> = dyn Fn(&ObjectRef, &Value) -> StatusResult + Sync + 'a;
 
 /// Wait until every object in `refs` is Current.
@@ -98,7 +98,7 @@ pub(crate) async fn wait_for_set(
     opts: &WaitOptions,
     progress: &dyn Progress,
 ) -> Result<(), WaitError> {
-    wait_until(cluster, refs, opts, progress, &|_, v| status::compute(v)).await
+    wait_until(cluster, refs, opts, progress, &|_, v| readiness::compute(v)).await
 }
 
 /// [`wait_for_set`], with each object's status judged by `judge` (e.g. "applied this revision").

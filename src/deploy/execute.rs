@@ -17,7 +17,7 @@ use crate::cluster::{Cluster, RequestCounts};
 use crate::object::{Object, ObjectRef, Stage};
 use crate::profile::Profile;
 use crate::progress::{Phase, Progress};
-use crate::status::{self, Status};
+use crate::readiness::{self, Status};
 
 /// What an apply did.
 #[derive(Debug, Serialize)]
@@ -246,7 +246,7 @@ impl Run<'_> {
             .zip(answers)
             .filter_map(|(p, answer)| {
                 let stored: Value = serde_json::from_str(answer.as_deref()?).unwrap_or(Value::Null);
-                (status::compute(&stored).status != Status::Current).then(|| p.id.clone())
+                (readiness::compute(&stored).status != Status::Current).then(|| p.id.clone())
             })
             .collect();
         if !pending.is_empty() {

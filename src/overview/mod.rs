@@ -29,7 +29,7 @@ use crate::components::pools;
 use crate::deploy::Layer;
 use crate::object::{KnownKind, ObjectRef};
 use crate::profile::Profile;
-use crate::status::{self, Status};
+use crate::readiness::{self, Status};
 use crate::verify::{ApiKeyValue, Endpoint};
 
 /// Why the platform could not be read.
@@ -141,7 +141,7 @@ pub(crate) struct RuntimeState {
     /// The Ready nodes its `nodeSelector` admits that advertise its handler.
     pub(crate) nodes: Vec<String>,
     /// Whether it can run somewhere, by the rule `verify` judges it by
-    /// ([`status::runtime::on_nodes`]); `None`: no verdict (nodes that publish no handlers).
+    /// ([`readiness::runtime::on_nodes`]); `None`: no verdict (nodes that publish no handlers).
     pub(crate) runnable: Option<bool>,
     /// Why it cannot run, or why there is no verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -312,7 +312,7 @@ fn layer_states(profile: &Profile, layers: &[Layer], kustomizations: &[Value], r
     };
     for spec in specs {
         let k = by_name.get(spec.name.as_str()).copied();
-        let s = k.map(status::compute);
+        let s = k.map(readiness::compute);
         let ready = s.as_ref().is_some_and(|s| s.status == Status::Current);
         let revision = k.and_then(|k| k["status"]["lastAppliedRevision"].as_str()).map(str::to_owned);
         layer_states.push(LayerState {
@@ -342,7 +342,7 @@ fn release_states(release_ids: &[ObjectRef], release_objects: &[Option<Value>]) 
         .iter()
         .zip(release_objects)
         .map(|(id, obj)| {
-            let s = obj.as_ref().map(status::compute);
+            let s = obj.as_ref().map(readiness::compute);
             let ready = s.as_ref().is_some_and(|s| s.status == Status::Current);
             let history = obj.as_ref().and_then(|o| o["status"]["history"].as_array()).and_then(|h| h.first());
             let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
@@ -438,7 +438,7 @@ fn pool_states(profile: &Profile, pool_objects: &[Value]) -> Vec<PoolState> {
 
 /// The nodes that can run each class, by the rule `verify` judges a class by.
 fn runtime_states(classes: &[String], class_objects: &[Option<Value>], nodes: &[Value]) -> Vec<RuntimeState> {
-    use status::runtime::{OnNodes, on_nodes};
+    use readiness::runtime::{OnNodes, on_nodes};
     classes
         .iter()
         .zip(class_objects)

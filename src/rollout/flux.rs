@@ -15,7 +15,7 @@ use crate::cluster::{Cluster, ClusterError};
 use crate::object::{KnownKind, ObjectRef};
 use crate::profile::Profile;
 use crate::progress::Progress;
-use crate::status::{self, Status, StatusResult};
+use crate::readiness::{self, Status, StatusResult};
 
 /// Flux's GitRepository.
 pub(super) const GIT_REPOSITORY: KnownKind = KnownKind::new("source.toolkit.fluxcd.io", "v1", "GitRepository");
@@ -48,7 +48,7 @@ fn at(revision: &str, sha: &str) -> bool {
 /// Judge a Flux object against the commit: Current only when it has reconciled (the source) or
 /// applied (a Kustomization) the commit, and is Ready at its generation.
 fn judge(sha: &str, r: &ObjectRef, obj: &Value) -> StatusResult {
-    let s = status::compute(obj);
+    let s = readiness::compute(obj);
     let short = &sha[..sha.len().min(12)];
     let revision = if GIT_REPOSITORY.is(&r.gvk) {
         Some(obj["status"]["artifact"]["revision"].as_str().unwrap_or_default())

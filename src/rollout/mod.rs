@@ -434,7 +434,7 @@ struct Line<'a> {
 }
 
 impl Progress for Line<'_> {
-    fn status(&self, object: &ObjectRef, status: &crate::status::StatusResult) {
+    fn status(&self, object: &ObjectRef, status: &crate::readiness::StatusResult) {
         let what = format!("{object} {}: {}", status.status, status.message);
         self.inner.cluster(self.wave, self.cluster, &ClusterState::Reconciling(what));
     }

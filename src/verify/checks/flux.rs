@@ -6,7 +6,7 @@ use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::wait::status_of;
 use crate::object::ObjectRef;
 use crate::profile::Profile;
-use crate::status::Status;
+use crate::readiness::Status;
 use crate::verify::{Check, Ctx, Reach, Verdict};
 
 pub(super) struct Layers {

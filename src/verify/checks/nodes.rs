@@ -8,7 +8,7 @@ use super::list;
 use crate::cluster::operation::{Objects, Operation};
 use crate::object::{Gvk, KnownKind, ObjectRef};
 use crate::profile::Profile;
-use crate::status::runtime::{OnNodes, on_nodes};
+use crate::readiness::runtime::{OnNodes, on_nodes};
 use crate::verify::{Check, Ctx, Reach, Verdict};
 
 /// The label kata-deploy sets to `true` on nodes that can run Kata.

@@ -10,7 +10,7 @@ use crate::components::opensandbox::OpenSandbox;
 use crate::components::pools;
 use crate::object::KnownKind;
 use crate::profile::Profile;
-use crate::status::{self, Status};
+use crate::readiness::{self, Status};
 use crate::verify::endpoint;
 use crate::verify::{Check, Ctx, Reach, Verdict};
 
@@ -45,7 +45,7 @@ impl Check for Server {
                         )];
                     }
                     Ok(Some(d)) => {
-                        let s = status::compute(&d);
+                        let s = readiness::compute(&d);
                         if s.status != Status::Current {
                             return vec![Verdict::fail(format!("Deployment {}: {}", s.status, s.message), "the server is not Available")
                                 .with_fix(format!("kubectl -n {ns} logs deploy/{server} (look for `Startup blocked: server.api_key is empty`)"))];
@@ -120,7 +120,7 @@ impl Check for Pools {
                     }
                     Ok(Some(pool)) => pool,
                 };
-                let s = status::compute(&pool);
+                let s = readiness::compute(&pool);
                 if s.status != Status::Current {
                     problems.push(format!("Pool {name}: {}", s.message));
                     continue;
