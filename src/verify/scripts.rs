@@ -8,161 +8,20 @@ use super::probe::Run;
 /// In the guest: kernel release, the CPU's `hypervisor` flag, the `agent.*` kernel parameters the
 /// Kata runtime passes, the systemd marker runtime-rs (and image-based Go guests) add, and guest
 /// memory.
-const GUEST_KERNEL: &str = r#"k=$(uname -r)
-m=false; grep -q 'systemd.unit=kata-containers.target' /proc/cmdline && m=true
-h=false; grep -qw hypervisor /proc/cpuinfo && h=true
-a=$(tr ' ' '\n' </proc/cmdline | grep '^agent\.' | tr -d '"\\' | tr '\n' ' ')
-mem=$(awk '/MemTotal/ {print $2}' /proc/meminfo)
-line=$(printf '{"check":"kata.guest-kernel","kernel":"%s","cmdline_marker":%s,"hypervisor":%s,"agent_params":"%s","mem_kib":%s}' "$k" "$m" "$h" "${a% }" "${mem:-0}")
-echo "$line" | tee /dev/termination-log"#;
+const GUEST_KERNEL: &str = include_str!("scripts/guest_kernel.sh");
 
 /// On the host: `/dev/kvm` is a character device, `KVM_GET_API_VERSION` is 12, `KVM_CREATE_VM`
 /// works (what `kata-ctl check` does), which KVM module backs it (`kvm_intel`, `kvm_amd`, or
 /// `kvm_pvm`: a Pagetable-based VM, on which stock guest kernels do not boot) and its `nested`
 /// parameter, and whether `/dev/vhost-vsock` exists (QEMU needs it).
-const HOST_KVM: &str = r#"import json, os, stat, fcntl
-r = {"check": "kata.host-kvm"}
-try:
-    st = os.stat("/dev/kvm")
-    r["char_device"] = stat.S_ISCHR(st.st_mode)
-    fd = os.open("/dev/kvm", os.O_RDWR)
-    r["api_version"] = fcntl.ioctl(fd, 0xAE00)
-    try:
-        vm = fcntl.ioctl(fd, 0xAE01, 0)
-        os.close(vm)
-        r["create_vm"] = True
-    except OSError as e:
-        r["create_vm"] = False
-        r["create_vm_error"] = str(e)
-    os.close(fd)
-except OSError as e:
-    r["error"] = str(e)
-for m in ("kvm_intel", "kvm_amd", "kvm_pvm"):
-    if os.path.isdir("/sys/module/" + m):
-        r["module"] = m
-        p = "/sys/module/%s/parameters/nested" % m
-        if os.path.exists(p):
-            r["nested"] = open(p).read().strip()
-try:
-    r["vhost_vsock"] = stat.S_ISCHR(os.stat("/dev/vhost-vsock").st_mode)
-except OSError:
-    r["vhost_vsock"] = False
-try:
-    r["host_is_vm"] = " hypervisor" in open("/proc/cpuinfo").read()
-except OSError:
-    pass
-line = json.dumps(r, separators=(",", ":"))
-open("/dev/termination-log", "w").write(line)
-print(line)
-"#;
+const HOST_KVM: &str = include_str!("scripts/host_kvm.py");
 
 /// On the host (its PID namespace): find the Kata sandbox of a container (bundle `config.json`
 /// → CRI sandbox id), ask its VMM how guest RAM is backed (Cloud Hypervisor `GET
 /// /api/v1/vm.info`, read by `Content-Length` as CH keeps the connection open; QEMU QMP
 /// `query-memdev`), and read the VMM process's `/proc/<pid>/maps` for guest RAM mapped shared
 /// (`rw-s`), which holds for every VMM.
-const VMM_MEMORY: &str = r#"import json, os, socket
-r = {"check": "kata.vmm-shared-memory"}
-env = os.environ
-cid, task_dir, run_dir, vmm, api = env["CONTAINER_ID"], env["TASK_DIR"], env["KATA_RUN_DIR"], env["VMM"], env.get("API_SOCKET", "")
-def out():
-    line = json.dumps(r, separators=(",", ":"))
-    open("/dev/termination-log", "w").write(line[-4000:])
-    print(line)
-def ch_vm_info(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
-    s.connect(path)
-    s.sendall(b"GET /api/v1/vm.info HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n\r\n")
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = None
-    for line in head.split(b"\r\n")[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length":
-            length = int(v.strip())
-    while length is not None and len(body) < length:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    s.close()
-    return int(head.split(b" ")[1]), body if length is None else body[:length]
-def qmp(path, command):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
-    s.connect(path)
-    f = s.makefile("rwb")
-    json.loads(f.readline())
-    def call(cmd):
-        f.write(json.dumps({"execute": cmd}).encode() + b"\n")
-        f.flush()
-        while True:
-            m = json.loads(f.readline())
-            if "return" in m or "error" in m:
-                return m
-    call("qmp_capabilities")
-    res = call(command)
-    s.close()
-    return res
-def vmm_pid(sid):
-    names = {"qemu": ("qemu-system",), "clh": ("cloud-hypervisor",), "dragonball": ("containerd-shim-kata",)}.get(vmm, ())
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            cmd = open("/proc/%s/cmdline" % p, "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        exe = os.path.basename(cmd.split(" ")[0])
-        if sid in cmd and any(exe.startswith(n) for n in names):
-            return int(p)
-    return None
-def largest_shared(pid):
-    best = None
-    for line in open("/proc/%d/maps" % pid):
-        parts = line.split(None, 5)
-        lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        if parts[1][3] == "s" and (best is None or hi - lo > best["size"]):
-            best = {"size": hi - lo, "perms": parts[1], "name": parts[5].strip() if len(parts) > 5 else ""}
-    return best
-try:
-    cfg = json.load(open(os.path.join(task_dir, cid, "config.json")))
-    sid = cfg.get("annotations", {}).get("io.kubernetes.cri.sandbox-id") or "?"
-    r["sandbox_id"] = sid
-    if api:
-        sock = os.path.join(run_dir, sid, api)
-        if not os.path.exists(sock):
-            r["error"] = "socket %s missing" % sock
-            r["sandboxes"] = sorted(os.listdir(run_dir))[:10] if os.path.isdir(run_dir) else []
-        elif vmm == "clh":
-            status, body = ch_vm_info(sock)
-            r["http_status"] = status
-            info = json.loads(body) if status == 200 else {}
-            if status != 200:
-                r["error"] = body.decode(errors="replace")[:300]
-            mem = info.get("config", {}).get("memory", {})
-            r["api"] = {"state": info.get("state"), "shared": mem.get("shared"), "hugepages": mem.get("hugepages"),
-                        "size": mem.get("size"), "fs_tags": [f.get("tag") for f in info.get("config", {}).get("fs") or []]}
-        else:
-            res = qmp(sock, "query-memdev")
-            if "error" in res:
-                r["error"] = "QMP query-memdev: %s" % res["error"].get("desc")
-            r["api"] = {"memdevs": [{"id": d.get("id"), "type": d.get("type"), "size": d.get("size"), "share": d.get("share")}
-                                    for d in res.get("return", [])]}
-    pid = vmm_pid(sid)
-    r["vmm_pid"] = pid
-    if pid:
-        r["maps_shared"] = largest_shared(pid)
-except Exception as e:
-    r["error"] = "%s: %s" % (type(e).__name__, e)
-out()
-"#;
+const VMM_MEMORY: &str = include_str!("scripts/vmm_memory.py");
 
 /// On the host (its PID namespace), for one Kata sandbox: `MODE=resolve` finds the sandbox id of
 /// a container (bundle `config.json` under the task directory) and lists what the sandbox holds on
@@ -172,70 +31,7 @@ out()
 /// line), every directory `<dir>/<sandbox id>` of `DIRS` (the run directories), and the backing
 /// files of the pod `POD_UID` (block emptyDirs' `disk.img` under the kubelet's pod directory, and
 /// the direct-volume entries naming them, whose names are the base64 of the volume's path).
-const RECLAIM: &str = r#"import base64, glob, json, os, time
-env = os.environ
-r = {"check": "opensandbox.reclaim"}
-def out():
-    line = json.dumps(r, separators=(",", ":"))
-    open("/dev/termination-log", "w").write(line[-4000:])
-    print(line)
-def decoded(name):
-    for dec in (base64.urlsafe_b64decode, base64.b64decode):
-        try:
-            return dec(name + "=" * (-len(name) % 4)).decode(errors="replace")
-        except Exception:
-            pass
-    return ""
-def scan(sid, uid):
-    left = {"processes": [], "dirs": [], "files": []}
-    me = str(os.getpid())
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or p == me:
-            continue
-        try:
-            cmd = open("/proc/%s/cmdline" % p, "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        if sid in cmd:
-            left["processes"].append({"pid": int(p), "cmdline": cmd[:300]})
-    for d in filter(None, env.get("DIRS", "").split(":")):
-        path = os.path.join(d, sid)
-        if os.path.lexists(path):
-            left["dirs"].append(path)
-    if uid:
-        pod = os.path.join(env.get("KUBELET_PODS", "/var/lib/kubelet/pods"), uid)
-        left["files"].extend(sorted(glob.glob(os.path.join(pod, "volumes", "kubernetes.io~empty-dir", "*", "disk.img"))))
-        direct = env.get("DIRECT_VOLUMES", "")
-        if direct and os.path.isdir(direct):
-            for e in sorted(os.listdir(direct)):
-                if uid in decoded(e):
-                    left["files"].append(os.path.join(direct, e))
-    left["processes"].sort(key=lambda p: p["pid"])
-    return left
-try:
-    uid = env.get("POD_UID", "")
-    if env["MODE"] == "resolve":
-        cfg = json.load(open(os.path.join(env["TASK_DIR"], env["CONTAINER_ID"], "config.json")))
-        sid = cfg.get("annotations", {}).get("io.kubernetes.cri.sandbox-id") or ""
-        r["sandbox_id"] = sid
-        if len(sid) < 12:
-            r["error"] = "no sandbox id in the bundle's config.json (io.kubernetes.cri.sandbox-id)"
-        else:
-            r["present"] = scan(sid, uid)
-    else:
-        sid = env["SANDBOX_ID"]
-        r["sandbox_id"] = sid
-        grace, start = float(env.get("GRACE", "30")), time.time()
-        while True:
-            left = scan(sid, uid)
-            if not any(left.values()) or time.time() - start >= grace:
-                break
-            time.sleep(1)
-        r["left"], r["waited_s"] = left, round(time.time() - start, 1)
-except Exception as e:
-    r["error"] = "%s: %s" % (type(e).__name__, e)
-out()
-"#;
+const RECLAIM: &str = include_str!("scripts/reclaim.py");
 
 pub(super) fn base_spec(run: &Run, containers: &Value) -> Value {
     json!({
