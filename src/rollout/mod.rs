@@ -11,7 +11,7 @@
 //!
 //! Nothing is remembered outside the repository: a wave whose render changes nothing is
 //! committed already, and each cluster's gate outcome is recorded as a git note on the commit
-//! it gated ([`gates`]; pushed with `--push`), so the repository says which waves an earlier run
+//! it gated ([`records`]; pushed with `--push`), so the repository says which waves an earlier run
 //! rolled out and verified ([`plan`]). `resume` starts at the first wave not known to have passed
 //! at what the repository holds (the one that failed, or the one a killed run was gating,
 //! verified again); a rerun without it verifies every wave again and commits only what is not
@@ -22,34 +22,33 @@
 //! anything is written.
 
 mod flux;
-mod gates;
+mod gate;
 mod plan;
+mod reach;
+mod records;
 mod report;
 
-use gates::{Gate, GateOutcome};
+use gate::gate;
 use plan::{Plan, wave_render};
+pub(crate) use reach::operations;
+use reach::reach_all;
+use records::{Gate, GateOutcome};
 pub(crate) use report::{ClusterReport, Failure, Report, WaveReport, WaveState};
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 
-use crate::cluster::operation::Operation;
-use crate::cluster::preflight::{self, PreflightError};
-use crate::cluster::wait::{self, WaitError, WaitOptions};
-use crate::cluster::{Cluster, ClusterError, ConnectOptions};
-use crate::deploy;
+use crate::cluster::preflight::PreflightError;
+use crate::cluster::{ClusterError, ConnectOptions};
 use crate::fleet::Fleet;
-use crate::object::ObjectRef;
-use crate::profile::LoadedProfile;
-use crate::progress::{ClusterState, Progress};
+use crate::progress::Progress;
 use crate::render::{RenderError, Renderer, Source};
 use crate::repo::{self, GitError, RepoError};
 use crate::verify;
-use crate::verify::session::{Session, VerifyError};
+use crate::verify::session::VerifyError;
 
 /// How to roll out.
 #[derive(Debug, Clone)]
@@ -131,8 +130,8 @@ pub(crate) enum RolloutError {
     /// The gate records on a commit cannot be read.
     #[error(
         "{commit}: its note in {} is not gate records osbx can read ({reason}); remove it (`git notes --ref {} remove {commit}`) and the waves it recorded are gated again",
-        gates::NOTES,
-        gates::NOTES
+        records::NOTES,
+        records::NOTES
     )]
     Gates {
         /// The commit the note is on.
@@ -185,16 +184,6 @@ pub(crate) enum RolloutError {
 /// A future that resolves when the run is interrupted (Ctrl-C, SIGTERM).
 pub(crate) type Interrupt = dyn Fn() -> BoxFuture<'static, ()> + Sync;
 
-/// A cluster as the rollout reaches it.
-struct Target<'f> {
-    member: &'f LoadedProfile,
-    /// Every object its render holds.
-    objects: Vec<ObjectRef>,
-    /// Its Flux objects.
-    flux: Vec<ObjectRef>,
-    cluster: Option<Cluster>,
-}
-
 /// Roll out `fleet` (its file as it is now) into the repository `settings.repo`.
 ///
 /// # Errors
@@ -213,7 +202,7 @@ pub(crate) async fn run(
     let upstream = checked_out(root, settings.push)?;
     // The gate records of earlier runs from other clones (git fetches no notes by itself).
     if let Some(remote) = &upstream {
-        gates::fetch(root, remote)?;
+        records::fetch(root, remote)?;
     }
     let plan = Plan::new(fleet, renderer, root, upstream.as_deref(), &source, &settings.verify.selection)?;
     let remote = upstream.filter(|_| settings.push);
@@ -266,7 +255,7 @@ pub(crate) async fn run(
                     Some(t) => gate(&wave.name, t, &sha, fleet, settings, progress, interrupted).await?,
                     None => ClusterReport::failed(c, "flux.reconcile", "not in the fleet".into()),
                 };
-                gates::record(root, &record(fleet, &wave.name, &sha, &result))?;
+                records::record(root, &record(fleet, &wave.name, &sha, &result))?;
                 Ok::<_, RolloutError>(result)
             }
         }))
@@ -278,7 +267,7 @@ pub(crate) async fn run(
         if let Some(remote) = &remote
             && gated.iter().any(Result::is_ok)
         {
-            gates::publish(root, remote)?;
+            records::publish(root, remote)?;
         }
         let mut results = gated.into_iter().collect::<Result<Vec<_>, _>>()?;
         results.sort_by_key(|r| wave.clusters.iter().position(|c| *c == r.cluster));
@@ -326,7 +315,7 @@ fn record(fleet: &Fleet, wave: &str, sha: &str, result: &ClusterReport) -> Gate 
         cluster: result.cluster.clone(),
         outcome: result.outcome,
         commit: sha.to_owned(),
-        at: gates::now(),
+        at: records::now(),
         checks: result.checks.iter().map(|c| (c.id.clone(), c.verdict.outcome.to_string())).collect(),
         failed: result.failure.as_ref().map(|f| f.check.clone()),
     }
@@ -359,165 +348,4 @@ fn commit_wave(
         repo::push(root).map_err(|reason| RolloutError::Push { repo: root.display().to_string(), reason })?;
     }
     Ok(commit.map(|(id, _)| id.to_string()))
-}
-
-/// Reach every cluster of the waves from `start` on and review what the rollout will do there,
-/// before anything is written.
-async fn reach_all<'f>(
-    fleet: &'f Fleet,
-    renderer: &Renderer,
-    settings: &Settings,
-    start: usize,
-) -> Result<Vec<Target<'f>>, RolloutError> {
-    let names: BTreeSet<&str> =
-        fleet.waves[start..].iter().flat_map(|w| w.clusters.iter().map(String::as_str)).collect();
-    let mut targets = Vec::new();
-    for (index, (member, reach)) in fleet.members.iter().zip(&fleet.reach).enumerate() {
-        if !names.contains(member.profile.cluster.name.as_str()) {
-            continue;
-        }
-        let rendered = renderer.render(member)?;
-        let layers = deploy::layers(&member.profile, &rendered);
-        targets.push((index, member, reach, deploy::ids(&layers), deploy::flux_objects(&layers)));
-    }
-    let reached =
-        futures::future::join_all(targets.into_iter().map(|(index, member, reach, objects, flux)| async move {
-            let name = member.profile.cluster.name.clone();
-            let options = ConnectOptions {
-                kubeconfig: reach.kubeconfig.clone().or_else(|| settings.connect.kubeconfig.clone()),
-                context: Some(reach.context.clone()),
-                ..settings.connect.clone()
-            };
-            let cluster = Cluster::connect(&options).await.map_err(|source| match source {
-                ClusterError::Kubeconfig { .. }
-                | ClusterError::NoKubeconfig { .. }
-                | ClusterError::NoContext { .. }
-                | ClusterError::NoCluster { .. } => RolloutError::Reach { cluster: name.clone(), index, source },
-                source => RolloutError::Cluster { cluster: name.clone(), source },
-            })?;
-            preflight::warm_up(&cluster)
-                .await
-                .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
-            let ops = operations(&member.profile, &objects, &flux, &settings.verify.selection, settings.verify.reach());
-            preflight::review(&cluster, &ops, "this rollout")
-                .await
-                .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
-            Ok::<_, RolloutError>(Target { member, objects, flux, cluster: Some(cluster) })
-        }))
-        .await;
-    reached.into_iter().collect()
-}
-
-/// Everything a rollout does on one cluster whose render holds `objects` (`flux` its Flux
-/// objects): ask the root source to fetch, wait for the Flux objects and then every object, and
-/// run the `selection` of checks.
-#[must_use]
-pub(crate) fn operations(
-    profile: &crate::profile::Profile,
-    objects: &[ObjectRef],
-    flux: &[ObjectRef],
-    selection: &verify::Selection,
-    reach: verify::Reach,
-) -> Vec<Operation> {
-    let mut ops: Vec<Operation> = vec![Operation::Review];
-    ops.extend(flux::operations(profile, flux));
-    ops.extend(objects.iter().cloned().map(Operation::Wait));
-    ops.extend(verify::session::operations(profile, flux, selection, reach));
-    ops
-}
-
-/// Progress of one cluster's gate, as its own line.
-struct Line<'a> {
-    wave: &'a str,
-    cluster: &'a str,
-    inner: &'a dyn Progress,
-}
-
-impl Progress for Line<'_> {
-    fn status(&self, object: &ObjectRef, status: &crate::readiness::StatusResult) {
-        let what = format!("{object} {}: {}", status.status, status.message);
-        self.inner.cluster(self.wave, self.cluster, &ClusterState::Reconciling(what));
-    }
-
-    fn check(&self, check: &str, state: &crate::progress::CheckState) {
-        if let crate::progress::CheckState::Finished { outcome, .. } = state {
-            self.inner.cluster(self.wave, self.cluster, &ClusterState::Verifying(format!("{check}: {outcome}")));
-        }
-    }
-
-    fn warn(&self, message: &str) {
-        self.inner.warn(&format!("{}: {message}", self.cluster));
-    }
-}
-
-/// One cluster's gate: Flux reconciles `sha`, then every selected check passes (and one passes,
-/// unless the fleet accepts a cluster whose checks all skip).
-async fn gate(
-    wave: &str,
-    target: &Target<'_>,
-    sha: &str,
-    fleet: &Fleet,
-    settings: &Settings,
-    progress: &dyn Progress,
-    interrupted: &Interrupt,
-) -> Result<ClusterReport, RolloutError> {
-    let name = target.member.profile.cluster.name.clone();
-    let Some(cluster) = target.cluster.as_ref() else {
-        return Ok(ClusterReport::failed(&name, "flux.reconcile", "not reached".into()));
-    };
-    let line = Line { wave, cluster: &name, inner: progress };
-    progress.cluster(wave, &name, &ClusterState::Reconciling(format!("commit {}", &sha[..sha.len().min(12)])));
-    let started = Instant::now();
-    let profile = &target.member.profile;
-    match flux::reconciled(cluster, profile, &target.flux, sha, settings.timeout, &line).await {
-        Ok(()) => {}
-        Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name, source }),
-        Err(e) => {
-            let report = ClusterReport::failed(&name, "flux.reconcile", e.to_string());
-            progress.cluster(wave, &name, &ClusterState::Failed(format!("Flux did not reconcile {sha}: {e}")));
-            return Ok(report);
-        }
-    }
-    let reconciled_ms = millis(started.elapsed());
-    // What Flux applied settles (a controller fills the Pools), up to the same time limit; the
-    // checks then run whatever the state, and say what is not right.
-    let settle =
-        WaitOptions { interval: Duration::from_secs(2), deadline: Instant::now() + settings.timeout, fail_fast: false };
-    match wait::wait_for_set(cluster, &target.objects, &settle, &line).await {
-        Ok(()) | Err(WaitError::Timeout(_) | WaitError::Failed(_)) => {}
-        Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name, source }),
-    }
-    progress.cluster(wave, &name, &ClusterState::Verifying(String::new()));
-    let checking = Instant::now();
-    let session = Session::start(cluster, profile, target.flux.clone(), settings.verify.clone())
-        .await
-        .map_err(|e| verify_error(&name, e))?;
-    let results = session.run(&line, interrupted()).await.map_err(|e| verify_error(&name, e))?;
-    let (outcome, failure) = gates::judge(&results, fleet.accept_no_evidence);
-    let state = match &failure {
-        None => ClusterState::Passed,
-        Some(f) => ClusterState::Failed(format!("{}: {}", f.check, f.evidence)),
-    };
-    progress.cluster(wave, &name, &state);
-    Ok(ClusterReport {
-        cluster: name,
-        passed: failure.is_none(),
-        outcome,
-        reconciled_ms: Some(reconciled_ms),
-        verify_ms: Some(millis(checking.elapsed())),
-        failure,
-        checks: results,
-    })
-}
-
-fn verify_error(cluster: &str, e: VerifyError) -> RolloutError {
-    match e {
-        VerifyError::Cluster(source) => RolloutError::Cluster { cluster: cluster.to_owned(), source },
-        VerifyError::Preflight(source) => RolloutError::Preflight { cluster: cluster.to_owned(), source },
-        source => RolloutError::Verify { cluster: cluster.to_owned(), source },
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -4,7 +4,7 @@
 //!
 //! A wave's commit carries two trailers, `Osbx-Rollout: <fleet>` and `Osbx-Wave: <wave>`, for
 //! whoever reads the history. What a wave's gate showed is not in the history but in the gate
-//! records ([`super::gates`]): a wave counts as done when the repository holds its render (it
+//! records ([`super::records`]): a wave counts as done when the repository holds its render (it
 //! changes nothing) and every one of its clusters' newest records shows it passed with the checks
 //! this run selects, at a commit where the cluster's files (its `clusters/<name>/apps` and the
 //! directories they point Flux at) were what HEAD holds; the done waves are those before the
@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{RolloutError, gates};
+use super::{RolloutError, records};
 use crate::fleet::{self, Fleet};
 use crate::render::{Rendered, Renderer, Source};
 use crate::repo;
@@ -56,7 +56,7 @@ impl Plan {
         // The gate records first: without any (a first rollout), nothing below reads the
         // clusters' directories.
         let names: BTreeSet<&str> = fleet.members.iter().map(|m| m.profile.cluster.name.as_str()).collect();
-        let records = gates::newest(root, &fleet.name, &names, remote)?;
+        let records = records::newest(root, &fleet.name, &names, remote)?;
         let mut files = Vec::new();
         let mut previous: Option<Rendered> = None;
         let mut first_pending = fleet.waves.len();

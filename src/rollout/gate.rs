@@ -1,0 +1,109 @@
+//! One cluster's gate: Flux reconciles the wave's commit, what it applied settles, and the
+//! selected checks run there.
+
+use std::time::{Duration, Instant};
+
+use super::reach::Target;
+use super::records;
+use super::{ClusterReport, Interrupt, RolloutError, Settings, flux};
+use crate::cluster::wait::{self, WaitError, WaitOptions};
+use crate::fleet::Fleet;
+use crate::object::ObjectRef;
+use crate::progress::{ClusterState, Progress};
+use crate::verify::session::{Session, VerifyError};
+
+/// Progress of one cluster's gate, as its own line.
+struct Line<'a> {
+    wave: &'a str,
+    cluster: &'a str,
+    inner: &'a dyn Progress,
+}
+
+impl Progress for Line<'_> {
+    fn status(&self, object: &ObjectRef, status: &crate::readiness::StatusResult) {
+        let what = format!("{object} {}: {}", status.status, status.message);
+        self.inner.cluster(self.wave, self.cluster, &ClusterState::Reconciling(what));
+    }
+
+    fn check(&self, check: &str, state: &crate::progress::CheckState) {
+        if let crate::progress::CheckState::Finished { outcome, .. } = state {
+            self.inner.cluster(self.wave, self.cluster, &ClusterState::Verifying(format!("{check}: {outcome}")));
+        }
+    }
+
+    fn warn(&self, message: &str) {
+        self.inner.warn(&format!("{}: {message}", self.cluster));
+    }
+}
+
+/// One cluster's gate: Flux reconciles `sha`, then every selected check passes (and one passes,
+/// unless the fleet accepts a cluster whose checks all skip).
+pub(super) async fn gate(
+    wave: &str,
+    target: &Target<'_>,
+    sha: &str,
+    fleet: &Fleet,
+    settings: &Settings,
+    progress: &dyn Progress,
+    interrupted: &Interrupt,
+) -> Result<ClusterReport, RolloutError> {
+    let name = target.member.profile.cluster.name.clone();
+    let Some(cluster) = target.cluster.as_ref() else {
+        return Ok(ClusterReport::failed(&name, "flux.reconcile", "not reached".into()));
+    };
+    let line = Line { wave, cluster: &name, inner: progress };
+    progress.cluster(wave, &name, &ClusterState::Reconciling(format!("commit {}", &sha[..sha.len().min(12)])));
+    let started = Instant::now();
+    let profile = &target.member.profile;
+    match flux::reconciled(cluster, profile, &target.flux, sha, settings.timeout, &line).await {
+        Ok(()) => {}
+        Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name, source }),
+        Err(e) => {
+            let report = ClusterReport::failed(&name, "flux.reconcile", e.to_string());
+            progress.cluster(wave, &name, &ClusterState::Failed(format!("Flux did not reconcile {sha}: {e}")));
+            return Ok(report);
+        }
+    }
+    let reconciled_ms = millis(started.elapsed());
+    // What Flux applied settles (a controller fills the Pools), up to the same time limit; the
+    // checks then run whatever the state, and say what is not right.
+    let settle =
+        WaitOptions { interval: Duration::from_secs(2), deadline: Instant::now() + settings.timeout, fail_fast: false };
+    match wait::wait_for_set(cluster, &target.objects, &settle, &line).await {
+        Ok(()) | Err(WaitError::Timeout(_) | WaitError::Failed(_)) => {}
+        Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name, source }),
+    }
+    progress.cluster(wave, &name, &ClusterState::Verifying(String::new()));
+    let checking = Instant::now();
+    let session = Session::start(cluster, profile, target.flux.clone(), settings.verify.clone())
+        .await
+        .map_err(|e| verify_error(&name, e))?;
+    let results = session.run(&line, interrupted()).await.map_err(|e| verify_error(&name, e))?;
+    let (outcome, failure) = records::judge(&results, fleet.accept_no_evidence);
+    let state = match &failure {
+        None => ClusterState::Passed,
+        Some(f) => ClusterState::Failed(format!("{}: {}", f.check, f.evidence)),
+    };
+    progress.cluster(wave, &name, &state);
+    Ok(ClusterReport {
+        cluster: name,
+        passed: failure.is_none(),
+        outcome,
+        reconciled_ms: Some(reconciled_ms),
+        verify_ms: Some(millis(checking.elapsed())),
+        failure,
+        checks: results,
+    })
+}
+
+fn verify_error(cluster: &str, e: VerifyError) -> RolloutError {
+    match e {
+        VerifyError::Cluster(source) => RolloutError::Cluster { cluster: cluster.to_owned(), source },
+        VerifyError::Preflight(source) => RolloutError::Preflight { cluster: cluster.to_owned(), source },
+        source => RolloutError::Verify { cluster: cluster.to_owned(), source },
+    }
+}
+
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
