@@ -127,7 +127,6 @@ const MAX_LINES: usize = 500;
 /// (issue 43): the list may only shrink.
 const STILL_OVER: &[&str] = &[
     "src/cli.rs",
-    "src/commands/settings.rs",
     "src/overview/mod.rs",
     "src/printer.rs",
     "src/review/charts.rs",

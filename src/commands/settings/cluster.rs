@@ -1,152 +1,23 @@
-//! Every command's settings, resolved from its arguments and the environment in one place:
-//! the commands themselves never see clap, and the domain never sees either.
+//! The settings of the commands that reach a cluster or a Flux repository's history: `diff`,
+//! `apply`, `status`, `verify`, `rollout`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context as _;
-use serde_json::Value;
-
-use crate::chart::Chart;
 use crate::cli::{
-    ApplyArgs, ClusterArgs, DiffArgs, DiffOutput, InitArgs, LimitArgs, LintArgs, Output, ProfileArgs, RbacArgs,
-    RbacFor, RenderArgs, RolloutArgs, RuntimeArg, StatusArgs, StatusOutput, VerifyArgs, VerifyFlags,
+    ApplyArgs, DiffArgs, DiffOutput, Output, RolloutArgs, StatusArgs, StatusOutput, VerifyArgs, VerifyFlags,
 };
 use crate::cluster::ConnectOptions;
 use crate::deploy::ApplyOptions;
-use crate::init::{Runtimes, Starter};
 use crate::profile::ProfileSource;
-use crate::rbac::{self, Purpose, Subject};
 use crate::verify;
 use crate::verify::{ApiKeyValue, Selection};
 
-/// Which profile, and which templates render it.
-#[derive(Debug, Clone)]
-pub(super) struct ProfileSettings {
-    /// The profile.
-    pub source: ProfileSource,
-    /// Templates that replace embedded ones.
-    pub templates: Option<PathBuf>,
-}
-
-impl From<&ProfileArgs> for ProfileSettings {
-    fn from(a: &ProfileArgs) -> Self {
-        Self { source: ProfileSource::from_arg(a.profile.as_deref()), templates: a.templates.clone() }
-    }
-}
-
-impl From<&ClusterArgs> for ConnectOptions {
-    fn from(a: &ClusterArgs) -> Self {
-        connect(a.kubeconfig.clone(), a.context.clone(), &a.limits)
-    }
-}
-
-fn connect(kubeconfig: Option<PathBuf>, context: Option<String>, l: &LimitArgs) -> ConnectOptions {
-    ConnectOptions { kubeconfig, context, qps: l.qps, concurrency: l.concurrency, request_timeout: l.request_timeout }
-}
-
-/// What to render: one profile or every cluster of a fleet.
-#[derive(Debug, Clone)]
-pub(super) enum Source {
-    /// One profile.
-    Profile(ProfileSource),
-    /// Every cluster of a fleet file.
-    Fleet(PathBuf),
-}
-
-/// `osbx render`.
-#[derive(Debug, Clone)]
-pub(super) struct RenderSettings {
-    /// Which profile or fleet.
-    pub source: Source,
-    /// Repository root.
-    pub out: PathBuf,
-    /// Template overrides.
-    pub templates: Option<PathBuf>,
-    /// Compare only.
-    pub check: bool,
-    /// Commit with this message.
-    pub commit: Option<String>,
-    /// Adopt foreign files.
-    pub force: bool,
-    /// List the defaults filled in.
-    pub verbose: bool,
-    /// The age identity file (`--age-key-file`; else `SOPS_AGE_KEY_FILE`, `SOPS_AGE_KEY`).
-    pub age_key_file: Option<PathBuf>,
-    /// `osbx secret set`: the value to seal before rendering.
-    pub set: Option<SecretValue>,
-}
-
-/// A Secret's value given to `osbx secret set` (never printed: `Debug` shows its length only).
-#[derive(Clone)]
-pub(super) struct SecretValue {
-    /// The Secret's name.
-    pub name: String,
-    /// The value itself (never printed).
-    pub value: Vec<u8>,
-}
-
-impl std::fmt::Debug for SecretValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SecretValue({}, {} bytes)", self.name, self.value.len())
-    }
-}
-
-impl From<RenderArgs> for RenderSettings {
-    fn from(a: RenderArgs) -> Self {
-        Self {
-            source: match a.fleet {
-                Some(path) => Source::Fleet(path),
-                None => Source::Profile(ProfileSource::from_arg(a.profile.as_deref())),
-            },
-            out: a.out,
-            templates: a.templates,
-            check: a.check,
-            commit: a.commit.then(|| a.message.unwrap_or_else(|| "osbx: render the OpenSandbox platform".to_owned())),
-            force: a.force,
-            verbose: a.verbose,
-            age_key_file: a.age_key_file,
-            set: None,
-        }
-    }
-}
-
-/// `osbx init`.
-#[derive(Debug, Clone)]
-pub(super) struct InitSettings {
-    /// The file to write.
-    pub file: PathBuf,
-    /// What the starter profile contains (cluster name, runtimes, SPIRE).
-    pub starter: Starter,
-    /// Write a fleet file and its base profile instead of one profile.
-    pub fleet: bool,
-    /// Overwrite.
-    pub force: bool,
-}
-
-impl From<&InitArgs> for InitSettings {
-    fn from(a: &InitArgs) -> Self {
-        let default = if a.fleet { "fleet.yaml" } else { "profile.yaml" };
-        Self {
-            file: a.file.clone().unwrap_or_else(|| PathBuf::from(default)),
-            starter: Starter {
-                cluster: a.cluster.clone(),
-                runtimes: match a.runtime {
-                    RuntimeArg::Runc => Runtimes::Runc,
-                    RuntimeArg::Kata => Runtimes::Kata,
-                    RuntimeArg::Both => Runtimes::Both,
-                },
-                spire: a.spire,
-            },
-            fleet: a.fleet,
-            force: a.force,
-        }
-    }
-}
+use super::{ProfileSettings, api_key, connect};
 
 /// `osbx diff`: against a live cluster, or (`--base`) offline against a git ref.
 #[derive(Debug, Clone)]
-pub(super) enum DiffSettings {
+pub(in crate::commands) enum DiffSettings {
     /// Against a cluster.
     Live(LiveDiffSettings),
     /// Against what the Flux repository holds at a ref.
@@ -155,7 +26,7 @@ pub(super) enum DiffSettings {
 
 /// `osbx diff` against a cluster.
 #[derive(Debug, Clone)]
-pub(super) struct LiveDiffSettings {
+pub(in crate::commands) struct LiveDiffSettings {
     /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// The cluster.
@@ -172,7 +43,7 @@ pub(super) struct LiveDiffSettings {
 
 /// `osbx diff --base`.
 #[derive(Debug, Clone)]
-pub(super) struct ReviewSettings {
+pub(in crate::commands) struct ReviewSettings {
     /// What to review, and how.
     pub review: crate::review::Settings,
     /// Output format.
@@ -233,7 +104,7 @@ impl TryFrom<&DiffArgs> for DiffSettings {
 
 /// `osbx apply`.
 #[derive(Debug, Clone)]
-pub(super) struct ApplySettings {
+pub(in crate::commands) struct ApplySettings {
     /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// The cluster.
@@ -285,7 +156,7 @@ impl TryFrom<&ApplyArgs> for ApplySettings {
 
 /// `osbx status`.
 #[derive(Debug, Clone)]
-pub(super) struct StatusSettings {
+pub(in crate::commands) struct StatusSettings {
     /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// The cluster.
@@ -332,7 +203,7 @@ impl TryFrom<&StatusArgs> for StatusSettings {
 
 /// A verify run and its report (`osbx verify`, `osbx apply --verify`).
 #[derive(Debug, Clone)]
-pub(super) struct VerifyRunSettings {
+pub(in crate::commands) struct VerifyRunSettings {
     /// Which checks, how the run reaches the Lifecycle API, its time limit.
     pub run: verify::Settings,
     /// Write a JUnit report here.
@@ -355,7 +226,7 @@ impl VerifyRunSettings {
 
 /// `osbx verify`.
 #[derive(Debug, Clone)]
-pub(super) struct VerifySettings {
+pub(in crate::commands) struct VerifySettings {
     /// Which profile, and which templates render it.
     pub profile: ProfileSettings,
     /// The cluster.
@@ -381,7 +252,7 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
 
 /// `osbx rollout`.
 #[derive(Debug, Clone)]
-pub(super) struct RolloutSettings {
+pub(in crate::commands) struct RolloutSettings {
     /// The fleet file.
     pub fleet: PathBuf,
     /// Templates that replace embedded ones.
@@ -415,92 +286,4 @@ impl From<&RolloutArgs> for RolloutSettings {
             output: a.output,
         }
     }
-}
-
-/// `osbx lint`.
-#[derive(Debug, Clone)]
-pub(super) struct LintSettings {
-    /// Which profile or fleet.
-    pub source: Source,
-    /// Template overrides.
-    pub templates: Option<PathBuf>,
-    /// The Pool CRD of the pinned chart, parsed.
-    pub pool_crd: Option<Value>,
-    /// A pinned chart, read.
-    pub chart: Option<Chart>,
-    /// Output format.
-    pub output: Output,
-    /// The Flux repository to check too.
-    pub repo: Option<PathBuf>,
-    /// The age identity file given.
-    pub age_key_file: Option<PathBuf>,
-}
-
-impl TryFrom<&LintArgs> for LintSettings {
-    type Error = anyhow::Error;
-
-    fn try_from(a: &LintArgs) -> anyhow::Result<Self> {
-        Ok(Self {
-            source: match &a.fleet {
-                Some(path) => Source::Fleet(path.clone()),
-                None => Source::Profile(ProfileSource::from_arg(a.profile.profile.as_deref())),
-            },
-            templates: a.profile.templates.clone(),
-            pool_crd: a.pool_crd.as_deref().map(read_yaml).transpose()?,
-            chart: a.chart.as_deref().map(Chart::load).transpose()?,
-            repo: a.repo.clone(),
-            age_key_file: a.age_key_file.clone(),
-            output: a.output,
-        })
-    }
-}
-
-/// `osbx rbac`.
-#[derive(Debug, Clone)]
-pub(super) struct RbacSettings {
-    /// Which profile, and which templates render it.
-    pub profile: ProfileSettings,
-    /// A fleet file and its cluster whose profile it is instead (`--fleet`, `--cluster`).
-    pub member: Option<(PathBuf, String)>,
-    /// What to print.
-    pub rbac: rbac::Options,
-}
-
-impl From<&RbacArgs> for RbacSettings {
-    fn from(a: &RbacArgs) -> Self {
-        let accounts = a.service_account.iter().map(|(ns, name)| Subject::ServiceAccount(ns.clone(), name.clone()));
-        Self {
-            profile: (&a.profile).into(),
-            member: a.fleet.clone().zip(a.cluster.clone()),
-            rbac: rbac::Options {
-                purpose: match a.purpose {
-                    RbacFor::Apply => Purpose::Apply,
-                    RbacFor::Diff => Purpose::Diff,
-                    RbacFor::Verify => Purpose::Verify,
-                    RbacFor::Rollout => Purpose::Rollout,
-                    RbacFor::Status => Purpose::Status,
-                    RbacFor::All => Purpose::All,
-                },
-                prune: a.prune,
-                decryption_secret: a.create_decryption_secret,
-                subjects: a.user.iter().cloned().map(Subject::User).chain(accounts).collect(),
-            },
-        }
-    }
-}
-
-fn read_yaml(path: &Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_saphyr::from_str(&text).with_context(|| format!("{} is not a YAML document", path.display()))
-}
-
-/// The API key given to this run: `--api-key-file`, else `OSBX_API_KEY` (never an argument
-/// value, which would show in `ps`).
-fn api_key(file: Option<&Path>) -> anyhow::Result<Option<String>> {
-    if let Some(path) = file {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading --api-key-file {}", path.display()))?;
-        return Ok(Some(text.trim().to_owned()).filter(|k| !k.is_empty()));
-    }
-    Ok(std::env::var("OSBX_API_KEY").ok().filter(|k| !k.is_empty()))
 }
