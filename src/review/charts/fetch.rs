@@ -1,0 +1,379 @@
+//! Fetching a chart into the cache (git, a Helm repository, an OCI registry), once per pin, and
+//! building its dependencies.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::{ChartError, Charts, Fetch, GitRef, exact};
+
+impl Charts {
+    /// The chart directory of `fetch`, fetched (and its dependencies built) once per run.
+    pub(super) fn fetched(&self, release: &str, fetch: &Fetch, source: &str) -> Result<PathBuf, ChartError> {
+        let key = format!("{fetch:?}");
+        let cell =
+            self.fetched.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(key).or_default().clone();
+        cell.get_or_init(|| {
+            let fail = |reason: String| ChartError::Fetch {
+                release: release.to_owned(),
+                from: source.to_owned(),
+                reference: fetch.reference(),
+                reason,
+            };
+            let (root, dir) = match fetch {
+                Fetch::Git { url, reference, path } => self.git(release, url, reference, path),
+                Fetch::Repo { .. } | Fetch::Oci { .. } => self.pull(release, fetch),
+            }
+            .map_err(|e| match e {
+                GitFailure::Chart(e) => e,
+                GitFailure::Other(reason) => fail(reason),
+            })?;
+            self.dependencies(release, &root, &dir)?;
+            Ok(dir)
+        })
+        .clone()
+    }
+
+    pub(super) fn cached(&self, release: &str, rel: &str, present: bool) -> Result<Option<PathBuf>, GitFailure> {
+        let dir = self.cache.join(rel);
+        if present {
+            return Ok(Some(dir));
+        }
+        if self.air_gapped {
+            return Err(GitFailure::Chart(ChartError::NotCached {
+                release: release.to_owned(),
+                dir: self.cache.display().to_string(),
+                want: rel.to_owned(),
+            }));
+        }
+        Ok(None)
+    }
+
+    /// A chart of a git repository: fetched by the user's git into a bare repository of the
+    /// cache (its credentials and proxies apply, as to `osbx rollout`'s push), its directory
+    /// and the `file://` dependencies it names exported from the commit the reference names
+    /// (read with libgit2).
+    pub(super) fn git(
+        &self,
+        release: &str,
+        url: &str,
+        reference: &GitRef,
+        path: &str,
+    ) -> Result<(PathBuf, PathBuf), GitFailure> {
+        let rel = format!("git/{}@{}", slug(url), slug(&reference.to_string()));
+        let exported = in_cache(&self.cache, &rel)?;
+        let present = exported.join(path).join("Chart.yaml").is_file()
+            && !matches!(reference, GitRef::Branch(_) | GitRef::Semver(_));
+        if let Some(dir) = self.cached(release, &rel, present)? {
+            return Ok((dir.clone(), dir.join(path)));
+        }
+        let other = |e: git2::Error| GitFailure::Other(e.message().to_owned());
+        let bare = in_cache(&self.cache, &format!("git/{}.git", slug(url)))?;
+        std::fs::create_dir_all(&bare).map_err(|e| GitFailure::Other(format!("{}: {e}", bare.display())))?;
+        let repo = git2::Repository::open_bare(&bare).or_else(|_| git2::Repository::init_bare(&bare)).map_err(other)?;
+        let refspecs: Vec<String> = match reference {
+            GitRef::Tag(t) => vec![format!("+refs/tags/{t}:refs/tags/{t}")],
+            GitRef::Branch(b) => vec![format!("+refs/heads/{b}:refs/heads/{b}")],
+            GitRef::Name(n) => vec![format!("+{n}:{n}")],
+            GitRef::Commit(_) | GitRef::Semver(_) => {
+                vec!["+refs/tags/*:refs/tags/*".to_owned(), "+refs/heads/*:refs/heads/*".to_owned()]
+            }
+        };
+        let known = match reference {
+            GitRef::Commit(c) => git2::Oid::from_str(c).ok().and_then(|id| repo.find_commit(id).ok()).is_some(),
+            _ => false,
+        };
+        if !known {
+            crate::repo::fetch(&bare, url, &refspecs).map_err(GitFailure::Other)?;
+        }
+        let commit = match reference {
+            GitRef::Tag(t) => repo.revparse_single(&format!("refs/tags/{t}")).and_then(|o| o.peel_to_commit()),
+            GitRef::Branch(b) => repo.revparse_single(&format!("refs/heads/{b}")).and_then(|o| o.peel_to_commit()),
+            GitRef::Name(n) => repo.revparse_single(n).and_then(|o| o.peel_to_commit()),
+            GitRef::Commit(c) => repo.revparse_single(c).and_then(|o| o.peel_to_commit()),
+            GitRef::Semver(range) => highest_tag(&repo, range)
+                .and_then(|t| repo.revparse_single(&format!("refs/tags/{t}"))?.peel_to_commit()),
+        }
+        .map_err(|e| GitFailure::Other(format!("{reference}: {}", e.message())))?;
+        let tree = commit.tree().map_err(other)?;
+        let staging = in_cache(&self.cache, &format!("{rel}.tmp{}", std::process::id()))?;
+        let _ = std::fs::remove_dir_all(&staging);
+        if let Err(e) = export(&repo, &tree, path, &staging) {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(match e {
+                Export::Refused(reason) => GitFailure::Chart(ChartError::Refused {
+                    object: format!("the chart of {release}"),
+                    field: format!("the tree of commit {}", commit.id()),
+                    reason,
+                }),
+                Export::Other(reason) => GitFailure::Other(reason),
+            });
+        }
+        if !staging.join(path).join("Chart.yaml").is_file() {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(GitFailure::Other(format!("{path} holds no Chart.yaml at commit {}", commit.id())));
+        }
+        let _ = std::fs::remove_dir_all(&exported);
+        std::fs::rename(&staging, &exported).map_err(|e| GitFailure::Other(format!("{}: {e}", exported.display())))?;
+        Ok((exported.clone(), exported.join(path)))
+    }
+
+    /// A chart of a Helm or OCI repository, pulled by helm into the cache.
+    pub(super) fn pull(&self, release: &str, fetch: &Fetch) -> Result<(PathBuf, PathBuf), GitFailure> {
+        let (rel, chart, mut args, pinned) = match fetch {
+            Fetch::Repo { url, chart, version, oci, plain_http } => {
+                let v = version.clone().unwrap_or_else(|| "latest".into());
+                let rel = format!("helm/{}/{chart}-{}", slug(url), slug(&v));
+                let mut args = if *oci {
+                    vec![format!("{}/{chart}", url.trim_end_matches('/'))]
+                } else {
+                    vec![chart.clone(), format!("--repo={url}")]
+                };
+                if let Some(version) = version {
+                    args.push(format!("--version={version}"));
+                }
+                if *plain_http {
+                    args.push("--plain-http".into());
+                }
+                (rel, chart.clone(), args, version.as_deref().is_some_and(exact))
+            }
+            Fetch::Oci { url, reference, plain_http } => {
+                let chart = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_owned();
+                let rel = format!("oci/{}-{}", slug(url), slug(reference));
+                let mut args = match reference.split_once(' ') {
+                    Some(("digest", digest)) => vec![format!("{url}@{digest}")],
+                    Some((_, version)) => vec![url.clone(), format!("--version={version}")],
+                    None => vec![url.clone()],
+                };
+                if *plain_http {
+                    args.push("--plain-http".into());
+                }
+                let pinned = reference.starts_with("tag ") || reference.starts_with("digest ");
+                (rel, chart, args, pinned)
+            }
+            Fetch::Git { .. } => unreachable!("git sources are fetched with git"),
+        };
+        let target = in_cache(&self.cache, &rel)?;
+        let present = pinned && target.join(&chart).join("Chart.yaml").is_file();
+        if let Some(dir) = self.cached(release, &rel, present)? {
+            return Ok((dir.clone(), dir.join(&chart)));
+        }
+        let staging = in_cache(&self.cache, &format!("{rel}.tmp{}", std::process::id()))?;
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging).map_err(|e| GitFailure::Other(format!("{}: {e}", staging.display())))?;
+        args.splice(0..0, ["pull".to_owned()]);
+        args.extend(["--untar".into(), format!("--untardir={}", staging.display())]);
+        let out = self.helm.command().args(&args).output().map_err(|e| GitFailure::Other(format!("helm pull: {e}")))?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(GitFailure::Other(format!("helm pull: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        }
+        // What helm unpacked is read by helm template and osbx: only directories and files.
+        if let Err(reason) = crate::refs::plain_tree(&staging) {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(GitFailure::Chart(ChartError::Refused {
+                object: format!("the chart of {release}"),
+                field: "what helm pull unpacked".into(),
+                reason,
+            }));
+        }
+        if !staging.join(&chart).join("Chart.yaml").is_file() {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(GitFailure::Other(format!("helm pull unpacked no chart named {chart}")));
+        }
+        let _ = std::fs::remove_dir_all(&target);
+        std::fs::rename(&staging, &target).map_err(|e| GitFailure::Other(format!("{}: {e}", target.display())))?;
+        Ok((target.clone(), target.join(chart)))
+    }
+
+    /// Build a chart's dependencies once (a marker file says it was done); a `file://`
+    /// dependency must stay inside `root`, the cache entry the chart was fetched into (helm
+    /// would read it from wherever it points).
+    pub(super) fn dependencies(&self, release: &str, root: &Path, dir: &Path) -> Result<(), ChartError> {
+        let marker = dir.join(".osbx-dependencies");
+        let meta: Value = std::fs::read_to_string(dir.join("Chart.yaml"))
+            .ok()
+            .and_then(|t| serde_saphyr::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        let inside = dir.strip_prefix(root).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        for dep in meta["dependencies"].as_array().into_iter().flatten() {
+            if let Some(rel) = dep["repository"].as_str().and_then(|r| r.strip_prefix("file://"))
+                && crate::refs::join_within(&inside, rel).is_none()
+            {
+                return Err(ChartError::Refused {
+                    object: format!("the chart of {release}"),
+                    field: "Chart.yaml dependencies[].repository".into(),
+                    reason: format!("file://{rel} points outside the chart's source"),
+                });
+            }
+        }
+        let names: Vec<&str> =
+            meta["dependencies"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();
+        // Built when `charts/` holds each one, unpacked or as the archive `helm package` and
+        // `helm dependency build` leave (a chart pulled from a repository comes so).
+        let vendored: Vec<String> = dir
+            .join("charts")
+            .read_dir()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let built = |name: &str| {
+            dir.join("charts").join(name).join("Chart.yaml").is_file()
+                || vendored.iter().any(|f| {
+                    f.strip_prefix(name).and_then(|rest| rest.strip_prefix('-')).is_some_and(|rest| {
+                        rest.starts_with(|c: char| c.is_ascii_digit())
+                            && Path::new(rest).extension().is_some_and(|e| e.eq_ignore_ascii_case("tgz"))
+                    })
+                })
+        };
+        if marker.is_file() || names.iter().all(|n| built(n)) {
+            return Ok(());
+        }
+        if self.air_gapped {
+            return Err(ChartError::NotCached {
+                release: release.to_owned(),
+                dir: self.cache.display().to_string(),
+                want: format!("{} with its dependencies built", dir.display()),
+            });
+        }
+        let run = |verb: &str| self.helm.command().args(["dependency", verb, "--skip-refresh"]).arg(dir).output();
+        let fail = |step: &str, message: String| ChartError::Helm {
+            release: release.to_owned(),
+            step: format!("dependency {step}"),
+            chart: dir.display().to_string(),
+            message,
+        };
+        let out = run("build").map_err(|e| fail("build", e.to_string()))?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            if !stderr.contains("out of sync") {
+                return Err(fail("build", stderr));
+            }
+            // The chart ships a Chart.lock that does not match its Chart.yaml: resolve again.
+            let out = run("update").map_err(|e| fail("update", e.to_string()))?;
+            if !out.status.success() {
+                return Err(fail("update", String::from_utf8_lossy(&out.stderr).trim().to_owned()));
+            }
+        }
+        let _ = std::fs::write(marker, "");
+        Ok(())
+    }
+}
+
+/// A directory name for `text` (a URL, a ref): its letters, digits, `.` and `-` kept, the rest
+/// `_`, and a leading `.` made `_` (never `.`, `..` or a hidden name).
+pub(super) fn slug(text: &str) -> String {
+    let text = text.split("://").last().unwrap_or(text);
+    let mut out: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect();
+    if out.starts_with('.') || out.is_empty() {
+        out.replace_range(0..usize::from(!out.is_empty()), "_");
+    }
+    out
+}
+
+/// `rel` under the cache, refused (as a fetch failure) if it would leave it.
+pub(super) fn in_cache(cache: &Path, rel: &str) -> Result<PathBuf, GitFailure> {
+    crate::refs::under(cache, rel).map_err(GitFailure::Other)
+}
+
+pub(super) enum GitFailure {
+    Chart(ChartError),
+    Other(String),
+}
+
+/// The highest tag of `repo` whose version matches `range` (Flux's `spec.ref.semver`).
+pub(super) fn highest_tag(repo: &git2::Repository, range: &str) -> Result<String, git2::Error> {
+    let req = semver::VersionReq::parse(range).map_err(|e| git2::Error::from_str(&format!("semver {range}: {e}")))?;
+    let tags = repo.tag_names(None)?;
+    tags.iter()
+        .filter_map(|t| t.ok().flatten())
+        .filter_map(|t| semver::Version::parse(t.trim_start_matches('v')).ok().map(|v| (v, t.to_owned())))
+        .filter(|(v, _)| req.matches(v))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, t)| t)
+        .ok_or_else(|| git2::Error::from_str(&format!("no tag matches semver {range}")))
+}
+
+/// Why a chart's tree cannot be exported.
+pub(super) enum Export {
+    /// The tree holds what must not be written (a `..` entry, a symbolic link, a dependency
+    /// outside the repository).
+    Refused(String),
+    /// git or the file system failed.
+    Other(String),
+}
+
+/// Export the directory `path` of `tree` into `to` (keeping its place in the tree), and, for each
+/// `file://` dependency its `Chart.yaml` names, that directory too. The tree is the change's:
+/// every entry name is checked before it becomes a path, symbolic links are refused, files are
+/// created new (never through what is already there), and a dependency may not climb out of the
+/// repository.
+pub(super) fn export(repo: &git2::Repository, tree: &git2::Tree<'_>, path: &str, to: &Path) -> Result<(), Export> {
+    let mut pending = vec![path.to_owned()];
+    let mut done = Vec::new();
+    while let Some(dir) = pending.pop() {
+        if done.contains(&dir) {
+            continue;
+        }
+        let entry = tree.get_path(Path::new(&dir)).map_err(|e| Export::Other(format!("{dir}: {}", e.message())))?;
+        let sub = entry
+            .to_object(repo)
+            .and_then(|o| o.peel_to_tree())
+            .map_err(|e| Export::Other(format!("{dir}: {}", e.message())))?;
+        let target = crate::refs::under(to, &dir).map_err(Export::Refused)?;
+        write_tree(repo, &sub, &target, &dir)?;
+        let meta: Value = std::fs::read_to_string(target.join("Chart.yaml"))
+            .ok()
+            .and_then(|t| serde_saphyr::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        for dep in meta["dependencies"].as_array().into_iter().flatten() {
+            if let Some(rel) = dep["repository"].as_str().and_then(|r| r.strip_prefix("file://")) {
+                let joined = crate::refs::join_within(&dir, rel).ok_or_else(|| {
+                    Export::Refused(format!(
+                        "{dir}/Chart.yaml: the dependency file://{rel} points outside the repository"
+                    ))
+                })?;
+                pending.push(joined);
+            }
+        }
+        done.push(dir);
+    }
+    Ok(())
+}
+
+pub(super) fn write_tree(repo: &git2::Repository, tree: &git2::Tree<'_>, to: &Path, shown: &str) -> Result<(), Export> {
+    let other = |e: git2::Error| Export::Other(e.message().to_owned());
+    std::fs::create_dir_all(to).map_err(|e| Export::Other(format!("{}: {e}", to.display())))?;
+    for entry in tree {
+        let name = std::str::from_utf8(entry.name_bytes())
+            .map_err(|_| Export::Refused(format!("{shown}: a tree entry's name is not UTF-8")))?;
+        crate::refs::tree_entry(name).map_err(|why| Export::Refused(format!("{shown}: {why}")))?;
+        let target = to.join(name);
+        let at = format!("{shown}/{name}");
+        if entry.filemode() == i32::from(git2::FileMode::Link) {
+            return Err(Export::Refused(format!("{at} is a symbolic link")));
+        }
+        match entry.kind() {
+            Some(git2::ObjectType::Tree) => {
+                let sub = entry.to_object(repo).and_then(|o| o.peel_to_tree()).map_err(other)?;
+                write_tree(repo, &sub, &target, &at)?;
+            }
+            Some(git2::ObjectType::Blob) => {
+                let blob = entry.to_object(repo).and_then(|o| o.peel_to_blob()).map_err(other)?;
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&target)
+                    .map_err(|e| Export::Refused(format!("{at}: {e} (a tree entry written twice?)")))?;
+                std::io::Write::write_all(&mut file, blob.content())
+                    .map_err(|e| Export::Other(format!("{}: {e}", target.display())))?;
+            }
+            // A submodule (a commit) holds nothing of the chart.
+            _ => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! A HelmRelease expanded to the objects helm-controller would install: the chart its source
+//! pins, fetched once into a cache, templated by the `helm` on PATH with the values
+//! helm-controller would pass ([`crate::chart::release_values`]).
+//!
+//! Sources, as Flux reads them: a `GitRepository` (`spec.url`, `spec.ref`: tag, branch, commit,
+//! semver or name; fetched with git2 into a bare repository, and the chart's directory with its
+//! `file://` dependencies exported from the commit), a `HelmRepository` (`helm pull --repo`, or
+//! `oci://` for `type: oci`) and an `OCIRepository` (`helm pull oci://…`; `spec.insecure` is
+//! plain HTTP). The cache (default `$XDG_CACHE_HOME/osbx/charts`, else `~/.cache/osbx/charts`)
+//! holds one directory per chart and pin: `git/<url>@<ref>/<path>`, `helm/<url>/<chart>-<version>/`,
+//! `oci/<url>-<tag>/`; a cache copied to an air-gapped machine is read with `--charts DIR`,
+//! which never fetches. A chart whose dependencies are not built is built with `helm dependency
+//! build` (offline: `file://` dependencies), or `helm dependency update` when the chart ships a
+//! `Chart.lock` out of sync with its `Chart.yaml` (as OpenSandbox's `helm/opensandbox/0.2.0`
+//! does).
+//!
+//! The release as helm-controller names it: `spec.releaseName`, else `[targetNamespace-]name`
+//! shortened to 53 characters with a hash; its namespace `spec.targetNamespace`, else the
+//! HelmRelease's; `helm template --kube-version` the profile's (`cluster.kubernetesVersion`);
+//! the chart's `crds/` included and marked (helm-controller installs them, `install.crds:
+//! Create`, and leaves them alone on upgrade unless `upgrade.crds` says otherwise); tests left
+//! out unless `spec.test.enable`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::Value;
+
+mod fetch;
+mod source;
+mod template;
+
+use crate::chart::{Chart, release_values};
+use crate::object::Object;
+use source::{Fetch, GitRef, exact, locate};
+use template::split;
+
+/// Why a chart cannot be expanded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum ChartError {
+    /// No `helm` on PATH.
+    #[error(
+        "charts are expanded with helm, and there is no `helm` on PATH: install helm ≥ 3.13 (https://helm.sh/docs/intro/install/), or pass --no-charts to compare the Flux objects only"
+    )]
+    HelmMissing,
+    /// A `helm` too old (or not helm).
+    #[error("{0}: helm ≥ 3.13 is needed (OCI and plain-HTTP pulls), or pass --no-charts")]
+    HelmTooOld(String),
+    /// A source cannot be fetched.
+    #[error("{release}: cannot fetch the chart from {from} at {reference}: {reason}")]
+    Fetch {
+        /// The HelmRelease.
+        release: String,
+        /// The source (`GitRepository flux-system/opensandbox https://…`).
+        from: String,
+        /// The pin (tag, version, commit).
+        reference: String,
+        /// Why.
+        reason: String,
+    },
+    /// An air-gapped run lacks a chart.
+    #[error(
+        "{release}: --charts {dir}: no {want} there (it holds a chart cache made by an online run: `osbx diff --base` fills ~/.cache/osbx/charts)"
+    )]
+    NotCached {
+        /// The HelmRelease.
+        release: String,
+        /// The directory given.
+        dir: String,
+        /// The cache entry it needs.
+        want: String,
+    },
+    /// What the HelmRelease names cannot be expanded.
+    #[error("{release}: {reason}")]
+    Release {
+        /// The HelmRelease.
+        release: String,
+        /// Why.
+        reason: String,
+    },
+    /// A name the change gives (a chart, a version, a URL, a reference, a path, a tree entry)
+    /// that would reach outside the review's cache, or is not of its kind's form.
+    #[error("{object}: {field} is refused: {reason}")]
+    Refused {
+        /// The object that names it (`HelmRelease flux-system/opensandbox`).
+        object: String,
+        /// Its field (`spec.chart.spec.chart`), or what holds it (a tree entry of a commit).
+        field: String,
+        /// Why.
+        reason: String,
+    },
+    /// helm refused the chart.
+    #[error("{release}: helm {step} of chart {chart} failed: {message}")]
+    Helm {
+        /// The HelmRelease.
+        release: String,
+        /// `template`, `dependency build`.
+        step: String,
+        /// The chart directory.
+        chart: String,
+        /// helm's own message.
+        message: String,
+    },
+}
+
+/// The `helm` on PATH (or `$OSBX_HELM`), checked to be new enough.
+#[derive(Debug, Clone)]
+pub(crate) struct Helm {
+    program: PathBuf,
+    /// `v3.22.0`.
+    pub version: String,
+}
+
+impl Helm {
+    /// Find helm and read its version.
+    ///
+    /// # Errors
+    /// [`ChartError::HelmMissing`], [`ChartError::HelmTooOld`].
+    pub(crate) fn find() -> Result<Self, ChartError> {
+        let program = std::env::var_os("OSBX_HELM").map_or_else(|| PathBuf::from("helm"), PathBuf::from);
+        let out = Command::new(&program)
+            .args(["version", "--template", "{{.Version}}"])
+            .output()
+            .map_err(|_| ChartError::HelmMissing)?;
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let numbers: Vec<u64> =
+            version.trim_start_matches('v').split(['.', '-', '+']).take(2).filter_map(|p| p.parse().ok()).collect();
+        let shown = format!("{} {}", program.display(), if version.is_empty() { "(no version)" } else { &version });
+        match numbers[..] {
+            [3, minor] if minor >= 13 => {}
+            [major, _] if major >= 4 => {}
+            _ => return Err(ChartError::HelmTooOld(shown)),
+        }
+        if !out.status.success() {
+            return Err(ChartError::HelmTooOld(shown));
+        }
+        Ok(Self { program, version })
+    }
+
+    fn command(&self) -> Command {
+        Command::new(&self.program)
+    }
+}
+
+/// A chart's identity once fetched, and how it was pinned.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct ChartId {
+    /// `Chart.yaml` `name`.
+    pub name: String,
+    /// `Chart.yaml` `version`.
+    pub version: String,
+    /// `Chart.yaml` `appVersion`, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_version: Option<String>,
+    /// Where it came from: `GitRepository flux-system/opensandbox (https://…) tag helm/opensandbox/0.2.2`.
+    pub source: String,
+}
+
+/// A HelmRelease expanded.
+#[derive(Debug, Clone)]
+pub(crate) struct Expansion {
+    /// The chart's name, version and app version, read from its Chart.yaml.
+    pub chart: ChartId,
+    /// What helm-controller would install, each with whether it comes from the chart's `crds/`.
+    pub objects: Vec<(Object, bool)>,
+    /// The key paths of the release's values that the chart does not read.
+    pub unread: Vec<Vec<String>>,
+    /// `spec.upgrade.crds` (`Skip` unless set): what an upgrade does to the chart's `crds/`.
+    pub upgrade_crds: String,
+}
+
+/// Results computed once per key by whichever caller comes first (the others wait for it).
+type Memo<T> = Mutex<BTreeMap<String, Arc<OnceLock<Result<T, ChartError>>>>>;
+
+/// Chart expansion for a review: the helm, the cache, whether it may fetch.
+pub(crate) struct Charts {
+    helm: Helm,
+    cache: PathBuf,
+    /// `--charts DIR`: read only from the cache, never fetch.
+    air_gapped: bool,
+    kube_version: String,
+    fetched: Memo<PathBuf>,
+    templated: Memo<String>,
+}
+
+/// The default chart cache: `$OSBX_CHART_CACHE`, `$XDG_CACHE_HOME/osbx/charts`, `~/.cache/osbx/charts`.
+#[must_use]
+pub(crate) fn default_cache() -> PathBuf {
+    if let Some(dir) = std::env::var_os("OSBX_CHART_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("osbx").join("charts")
+}
+
+/// helm-controller's release name: `spec.releaseName`, else `[targetNamespace-]name`, shortened
+/// to 53 characters (the first 40, `-`, 12 hex digits of its SHA-256).
+#[must_use]
+pub(crate) fn release_name(release: &Value) -> String {
+    if let Some(name) = release["spec"]["releaseName"].as_str().filter(|n| !n.is_empty()) {
+        return name.to_owned();
+    }
+    let name = release["metadata"]["name"].as_str().unwrap_or_default();
+    let full = match release["spec"]["targetNamespace"].as_str().filter(|n| !n.is_empty()) {
+        Some(ns) => format!("{ns}-{name}"),
+        None => name.to_owned(),
+    };
+    if full.len() <= 53 {
+        return full;
+    }
+    let hash = crate::hash::sha256_hex(full.as_bytes());
+    format!("{}-{}", &full[..40], &hash[..12])
+}
+
+/// The release's namespace: `spec.targetNamespace`, else the HelmRelease's.
+#[must_use]
+pub(crate) fn release_namespace(release: &Value) -> String {
+    release["spec"]["targetNamespace"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .or(release["metadata"]["namespace"].as_str())
+        .unwrap_or("default")
+        .to_owned()
+}
+
+impl Charts {
+    /// Expansion with `helm`, the cache `cache` (`air_gapped`: only read from it), templates for
+    /// Kubernetes `kube_version`.
+    #[must_use]
+    pub(crate) fn new(helm: Helm, cache: PathBuf, air_gapped: bool, kube_version: String) -> Self {
+        Self {
+            helm,
+            cache,
+            air_gapped,
+            kube_version,
+            fetched: Mutex::new(BTreeMap::new()),
+            templated: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Expand `release`, its source and values looked up among `side` (the objects of the same
+    /// side of the review).
+    ///
+    /// # Errors
+    /// [`ChartError`]: the source is not among `side` or cannot be fetched, a values source is
+    /// missing, helm refuses the chart.
+    pub(crate) fn expand(&self, release: &Object, side: &[&Object]) -> Result<Expansion, ChartError> {
+        let id = release.id.to_string();
+        let (fetch, source) = locate(&id, &release.value, side)?;
+        let dir = self.fetched(&id, &fetch, &source)?;
+        let meta: Value = std::fs::read_to_string(dir.join("Chart.yaml"))
+            .ok()
+            .and_then(|t| serde_saphyr::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        let chart = ChartId {
+            name: meta["name"].as_str().unwrap_or_default().to_owned(),
+            version: meta["version"].as_str().map_or_else(|| meta["version"].to_string(), str::to_owned),
+            app_version: meta["appVersion"].as_str().map(str::to_owned),
+            source: format!("{source} {}", fetch.reference()),
+        };
+        let (values, missing) = release_values(&release.value, &side.iter().copied());
+        if !missing.is_empty() {
+            return Err(ChartError::Release {
+                release: id,
+                reason: format!("its valuesFrom names what the repository does not hold: {}", missing.join(", ")),
+            });
+        }
+        let unread = Chart::load(&dir).map(|c| c.unread(&values)).unwrap_or_default();
+        let name = release_name(&release.value);
+        let namespace = release_namespace(&release.value);
+        let tests = release.value["spec"]["test"]["enable"] == true;
+        let text = self.template(&id, &dir, &name, &namespace, &values, tests)?;
+        let objects = split(&text, &namespace, side).map_err(|message| ChartError::Helm {
+            release: id.clone(),
+            step: "template".into(),
+            chart: dir.display().to_string(),
+            message,
+        })?;
+        let upgrade_crds = release.value["spec"]["upgrade"]["crds"].as_str().unwrap_or("Skip").to_owned();
+        Ok(Expansion { chart, objects, unread, upgrade_crds })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fetch::slug;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn release_names_are_helm_controllers() {
+        let hr = |name: &str, target: Option<&str>, release: Option<&str>| json!({"metadata": {"name": name, "namespace": "n"}, "spec": {"targetNamespace": target, "releaseName": release}});
+        assert_eq!(release_name(&hr("a", None, None)), "a");
+        assert_eq!(release_name(&hr("a", Some("t"), None)), "t-a");
+        assert_eq!(release_name(&hr("a", Some("t"), Some("r"))), "r");
+        let long = release_name(&hr(&"x".repeat(50), Some("target"), None));
+        assert_eq!(long.len(), 53);
+        assert!(long.starts_with(&format!("target-{}", "x".repeat(33))), "{long}");
+        assert_eq!(&long[40..41], "-");
+        assert_eq!(release_namespace(&hr("a", None, None)), "n");
+        assert_eq!(release_namespace(&hr("a", Some("t"), None)), "t");
+    }
+
+    #[test]
+    fn paths_join_like_file_dependencies() {
+        assert_eq!(
+            crate::repo::join("kubernetes/charts/opensandbox", "../opensandbox-server"),
+            "kubernetes/charts/opensandbox-server"
+        );
+        assert_eq!(crate::repo::join("a", "./b"), "a/b");
+        assert_eq!(slug("https://github.com/a/b.git"), "github.com_a_b.git");
+    }
+}
