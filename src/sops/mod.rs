@@ -26,13 +26,14 @@
 
 use std::collections::BTreeSet;
 
-use aes_gcm::aead::AeadInPlace;
-use aes_gcm::aead::consts::U32;
-use aes_gcm::aes::Aes256;
-use aes_gcm::{AesGcm, KeyInit};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Map, Value, json};
+
+mod cipher;
+mod keys;
+
+use cipher::{aad, decrypt_value, encrypt_value, plain_bytes, random};
+use keys::parse_recipient;
+pub(crate) use keys::{Identities, check_recipient};
 
 /// The rule osbx writes: only a Secret's `data` and `stringData` are encrypted (Flux's guide
 /// writes the same), so the file still says which Secret it is.
@@ -96,73 +97,6 @@ pub(crate) enum SopsError {
     /// The MAC does not match the values: something changed them without the key.
     #[error("the MAC does not match the file's values: it was changed without the key (tampered or truncated)")]
     Mac,
-}
-
-/// age identities (`AGE-SECRET-KEY-1…`), as a key file holds them.
-#[derive(Clone)]
-pub(crate) struct Identities(Vec<age::x25519::Identity>);
-
-impl std::fmt::Debug for Identities {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Identities({})", self.recipients().join(", "))
-    }
-}
-
-impl Identities {
-    /// The identities in a key file's text (`age-keygen` output: comments and keys). The key's
-    /// text is never part of an error.
-    ///
-    /// # Errors
-    /// [`SopsError::Identity`] when a line is not a key, or there is none.
-    pub(crate) fn parse(text: &str) -> Result<Self, SopsError> {
-        let mut keys = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let key: age::x25519::Identity = line.parse().map_err(|_| {
-                SopsError::Identity(format!("line {} is not an age identity (AGE-SECRET-KEY-1…)", i + 1))
-            })?;
-            keys.push(key);
-        }
-        if keys.is_empty() {
-            return Err(SopsError::Identity("no age identity (AGE-SECRET-KEY-1…) in it".into()));
-        }
-        Ok(Self(keys))
-    }
-
-    /// The recipients (public keys) of the identities.
-    #[must_use]
-    pub(crate) fn recipients(&self) -> Vec<String> {
-        self.0.iter().map(|k| k.to_public().to_string()).collect()
-    }
-
-    /// How many identities there are.
-    #[must_use]
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// These identities and `other`'s, in that order.
-    #[must_use]
-    pub(crate) fn and(&self, other: &Self) -> Self {
-        Self(self.0.iter().chain(&other.0).cloned().collect())
-    }
-}
-
-/// Check that `recipient` is an age public key (`age1…`).
-///
-/// # Errors
-/// [`SopsError::Recipient`] naming it and why.
-pub(crate) fn check_recipient(recipient: &str) -> Result<(), SopsError> {
-    parse_recipient(recipient).map(|_| ())
-}
-
-fn parse_recipient(recipient: &str) -> Result<age::x25519::Recipient, SopsError> {
-    recipient
-        .parse::<age::x25519::Recipient>()
-        .map_err(|reason| SopsError::Recipient { recipient: recipient.to_owned(), reason: reason.to_string() })
 }
 
 /// A SOPS file, parsed: the document (values still encrypted) and its `sops` metadata.
@@ -239,70 +173,6 @@ impl<'a> Rules<'a> {
         }
         encrypted
     }
-}
-
-type Gcm = AesGcm<Aes256, U32>;
-
-fn random<const N: usize>() -> [u8; N] {
-    let mut out = [0u8; N];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut out).expect("the system's random source");
-    out
-}
-
-/// A value's bytes as SOPS hashes and encrypts them (`ToBytes`), and its `type:`.
-fn plain_bytes(v: &Value) -> Option<(Vec<u8>, &'static str)> {
-    match v {
-        Value::String(s) => Some((s.as_bytes().to_vec(), "str")),
-        Value::Bool(b) => Some(((if *b { "True" } else { "False" }).as_bytes().to_vec(), "bool")),
-        Value::Number(n) if n.is_i64() || n.is_u64() => Some((n.to_string().into_bytes(), "int")),
-        // Rust's `Display` of an `f64` is Go's `FormatFloat(f, 'f', -1, 64)`: the shortest
-        // decimal that reads back as the same number, never an exponent (`n.to_string()`, ryu's
-        // `1.0` and `1e21`, is not what sops hashes).
-        Value::Number(n) => Some((format!("{}", n.as_f64()?).into_bytes(), "float")),
-        _ => None,
-    }
-}
-
-fn encrypt_value(key: &[u8; 32], plain: &[u8], kind: &str, aad: &str) -> String {
-    if plain.is_empty() {
-        return String::new();
-    }
-    let iv: [u8; 32] = random();
-    let mut data = plain.to_vec();
-    let tag = Gcm::new(key.into())
-        .encrypt_in_place_detached((&iv).into(), aad.as_bytes(), &mut data)
-        .expect("AES-GCM encrypts any length SOPS writes");
-    format!("ENC[AES256_GCM,data:{},iv:{},tag:{},type:{kind}]", B64.encode(data), B64.encode(iv), B64.encode(tag))
-}
-
-/// The plaintext and type of an `ENC[…]` value, or `None` when it does not decrypt.
-fn decrypt_value(key: &[u8; 32], text: &str, aad: &str) -> Result<Option<Value>, ()> {
-    if text.is_empty() {
-        return Ok(Some(Value::String(String::new())));
-    }
-    let inner = text.strip_prefix("ENC[AES256_GCM,").and_then(|t| t.strip_suffix(']')).ok_or(())?;
-    let mut parts = inner.split(',');
-    let mut field = |name: &str| parts.next().and_then(|p| p.strip_prefix(name)).ok_or(());
-    let (data, iv, tag, kind) = (field("data:")?, field("iv:")?, field("tag:")?, field("type:")?);
-    let (mut data, iv, tag) =
-        (B64.decode(data).map_err(|_| ())?, B64.decode(iv).map_err(|_| ())?, B64.decode(tag).map_err(|_| ())?);
-    if iv.len() != 32 || tag.len() != 16 {
-        return Err(());
-    }
-    if Gcm::new(key.into())
-        .decrypt_in_place_detached(iv.as_slice().into(), aad.as_bytes(), &mut data, tag.as_slice().into())
-        .is_err()
-    {
-        return Ok(None);
-    }
-    let s = String::from_utf8(data).map_err(|_| ())?;
-    Ok(Some(match kind {
-        "str" | "bytes" | "time" | "comment" => Value::String(s),
-        "int" => s.parse::<i64>().map(Value::from).map_err(|_| ())?,
-        "float" => s.parse::<f64>().ok().and_then(|f| serde_json::Number::from_f64(f).map(Value::Number)).ok_or(())?,
-        "bool" => Value::Bool(s.eq_ignore_ascii_case("true")),
-        _ => return Err(()),
-    }))
 }
 
 /// What [`walk`] does with each leaf and its path.
@@ -542,107 +412,5 @@ impl File {
     }
 }
 
-/// The additional data of the value at `path` (`data:api-key:`).
-fn aad(path: &[String]) -> String {
-    let mut s = path.join(":");
-    s.push(':');
-    s
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn identity() -> (Identities, String) {
-        let key = age::x25519::Identity::generate();
-        let recipient = key.to_public().to_string();
-        (Identities(vec![key]), recipient)
-    }
-
-    fn secret(value: &str) -> Value {
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "k", "namespace": "ns"},
-               "type": "Opaque", "data": {"api-key": value}})
-    }
-
-    #[test]
-    fn a_file_decrypts_to_what_was_encrypted_and_only_data_is_encrypted() {
-        let (ids, r) = identity();
-        let file = File::encrypt(&secret("c2VjcmV0"), std::slice::from_ref(&r)).unwrap();
-        let text = file.to_yaml().unwrap();
-        assert!(!text.contains("c2VjcmV0"), "{text}");
-        assert!(text.contains("name: k") && text.contains("ENC[AES256_GCM,"), "{text}");
-        let parsed = File::parse(&text).unwrap();
-        assert_eq!(parsed.recipients(), vec![r]);
-        assert_eq!(parsed.decrypt(&ids).unwrap(), secret("c2VjcmV0"));
-    }
-
-    #[test]
-    fn a_changed_plain_value_or_a_moved_value_is_refused() {
-        let (ids, r) = identity();
-        let text = File::encrypt(&secret("c2VjcmV0"), &[r]).unwrap().to_yaml().unwrap();
-        let renamed = text.replace("name: k", "name: other");
-        assert_eq!(File::parse(&renamed).unwrap().decrypt(&ids), Err(SopsError::Mac));
-        let moved = text.replace("api-key:", "token:");
-        assert_eq!(File::parse(&moved).unwrap().decrypt(&ids), Err(SopsError::Value { path: "data.token".into() }));
-    }
-
-    #[test]
-    fn another_identity_is_told_whose_file_it_is() {
-        let (_, r) = identity();
-        let (other, _) = identity();
-        let file = File::encrypt(&secret("eA=="), std::slice::from_ref(&r)).unwrap();
-        assert_eq!(file.decrypt(&other), Err(SopsError::NoMatchingIdentity { recipients: r }));
-    }
-
-    #[test]
-    fn rekeying_keeps_the_values_and_the_mac() {
-        let (ids, r) = identity();
-        let (ids2, r2) = identity();
-        let mut file = File::encrypt(&secret("eA=="), std::slice::from_ref(&r)).unwrap();
-        let (mac, data) = (file.mac().to_owned(), file.document()["data"].clone());
-        let (added, removed) = file.rekey(&ids, std::slice::from_ref(&r2)).unwrap();
-        assert_eq!((added, removed), (vec![r2], vec![r]));
-        assert_eq!((file.mac(), &file.document()["data"]), (mac.as_str(), &data));
-        assert_eq!(file.decrypt(&ids2).unwrap(), secret("eA=="));
-        assert!(file.decrypt(&ids).is_err());
-    }
-
-    #[test]
-    fn numbers_are_hashed_and_encrypted_as_sops_writes_them() {
-        let bytes = |v: Value| String::from_utf8(plain_bytes(&v).unwrap().0).unwrap();
-        // Go's FormatFloat(f, 'f', -1, 64), as sops' ToBytes: no `.0`, no exponent.
-        assert_eq!(bytes(json!(1.0)), "1");
-        assert_eq!(bytes(json!(1e21)), "1000000000000000000000");
-        assert_eq!(bytes(json!(0.000_001_5)), "0.0000015");
-        assert_eq!(bytes(json!(-2.5)), "-2.5");
-        assert_eq!(bytes(json!(3)), "3");
-        assert_eq!(bytes(json!(-7)), "-7");
-        assert_eq!(bytes(json!(u64::MAX)), "18446744073709551615");
-        assert_eq!(plain_bytes(&json!(1.0)).unwrap().1, "float");
-    }
-
-    #[test]
-    fn the_rules_are_sops_rules_one_at_most_and_none_means_the_unencrypted_suffix() {
-        let meta = |m: Value| m.as_object().unwrap().clone();
-        let path = |p: &[&str]| p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        let none = meta(json!({}));
-        let rules = Rules::of(&none).unwrap();
-        assert!(!rules.encrypted(&path(&["data", "token_unencrypted"])));
-        assert!(rules.encrypted(&path(&["data", "token"])));
-        let regex = meta(json!({"encrypted_regex": "^data$"}));
-        assert!(Rules::of(&regex).unwrap().encrypted(&path(&["data", "token_unencrypted"])));
-        let two = meta(json!({"encrypted_regex": "^data$", "unencrypted_suffix": "_plain"}));
-        assert!(matches!(Rules::of(&two), Err(SopsError::Malformed(m)) if m.contains("more than one")));
-        let comments = meta(json!({"encrypted_comment_regex": "sops:enc"}));
-        assert!(matches!(Rules::of(&comments), Err(SopsError::Malformed(m)) if m.contains("comments")));
-    }
-
-    #[test]
-    fn identities_and_recipients_are_checked_without_echoing_keys() {
-        let err = Identities::parse("# created\nAGE-SECRET-KEY-1NOTAKEY\n").err().unwrap();
-        assert!(!err.to_string().contains("NOTAKEY"), "{err}");
-        assert!(check_recipient("age1nope").is_err());
-        let (_, r) = identity();
-        check_recipient(&r).unwrap();
-    }
-}
+mod tests;

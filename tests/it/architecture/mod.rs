@@ -125,7 +125,7 @@ const MAX_LINES: usize = 500;
 
 /// The files still over [`MAX_LINES`], each to be split along a seam that means something
 /// (issue 43): the list may only shrink.
-const STILL_OVER: &[&str] = &["src/cli.rs", "src/sops/mod.rs"];
+const STILL_OVER: &[&str] = &["src/cli.rs"];
 
 #[test]
 fn no_file_of_src_is_over_500_lines() {
