@@ -123,10 +123,6 @@ fn the_recorded_measures_are_the_tree_s() {
 /// The longest a file of `src/` may be: one screenful of ideas, split along a seam beyond it.
 const MAX_LINES: usize = 500;
 
-/// The files still over [`MAX_LINES`], each to be split along a seam that means something
-/// (issue 43): the list may only shrink.
-const STILL_OVER: &[&str] = &["src/cli.rs"];
-
 #[test]
 fn no_file_of_src_is_over_500_lines() {
     fn walk(dir: &std::path::Path, out: &mut Vec<(String, usize)>) {
@@ -143,16 +139,9 @@ fn no_file_of_src_is_over_500_lines() {
     }
     let mut files = Vec::new();
     walk(&root().join("src"), &mut files);
-    let over: BTreeSet<String> = files.iter().filter(|(_, n)| *n > MAX_LINES).map(|(f, _)| f.clone()).collect();
-    let known: BTreeSet<String> = STILL_OVER.iter().map(|f| (*f).to_owned()).collect();
-    let new: Vec<String> = files
-        .iter()
-        .filter(|(f, n)| *n > MAX_LINES && !known.contains(f))
-        .map(|(f, n)| format!("{f}: {n} lines"))
-        .collect();
-    assert!(new.is_empty(), "files over {MAX_LINES} lines: split them along a seam\n{}", new.join("\n"));
-    let fixed: Vec<&String> = known.difference(&over).collect();
-    assert!(fixed.is_empty(), "no longer over {MAX_LINES} lines: take them off STILL_OVER: {fixed:?}");
+    let over: Vec<String> =
+        files.iter().filter(|(_, n)| *n > MAX_LINES).map(|(f, n)| format!("{f}: {n} lines")).collect();
+    assert!(over.is_empty(), "files over {MAX_LINES} lines: split them along a seam\n{}", over.join("\n"));
 }
 
 #[test]
