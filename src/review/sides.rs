@@ -71,6 +71,47 @@ pub(super) fn head(settings: &Settings, renderer: &Renderer, progress: &dyn Prog
     })
 }
 
+/// Why the base's render of the subject failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BaseRenderError {
+    /// The subject's file is not in the repository.
+    #[error("{} is outside the repository {}", path.display(), repo.display())]
+    Outside {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The repository.
+        repo: std::path::PathBuf,
+    },
+    /// A fleet names a base profile outside the repository.
+    #[error("{at}:{rel}: base {base:?} is outside the repository")]
+    BaseOutside {
+        /// `REF` as given.
+        at: String,
+        /// The fleet file.
+        rel: String,
+        /// The base it names.
+        base: String,
+    },
+    /// The commit cannot be read.
+    #[error(transparent)]
+    Git(#[from] repo::GitError),
+    /// The profile or fleet does not load.
+    #[error(transparent)]
+    Profile(#[from] crate::profile::ProfileError),
+    /// It does not render.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// A scratch directory for the fleet file cannot be made.
+    #[error("a scratch directory for the base's fleet file: {0}")]
+    Scratch(#[source] std::io::Error),
+    /// A path the commit names would leave the scratch directory.
+    #[error("{0}")]
+    Refused(String),
+    /// A file cannot be written into the scratch directory.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// The base's render of the subject as `commit` holds it: a profile file (or fleet file, and the
 /// base profile it names) read from that commit; an embedded profile as this osbx has it.
 pub(super) fn base_render(
@@ -78,28 +119,28 @@ pub(super) fn base_render(
     renderer: &Renderer,
     commit: git2::Oid,
     at: &str,
-) -> Result<Option<Render>, String> {
-    let read = |path: &Path| -> Result<Option<(String, String)>, String> {
+) -> Result<Option<Render>, BaseRenderError> {
+    let read = |path: &Path| -> Result<Option<(String, String)>, BaseRenderError> {
         let Some(rel) = repo::relative(&settings.repo, path) else {
-            return Err(format!("{} is outside the repository {}", path.display(), settings.repo.display()));
+            return Err(BaseRenderError::Outside { path: path.to_owned(), repo: settings.repo.clone() });
         };
-        let bytes = repo::file_at(&settings.repo, commit, &rel).map_err(|e| e.to_string())?;
+        let bytes = repo::file_at(&settings.repo, commit, &rel)?;
         Ok(bytes.map(|b| (rel, String::from_utf8_lossy(&b).into_owned())))
     };
     match &settings.subject {
         Subject::Profile(ProfileSource::Embedded(name)) => {
-            let loaded = profile::load(&ProfileSource::Embedded(name.clone())).map_err(|e| e.to_string())?;
-            Ok(Some(render_profile(loaded, renderer).map_err(|e| e.to_string())?))
+            let loaded = profile::load(&ProfileSource::Embedded(name.clone()))?;
+            Ok(Some(render_profile(loaded, renderer)?))
         }
         Subject::Profile(ProfileSource::File(path)) => {
             let Some((rel, text)) = read(path)? else { return Ok(None) };
-            let mut loaded = profile::parse(&format!("{at}:{rel}"), text).map_err(|e| e.to_string())?;
+            let mut loaded = profile::parse(&format!("{at}:{rel}"), text)?;
             // Sealed Secrets (secrets.sops) as the commit holds them.
             loaded.sealed = crate::secrets::read_with(&loaded.profile, |rel| {
-                let bytes = repo::file_at(&settings.repo, commit, rel).map_err(|e| e.to_string())?;
-                Ok::<_, String>(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+                let bytes = repo::file_at(&settings.repo, commit, rel)?;
+                Ok::<_, BaseRenderError>(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
             })?;
-            Ok(Some(render_profile(loaded, renderer).map_err(|e| e.to_string())?))
+            Ok(Some(render_profile(loaded, renderer)?))
         }
         Subject::Fleet(path) => {
             let Some((rel, text)) = read(path)? else { return Ok(None) };
@@ -107,15 +148,13 @@ pub(super) fn base_render(
             // scratch directory of their own (the fleet names its base relative to itself).
             // (A directory of its own, made new with a random name: never a predictable path in a
             // shared temporary directory, and gone when dropped.)
-            let scratch = tempfile::Builder::new()
-                .prefix("osbx-review-")
-                .tempdir()
-                .map_err(|e| format!("a scratch directory for the base's fleet file: {e}"))?;
+            let scratch =
+                tempfile::Builder::new().prefix("osbx-review-").tempdir().map_err(BaseRenderError::Scratch)?;
             let scratch = scratch.path();
-            let file = crate::refs::under(scratch, &rel)?;
+            let file = crate::refs::under(scratch, &rel).map_err(BaseRenderError::Refused)?;
             let result = (|| {
-                std::fs::create_dir_all(file.parent().unwrap_or(scratch)).map_err(|e| e.to_string())?;
-                std::fs::write(&file, &text).map_err(|e| e.to_string())?;
+                std::fs::create_dir_all(file.parent().unwrap_or(scratch))?;
+                std::fs::write(&file, &text)?;
                 let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap_or_default();
                 if let Some(base) = doc["base"].as_str()
                     && (base.contains('/')
@@ -124,16 +163,17 @@ pub(super) fn base_render(
                             .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml")))
                 {
                     let dir = Path::new(&rel).parent().unwrap_or(Path::new("")).to_string_lossy().into_owned();
-                    let base_rel = crate::refs::join_within(&dir, base)
-                        .ok_or_else(|| format!("{at}:{rel}: base {base:?} is outside the repository"))?;
-                    if let Some(bytes) = repo::file_at(&settings.repo, commit, &base_rel).map_err(|e| e.to_string())? {
-                        let target = crate::refs::under(scratch, &base_rel)?;
-                        std::fs::create_dir_all(target.parent().unwrap_or(scratch)).map_err(|e| e.to_string())?;
-                        std::fs::write(target, bytes).map_err(|e| e.to_string())?;
+                    let base_rel = crate::refs::join_within(&dir, base).ok_or_else(|| {
+                        BaseRenderError::BaseOutside { at: at.to_owned(), rel: rel.clone(), base: base.to_owned() }
+                    })?;
+                    if let Some(bytes) = repo::file_at(&settings.repo, commit, &base_rel)? {
+                        let target = crate::refs::under(scratch, &base_rel).map_err(BaseRenderError::Refused)?;
+                        std::fs::create_dir_all(target.parent().unwrap_or(scratch))?;
+                        std::fs::write(target, bytes)?;
                     }
                 }
-                let fleet = fleet::load(&file, &Silent).map_err(|e| e.to_string())?;
-                render_fleet(fleet, renderer, &fleet::Current::default()).map_err(|e| e.to_string())
+                let fleet = fleet::load(&file, &Silent)?;
+                Ok(render_fleet(fleet, renderer, &fleet::Current::default())?)
             })();
             result.map(Some)
         }
@@ -231,8 +271,9 @@ impl<'a> Bases<'a> {
         bases
     }
 
-    pub(super) fn tree(&self, rendered: Result<Option<Render>, String>) -> Result<Option<Snapshot>, String> {
-        match rendered? {
+    pub(super) fn tree(&self, rendered: Result<Option<Render>, BaseRenderError>) -> Result<Option<Snapshot>, String> {
+        // Why the base is unrenderable, as the review shows it.
+        match rendered.map_err(|e| e.to_string())? {
             Some(render) => {
                 let sealed = render.profiles.values().flat_map(|p| p.sealed.0.clone());
                 tree_of(&render.rendered, sealed, self.renderer).map(Some).map_err(|e| e.to_string())
