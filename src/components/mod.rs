@@ -55,6 +55,20 @@ pub struct Component {
     pub(crate) health: &'static [&'static health::Health],
 }
 
+impl Component {
+    /// A component that installs no chart: nothing pins it, it adds no chart values, the user
+    /// supplies nothing to it and it has no health rules of its own.
+    pub(crate) const fn without_chart(
+        name: &'static str,
+        about: &'static str,
+        section: &'static str,
+        validate: fn(&Sections, &Site<'_>, &mut Violations),
+        view: fn(&Sections, &Site<'_>, &mut Context),
+    ) -> Self {
+        Self { name, about, section, validate, view, pin: |_| None, values: |_| None, supplied: |_| None, health: &[] }
+    }
+}
+
 /// A Secret a component reads whose value the user supplies at apply time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Supplied {

@@ -16,15 +16,8 @@ use crate::spec::values::Resources;
 
 /// The table entry of this component.
 pub(crate) static COMPONENT: Component = Component {
-    name: "pools",
-    about: "the OpenSandbox Pools",
-    section: "pools",
-    validate,
-    view,
-    pin: |_| None,
-    values: |_| None,
-    supplied: |_| None,
     health: &[&HEALTH],
+    ..Component::without_chart("pools", "the OpenSandbox Pools", "pools", validate, view)
 };
 
 /// When a Pool is healthy, stated once for Flux, apply and verify: the controller has seen its

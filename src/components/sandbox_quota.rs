@@ -17,17 +17,13 @@ use crate::spec::Violations;
 use crate::spec::values::{Quantity, Resources};
 
 /// The table entry of this component.
-pub(crate) static COMPONENT: Component = Component {
-    name: "sandbox-quota",
-    about: "a ResourceQuota and a LimitRange capping what sandboxes may take in the sandbox namespace",
-    section: "sandboxQuota",
+pub(crate) static COMPONENT: Component = Component::without_chart(
+    "sandbox-quota",
+    "a ResourceQuota and a LimitRange capping what sandboxes may take in the sandbox namespace",
+    "sandboxQuota",
     validate,
     view,
-    pin: |_| None,
-    values: |_| None,
-    supplied: |_| None,
-    health: &[],
-};
+);
 
 /// What the sandboxes may take together, and what a container takes when it says nothing.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]

@@ -264,10 +264,7 @@ pub(crate) async fn wait_terminated(
     let api = Api::<Pod>::namespaced(cluster.client.clone(), ns);
     let start = Instant::now();
     loop {
-        let pod = api
-            .get(name)
-            .await
-            .map_err(|source| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), error: source })?;
+        let pod = get_pod(&api, ns, name).await?;
         let status = pod.status.clone().unwrap_or_default();
         let terminated = status
             .container_statuses
@@ -303,6 +300,11 @@ pub(crate) async fn wait_terminated(
     }
 }
 
+/// Read pod `ns/name` through `api`.
+async fn get_pod(api: &Api<Pod>, ns: &str, name: &str) -> Result<Pod, ClusterError> {
+    api.get(name).await.map_err(|error| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), error })
+}
+
 /// Wait until a pod is Running (for probes that need a live target).
 ///
 /// # Errors
@@ -316,10 +318,7 @@ pub(crate) async fn wait_running(
     let api = Api::<Pod>::namespaced(cluster.client.clone(), ns);
     let start = Instant::now();
     loop {
-        let pod = api
-            .get(name)
-            .await
-            .map_err(|source| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), error: source })?;
+        let pod = get_pod(&api, ns, name).await?;
         if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
             return Ok(Ok(pod));
         }
@@ -362,7 +361,7 @@ pub struct Attempts {
 /// [`ClusterError`] when the pod cannot be read.
 pub async fn attempts(cluster: &Cluster, ns: &str, name: &str) -> Result<(Attempts, Pod), ClusterError> {
     let api = Api::<Pod>::namespaced(cluster.client.clone(), ns);
-    let pod = api.get(name).await.map_err(|error| ClusterError::Api { subject: format!("Pod/{ns}/{name}"), error })?;
+    let pod = get_pod(&api, ns, name).await?;
     let status = pod.status.clone().unwrap_or_default();
     let mut a = Attempts { over: status.phase.as_deref() == Some("Failed"), ..Attempts::default() };
     if let Some(cs) = status.container_statuses.as_ref().and_then(|c| c.first()) {

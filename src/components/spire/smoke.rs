@@ -13,17 +13,13 @@ use crate::object::KnownKind;
 use crate::spec::Violations;
 
 /// The table entry of this component.
-pub(crate) static COMPONENT: Component = Component {
-    name: "spire-smoke",
-    about: "the SPIFFE smoke fixture (namespace, ServiceAccount, ClusterSPIFFEID)",
-    section: "spire",
+pub(crate) static COMPONENT: Component = Component::without_chart(
+    "spire-smoke",
+    "the SPIFFE smoke fixture (namespace, ServiceAccount, ClusterSPIFFEID)",
+    "spire",
     validate,
     view,
-    pin: |_| None,
-    values: |_| None,
-    supplied: |_| None,
-    health: &[],
-};
+);
 
 /// spire-controller-manager's ClusterSPIFFEID, the kind of the smoke identity this component
 /// renders (verify reads it to explain a missing identity).

@@ -25,7 +25,7 @@ fn import_image(node: &NodePlane) {
         let out = std::process::Command::new(root().join("tests/cluster/guest-image")).output().unwrap();
         assert!(out.status.success(), "tests/cluster/guest-image: {}", String::from_utf8_lossy(&out.stderr));
         let tree = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).with_file_name("rootfs");
-        let tar = node.dir.join("images/docker.tar");
+        let tar = node.dir.join("docker-image.tar");
         let out = std::process::Command::new(root().join("tests/cluster/image"))
             .args([IMAGE, tar.to_str().unwrap(), "--tree", tree.to_str().unwrap(), "--cmd", "[\"sh\"]"])
             .output()

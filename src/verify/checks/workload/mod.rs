@@ -34,6 +34,9 @@ use crate::verify::{Check, Ctx, Reach, Verdict};
 const KIND_WATCHES: u64 = 524_288;
 const KIND_INSTANCES: u64 = 512;
 
+/// cgroup v2's filesystem magic (`CGROUP2_SUPER_MAGIC`), as `stat -f -c %t` prints it.
+const CGROUP2: &str = "63677270";
+
 /// The filesystem magic numbers `stat -f` reports, by name (`statfs(2)`).
 const FILESYSTEMS: &[(&str, &str)] = &[
     ("ef53", "ext4"),
@@ -335,7 +338,7 @@ fn kind_verdict(r: &Value, node_image: Option<&str>) -> Verdict {
         ));
     }
     let controllers = text(r, "controllers");
-    if text(r, "cgroup_magic") != "63677270" {
+    if text(r, "cgroup_magic") != CGROUP2 {
         problems.push((
             "the pod's /sys/fs/cgroup is not cgroup v2: kind's nodes (Kubernetes >= 1.35) refuse cgroup v1".to_owned(),
             "boot the Kata guest with cgroup v2 (systemd.unified_cgroup_hierarchy=1 or cgroup_no_v1=all in the shim's kernel_params)",
@@ -369,11 +372,15 @@ fn kind_verdict(r: &Value, node_image: Option<&str>) -> Verdict {
     } else {
         format!("inotify {watches}/{instances}")
     };
-    let evidence = format!(
-        "/dev/kmsg {}; cgroup v2 {} [{controllers}]; {inotify}",
-        if kmsg == "created" { "made with mknod c 1 11" } else { kmsg },
-        if r["cgroup_writable"] == Value::Bool(true) { "delegated" } else { "not writable" },
-    );
+    let cgroup = if text(r, "cgroup_magic") != CGROUP2 {
+        "cgroup v1 (/sys/fs/cgroup is not cgroup2fs)".to_owned()
+    } else if r["cgroup_writable"] == Value::Bool(true) {
+        format!("cgroup v2 delegated [{controllers}]")
+    } else {
+        format!("cgroup v2 not writable [{controllers}]")
+    };
+    let evidence =
+        format!("/dev/kmsg {}; {cgroup}; {inotify}", if kmsg == "created" { "made with mknod c 1 11" } else { kmsg });
     if let Some((_, fix)) = problems.first() {
         let all: Vec<&str> = problems.iter().map(|(w, _)| w.as_str()).collect();
         return Verdict::fail(evidence, all.join("; ")).with_fix(*fix);
