@@ -53,6 +53,12 @@ impl Run {
         Duration::from_secs(u64::try_from(self.deadline_seconds).unwrap_or(180))
     }
 
+    /// How long to wait for a probe pod: its deadline, and 10 s for the kubelet to report its end.
+    #[must_use]
+    pub(crate) fn wait_limit(&self) -> Duration {
+        self.deadline() + Duration::from_secs(10)
+    }
+
     /// Labels for an object of this run.
     #[must_use]
     pub fn labels(&self, probe: &str) -> Value {

@@ -6,8 +6,6 @@
 //! again after it, for a bounded grace period; a leak is a FAIL naming the node, each PID and
 //! each path.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
@@ -77,10 +75,6 @@ impl Found {
     }
 }
 
-fn probe_timeout(ctx: &Ctx) -> Duration {
-    ctx.run.deadline() + Duration::from_secs(10)
-}
-
 /// The grace period: [`GRACE_SECONDS`], within two thirds of the probe's deadline.
 fn grace(ctx: &Ctx) -> u64 {
     GRACE_SECONDS.min((ctx.run.deadline().as_secs() * 2 / 3).max(1))
@@ -95,7 +89,7 @@ async fn run_probe(
 ) -> Result<Value, Verdict> {
     let spec = scripts::reclaim(&ctx.run, node, &ctx.profile.verify.host_probe_image, t);
     let pod = probe::pod(&ctx.run, name, label, &spec);
-    match probe::run_pod(&ctx.cluster, &pod, probe_timeout(ctx)).await {
+    match probe::run_pod(&ctx.cluster, &pod, ctx.run.wait_limit()).await {
         Err(e) => Err(Verdict::error("creating the reclaim host probe", e.to_string())),
         Ok(ProbeEnd::Stuck { diagnosis }) => {
             Err(Verdict::error(format!("the reclaim host probe on {node} did not finish"), diagnosis))

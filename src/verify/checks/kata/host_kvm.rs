@@ -3,7 +3,7 @@
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::{if_kata, kata_diagnosis, kata_shim, probe_timeout};
+use super::{if_kata, kata_diagnosis, kata_shim};
 use crate::cluster::operation::Operation;
 use crate::components::kata::shim::Shim;
 use crate::profile::Profile;
@@ -48,7 +48,7 @@ impl Check for HostKvm {
             let runs = kata.iter().enumerate().map(|(i, node)| async move {
                 let spec = scripts::host_kvm(&ctx.run, node, &ctx.profile.verify.host_probe_image);
                 let pod = probe::pod(&ctx.run, &format!("host-kvm-{i}"), "host-kvm", &spec);
-                (node.clone(), probe::run_pod(&ctx.cluster, &pod, probe_timeout(ctx)).await)
+                (node.clone(), probe::run_pod(&ctx.cluster, &pod, ctx.run.wait_limit()).await)
             });
             let mut report = KvmReport::default();
             for (node, end) in futures::future::join_all(runs).await {

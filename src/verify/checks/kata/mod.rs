@@ -8,8 +8,6 @@ mod vmm_memory;
 pub(super) use host_kvm::HostKvm;
 pub(super) use vmm_memory::VmmSharedMemory;
 
-use std::time::Duration;
-
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -23,10 +21,6 @@ use crate::verify::{Check, Ctx, Reach, Verdict, scripts};
 /// What a Kata check does when the profile has a Kata pool (else it skips: nothing).
 fn if_kata(profile: &Profile, operations: impl FnOnce() -> Vec<Operation>) -> Vec<Operation> {
     if profile.sections.pools.kata_classes().is_empty() { Vec::new() } else { operations() }
-}
-
-pub(super) fn probe_timeout(ctx: &Ctx) -> Duration {
-    ctx.run.deadline() + Duration::from_secs(10)
 }
 
 /// Map what a stuck Kata pod says (its events first: see [`probe::diagnose`]) to a diagnosis and
@@ -114,7 +108,7 @@ impl Check for GuestKernel {
             };
             let spec = scripts::guest_kernel(&ctx.run, &ctx.profile.verify.probe_image, &class);
             let pod = probe::pod(&ctx.run, "kata-guest-kernel", "guest-kernel", &spec);
-            let end = match probe::run_pod(&ctx.cluster, &pod, probe_timeout(ctx)).await {
+            let end = match probe::run_pod(&ctx.cluster, &pod, ctx.run.wait_limit()).await {
                 Ok(e) => e,
                 Err(e) => return vec![Verdict::error("creating the probe pod", e.to_string())],
             };

@@ -3,7 +3,7 @@
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::{if_kata, kata_shim, probe_timeout, stuck_verdict};
+use super::{if_kata, kata_shim, stuck_verdict};
 use crate::cluster::operation::Operation;
 use crate::components::kata::shim::{Shim, Vmm};
 use crate::profile::Profile;
@@ -44,12 +44,13 @@ impl Check for VmmSharedMemory {
             if let Err(e) = probe::create_pod(&ctx.cluster, &target).await {
                 return vec![Verdict::error("creating the Kata target pod", e.to_string())];
             }
-            let pod =
-                match probe::wait_running(&ctx.cluster, &ctx.run.namespace, "kata-target", probe_timeout(ctx)).await {
-                    Err(e) => return vec![Verdict::error("reading the Kata target pod", e.to_string())],
-                    Ok(Err(diagnosis)) => return vec![stuck_verdict("the Kata target pod", &diagnosis)],
-                    Ok(Ok(pod)) => pod,
-                };
+            let pod = match probe::wait_running(&ctx.cluster, &ctx.run.namespace, "kata-target", ctx.run.wait_limit())
+                .await
+            {
+                Err(e) => return vec![Verdict::error("reading the Kata target pod", e.to_string())],
+                Ok(Err(diagnosis)) => return vec![stuck_verdict("the Kata target pod", &diagnosis)],
+                Ok(Ok(pod)) => pod,
+            };
             let (node, cid) = crate::verify::probe::node_and_container(&pod);
             let run_dir = v.kata_run_dir.clone().unwrap_or_else(|| shim.run_dir().to_owned());
             let target = scripts::VmmTarget {
@@ -65,7 +66,7 @@ impl Check for VmmSharedMemory {
             };
             let spec = scripts::vmm_memory(&ctx.run, &node, &v.host_probe_image, &target);
             let probe_pod = probe::pod(&ctx.run, "vm-info", "vm-info", &spec);
-            let end = match probe::run_pod(&ctx.cluster, &probe_pod, probe_timeout(ctx)).await {
+            let end = match probe::run_pod(&ctx.cluster, &probe_pod, ctx.run.wait_limit()).await {
                 Ok(e) => e,
                 Err(e) => return vec![Verdict::error("creating the host probe", e.to_string())],
             };

@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::kata::{probe_timeout, stuck_verdict};
+use super::kata::stuck_verdict;
 use crate::cluster::operation::Operation;
 use crate::components::kata;
 use crate::components::pools::{EffectivePool, Runtime};
@@ -37,17 +37,26 @@ const KIND_INSTANCES: u64 = 512;
 /// cgroup v2's filesystem magic (`CGROUP2_SUPER_MAGIC`), as `stat -f -c %t` prints it.
 const CGROUP2: &str = "63677270";
 
-/// The filesystem magic numbers `stat -f` reports, by name (`statfs(2)`).
-const FILESYSTEMS: &[(&str, &str)] = &[
-    ("ef53", "ext4"),
-    ("58465342", "xfs"),
-    ("65735546", "fuse (virtio-fs)"),
-    ("1021994", "tmpfs"),
-    ("794c7630", "overlayfs"),
-    ("9123683e", "btrfs"),
-    ("6969", "nfs"),
-    ("2fc12fc1", "zfs"),
+/// The filesystem magic numbers `stat -f` reports (`statfs(2)`): what people call each, and
+/// what dockerd calls it (`docker info`'s backing filesystem; `FsNames` in moby).
+const FILESYSTEMS: &[(&str, &str, &str)] = &[
+    ("ef53", "ext4", "extfs"),
+    ("58465342", "xfs", "xfs"),
+    (FUSE, "fuse (virtio-fs)", "fuse"),
+    ("1021994", "tmpfs", "tmpfs"),
+    ("794c7630", "overlayfs", "overlayfs"),
+    ("9123683e", "btrfs", "btrfs"),
+    ("6969", "nfs", "nfs"),
+    ("2fc12fc1", "zfs", "zfs"),
 ];
+
+/// FUSE's magic, which a virtio-fs share reports.
+const FUSE: &str = "65735546";
+
+/// The entry of [`FILESYSTEMS`] for the magic number the probe read.
+fn known(r: &Value) -> Option<&'static (&'static str, &'static str, &'static str)> {
+    FILESYSTEMS.iter().find(|(m, _, _)| *m == text(r, "fs_magic"))
+}
 
 /// In a build pool's pod (privileged, `/var/lib/docker` on the volume the pool gives its jobs):
 /// kind's preconditions first (`/dev/kmsg` present or made with `mknod`, cgroup v2 writable with
@@ -205,7 +214,7 @@ async fn probe_in(ctx: &Ctx, pool: &EffectivePool<'_>, name: &str, runc: bool) -
     let spec = spec(&ctx.run, &settings.docker_image, &at, &env);
     let pod = probe::pod(&ctx.run, name, "workload", &spec);
     let what = format!("the workload probe pod of pool {}", pool.pool.name);
-    match probe::run_pod(&ctx.cluster, &pod, probe_timeout(ctx)).await {
+    match probe::run_pod(&ctx.cluster, &pod, ctx.run.wait_limit()).await {
         Err(e) => Err(Verdict::error("creating the workload probe pod", e.to_string())),
         Ok(ProbeEnd::Stuck { diagnosis }) => Err(stuck_verdict(&what, &diagnosis)),
         Ok(ProbeEnd::Terminated { exit_code, message, .. }) => probe::json_line(&message)
@@ -226,13 +235,12 @@ fn filesystem(r: &Value) -> String {
     if !mount.is_empty() {
         return mount.to_owned();
     }
-    let magic = text(r, "fs_magic");
-    FILESYSTEMS.iter().find(|(m, _)| *m == magic).map_or_else(|| format!("magic 0x{magic}"), |(_, n)| (*n).to_owned())
+    known(r).map_or_else(|| format!("magic 0x{}", text(r, "fs_magic")), |(_, name, _)| (*name).to_owned())
 }
 
 /// Whether `/var/lib/docker` is a virtio-fs share (or another FUSE filesystem).
 fn on_virtio_fs(r: &Value) -> bool {
-    text(r, "fs_magic") == "65735546" || text(r, "mount").starts_with("virtiofs")
+    text(r, "fs_magic") == FUSE || text(r, "mount").starts_with("virtiofs")
 }
 
 /// `overlay2`'s backing filesystem as `docker info` reports it.
@@ -244,12 +252,9 @@ fn backing(r: &Value) -> Option<String> {
     let named = status.as_array().and_then(|s| s.iter().find(|p| p[0] == "Backing Filesystem"));
     match named {
         Some(p) => p[1].as_str().map(str::to_owned),
-        None if text(r, "driver") == SNAPSHOTTER => match text(r, "fs_magic") {
-            "ef53" => Some("extfs".to_owned()),
-            "58465342" => Some("xfs".to_owned()),
-            "65735546" => Some("fuse".to_owned()),
-            other => Some(format!("magic 0x{other}")),
-        },
+        None if text(r, "driver") == SNAPSHOTTER => Some(
+            known(r).map_or_else(|| format!("magic 0x{}", text(r, "fs_magic")), |(_, _, docker)| (*docker).to_owned()),
+        ),
         None => None,
     }
 }
