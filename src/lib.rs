@@ -25,6 +25,7 @@ pub mod components;
 pub mod deploy;
 mod embedded;
 pub mod fleet;
+mod flux;
 mod hash;
 mod init;
 mod lint;

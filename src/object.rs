@@ -46,12 +46,6 @@ impl Gvk {
         if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 
-    /// Whether this is one of Flux's kinds (`*.toolkit.fluxcd.io`).
-    #[must_use]
-    pub fn is_flux(&self) -> bool {
-        self.group.ends_with(".toolkit.fluxcd.io")
-    }
-
     /// The apply stage of this kind.
     #[must_use]
     pub fn stage(&self) -> Stage {
@@ -106,8 +100,6 @@ impl KnownKind {
     pub const RUNTIME_CLASS: Self = Self::new("node.k8s.io", "v1", "RuntimeClass");
     /// `authorization.k8s.io/v1` SelfSubjectAccessReview.
     pub const ACCESS_REVIEW: Self = Self::new("authorization.k8s.io", "v1", "SelfSubjectAccessReview");
-    /// Flux's `kustomize.toolkit.fluxcd.io/v1` Kustomization.
-    pub const FLUX_KUSTOMIZATION: Self = Self::new("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
 
     /// A kind from its parts.
     #[must_use]

@@ -145,7 +145,7 @@ pub(crate) async fn check(
     flux_ns: &str,
     flux_ns_found: Result<bool, kube::Error>,
 ) -> Result<(), PreflightError> {
-    let flux_kinds: BTreeSet<&Gvk> = used.iter().map(|o| &o.gvk).filter(|k| k.is_flux()).collect();
+    let flux_kinds: BTreeSet<&Gvk> = used.iter().map(|o| &o.gvk).filter(|k| crate::flux::is_flux(k)).collect();
     let mut missing = Vec::new();
     for kind in flux_kinds {
         if !cluster.resolver.serves(kind).await? {

@@ -35,7 +35,7 @@ use crate::cluster::ssa::{self, ApplyError, PlanOptions};
 use crate::cluster::wait::WaitError;
 use crate::cluster::{Cluster, ClusterError};
 use crate::components::Supplied;
-use crate::object::{Gvk, Object, ObjectRef};
+use crate::object::{Object, ObjectRef};
 use crate::profile::Profile;
 use crate::progress::Progress;
 use crate::render::Rendered;
@@ -60,7 +60,7 @@ pub fn ids(layers: &[Layer]) -> Vec<ObjectRef> {
 /// The Flux objects of `layers` (what `verify`'s `flux.layers` check reads).
 #[must_use]
 pub(crate) fn flux_objects(layers: &[Layer]) -> Vec<ObjectRef> {
-    ids(layers).into_iter().filter(|id| id.gvk.is_flux()).collect()
+    ids(layers).into_iter().filter(|id| crate::flux::is_flux(&id.gvk)).collect()
 }
 
 fn objects(layers: &[Layer]) -> impl Iterator<Item = &Object> {
@@ -370,7 +370,7 @@ async fn diff(cluster: &Cluster, profile: &Profile, layers: &[Layer]) -> Result<
 
 /// The Flux Kustomization of the layer `name` (a layer's `dependsOn` names these).
 pub(super) fn flux_kustomization(profile: &Profile, name: &str) -> ObjectRef {
-    Gvk::new("kustomize.toolkit.fluxcd.io", "v1", "Kustomization").object(Some(&profile.cluster.flux_namespace), name)
+    crate::flux::KUSTOMIZATION.object(Some(&profile.cluster.flux_namespace), name)
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! `chart.*`: charts that are not pinned, and values the pinned chart does not read.
 
 use super::{Linter, Severity};
-use crate::chart::{Chart, chart_name, release_values};
+use crate::chart::Chart;
+use crate::flux::release::{chart_name, release_values};
+use crate::flux::source::Pin;
 use crate::object::Object;
 use crate::render::RenderedObject;
 
@@ -10,44 +12,18 @@ fn pin_field(object: &Object, layer: &str, l: &Linter<'_>) -> &'static str {
     l.loaded.profile.component_of(layer).and_then(|c| (c.pin)(&object.id)).unwrap_or("layers")
 }
 
-/// An exact version (`1.2.3`, `v1.2.3`, `1.2.3-rc.1`), not a range.
-fn exact(version: &str) -> bool {
-    let v = version.strip_prefix('v').unwrap_or(version);
-    let core = v.split(['-', '+']).next().unwrap_or_default();
-    let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// Why a chart source or release floats, if it does.
+/// Why a chart source or release floats, if it does ([`Pin::floats`]).
 fn floating(o: &Object) -> Option<String> {
+    let pin = Pin::of(&o.value).filter(Pin::floats)?;
     let spec = &o.value["spec"];
-    match o.id.kind() {
-        "GitRepository" => {
-            let r = &spec["ref"];
-            let pinned = r["commit"].is_string()
-                || r["tag"].is_string()
-                || r["name"].as_str().is_some_and(|n| n.starts_with("refs/tags/"))
-                || r["semver"].as_str().is_some_and(exact);
-            (!pinned).then(|| format!("{} follows {r}, not a tag, commit or exact semver", o.id))
-        }
-        "OCIRepository" => {
-            let r = &spec["ref"];
-            let pinned = r["digest"].is_string()
-                || r["tag"].as_str().is_some_and(|t| t != "latest")
-                || r["semver"].as_str().is_some_and(exact);
-            (!pinned).then(|| format!("{} has no tag, digest or exact semver", o.id))
-        }
-        // A chart from a Helm repository must name its version; one from a Git or OCI source is
-        // pinned by that source.
-        "HelmRelease" if spec["chart"]["spec"]["sourceRef"]["kind"] == "HelmRepository" => {
-            match spec["chart"]["spec"]["version"].as_str() {
-                Some(v) if exact(v) => None,
-                Some(v) => Some(format!("{} asks for chart version {v:?}, not an exact version", o.id)),
-                None => Some(format!("{} names no chart version: Flux installs whatever is newest", o.id)),
-            }
-        }
-        _ => None,
-    }
+    Some(match pin {
+        Pin::Git(_) => format!("{} follows {}, not a tag, commit or exact semver", o.id, spec["ref"]),
+        Pin::Oci(_) => format!("{} has no tag, digest or exact semver", o.id),
+        Pin::Chart(version) => match version.asked() {
+            Some(v) => format!("{} asks for chart version {v:?}, not an exact version", o.id),
+            None => format!("{} names no chart version: Flux installs whatever is newest", o.id),
+        },
+    })
 }
 
 pub(super) fn unpinned(l: &mut Linter<'_>, objects: &[RenderedObject]) {
@@ -61,7 +37,7 @@ pub(super) fn unpinned(l: &mut Linter<'_>, objects: &[RenderedObject]) {
 
 pub(super) fn unread_values(l: &mut Linter<'_>, objects: &[RenderedObject], chart: &Chart) {
     let all = || objects.iter().map(|o| &o.object);
-    for o in objects.iter().filter(|o| o.object.id.kind() == "HelmRelease") {
+    for o in objects.iter().filter(|o| crate::flux::HELM_RELEASE.is(&o.object.id.gvk)) {
         if chart_name(&o.object.value, all()).as_deref() != Some(chart.name.as_str()) {
             continue;
         }
@@ -92,15 +68,56 @@ pub(super) fn unread_values(l: &mut Linter<'_>, objects: &[RenderedObject], char
 
 #[cfg(test)]
 mod tests {
-    use super::exact;
+    use super::floating;
+    use crate::object::Object;
+    use serde_json::json;
 
+    fn object(api_version: &str, kind: &str, spec: &serde_json::Value) -> Object {
+        Object::new(
+            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "a", "namespace": "n"}, "spec": spec}),
+        )
+        .unwrap()
+    }
+
+    /// Each way a pin floats is a finding, its pinned neighbour is not: the same answer the
+    /// review's chart cache asks ([`crate::flux::source::Pin::floats`]).
     #[test]
-    fn exact_versions() {
-        for v in ["1.2.3", "v0.30.0", "4.1.0-rc.1"] {
-            assert!(exact(v), "{v}");
+    fn each_floating_kind_is_unpinned() {
+        let git = |r| object("source.toolkit.fluxcd.io/v1", "GitRepository", &json!({"ref": r}));
+        let oci = |r| object("source.toolkit.fluxcd.io/v1", "OCIRepository", &json!({"ref": r}));
+        let hr = |v: Option<&str>| {
+            object(
+                "helm.toolkit.fluxcd.io/v2",
+                "HelmRelease",
+                &json!({"chart": {"spec": {"version": v, "sourceRef": {"kind": "HelmRepository"}}}}),
+            )
+        };
+        for o in [
+            git(json!({"branch": "main"})),
+            git(json!({"name": "refs/heads/main"})),
+            git(json!({"name": "refs/heads/main", "tag": "v1"})),
+            git(json!({"semver": ">=0.2.0"})),
+            oci(json!({"tag": "latest"})),
+            oci(json!(null)),
+            oci(json!({"semver": "0.x", "tag": "0.2.2"})),
+            hr(None),
+            hr(Some("0.2.x")),
+        ] {
+            assert!(floating(&o).is_some(), "{}", o.value);
         }
-        for v in ["*", "0.30.x", ">=1.0.0", "^1.2.3", "1.2", "latest"] {
-            assert!(!exact(v), "{v}");
+        for o in [
+            git(json!({"tag": "v1"})),
+            git(json!({"name": "refs/tags/v1"})),
+            git(json!({"commit": "0123abc"})),
+            oci(json!({"tag": "0.2.2"})),
+            oci(json!({"digest": "sha256:00"})),
+            hr(Some("0.2.2")),
+        ] {
+            assert_eq!(floating(&o), None, "{}", o.value);
         }
+        assert_eq!(
+            floating(&git(json!({"branch": "main"}))).unwrap(),
+            r#"GitRepository/n/a follows {"branch":"main"}, not a tag, commit or exact semver"#
+        );
     }
 }

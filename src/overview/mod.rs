@@ -170,7 +170,7 @@ pub(crate) struct Overview {
 #[must_use]
 pub(crate) fn operations(profile: &Profile, layers: &[Layer]) -> Vec<Operation> {
     let mut out = preflight::connecting();
-    out.push(Operation::List(KnownKind::FLUX_KUSTOMIZATION.gvk(), Some(profile.cluster.flux_namespace.clone())));
+    out.push(Operation::List(crate::flux::KUSTOMIZATION.gvk(), Some(profile.cluster.flux_namespace.clone())));
     out.extend(releases(layers).into_iter().map(|r| Operation::Get(Objects::Named(r))));
     if !profile.sections.pools.items.is_empty() {
         out.push(Operation::List(pools::POOL.gvk(), Some(profile.sections.opensandbox.namespaces.sandbox.clone())));
@@ -186,7 +186,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer]) -> Vec<Operation> 
 }
 
 fn releases(layers: &[Layer]) -> Vec<ObjectRef> {
-    crate::deploy::flux_objects(layers).into_iter().filter(|id| id.gvk.kind == "HelmRelease").collect()
+    crate::deploy::flux_objects(layers).into_iter().filter(|id| crate::flux::HELM_RELEASE.is(&id.gvk)).collect()
 }
 
 fn runtime_classes(profile: &Profile) -> Vec<String> {
@@ -224,7 +224,7 @@ pub(crate) async fn read(
         None => proxy(),
     };
     let (kustomization_kind, pool_kind, node_kind) =
-        (KnownKind::FLUX_KUSTOMIZATION.gvk(), pools::POOL.gvk(), KnownKind::NODE.gvk());
+        (crate::flux::KUSTOMIZATION.gvk(), pools::POOL.gvk(), KnownKind::NODE.gvk());
     let class_ids: Vec<ObjectRef> = classes.iter().map(|c| KnownKind::RUNTIME_CLASS.object(None, c)).collect();
     // Everything at once, on the one connection.
     let (kustomizations, pool_objects, nodes, release_objects, class_objects, health) = futures::try_join!(

@@ -125,7 +125,7 @@ impl Backoff {
 pub(crate) fn operations(profile: &Profile, layers: &[Layer]) -> Vec<Operation> {
     let os = &profile.sections.opensandbox;
     let mut out =
-        vec![Operation::Watch(Objects::any(KnownKind::FLUX_KUSTOMIZATION, Some(&profile.cluster.flux_namespace)))];
+        vec![Operation::Watch(Objects::any(crate::flux::KUSTOMIZATION, Some(&profile.cluster.flux_namespace)))];
     out.extend(super::releases(layers).into_iter().map(|r| Operation::Watch(Objects::Named(r))));
     if !profile.sections.pools.items.is_empty() {
         out.push(Operation::Watch(Objects::Any(pools::POOL.gvk(), Some(os.namespaces.sandbox.clone()))));

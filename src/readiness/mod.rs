@@ -111,7 +111,7 @@ pub(crate) fn compute(obj: &Value) -> StatusResult {
         };
     }
     let gvk = Gvk::of(obj).unwrap_or_else(|_| Gvk::new("", "", ""));
-    if gvk.is_flux()
+    if crate::flux::is_flux(&gvk)
         && let Some(r) = flux_guard(obj, generation, observed)
     {
         return r;
@@ -120,7 +120,7 @@ pub(crate) fn compute(obj: &Value) -> StatusResult {
         // helm-controller keeps a release it will only retry later (`RetryOnFailure`)
         // Reconciling with `ProgressingWithRetry`: the attempt failed, and only time passes
         // until the next one.
-        if gvk.is_flux()
+        if crate::flux::is_flux(&gvk)
             && condition(obj, "Reconciling").is_some_and(|c| c["reason"] == "ProgressingWithRetry")
             && let Some(failed) = terminal_ready(obj)
         {

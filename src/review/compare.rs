@@ -39,7 +39,7 @@ pub(super) fn compare_cluster(
             let notes = notes::notes(&c, &sides);
             // A HelmRelease the same in git whose chart changes (a bump pinned by its source)
             // is upgraded by helm-controller: it is a change, shown with what changes in it.
-            if matches!(c.action, Action::Unchanged) && c.id.kind() == "HelmRelease" && !notes.is_empty() {
+            if matches!(c.action, Action::Unchanged) && crate::flux::HELM_RELEASE.is(&c.id.gvk) && !notes.is_empty() {
                 c.action = Action::Configured;
             }
             match c.action {

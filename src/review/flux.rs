@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::deploy::Layer;
-use crate::object::{KnownKind, Object};
+use crate::object::Object;
 use crate::repo::{Snapshot, join};
 
 /// Why a tree cannot be read as Flux reads it.
@@ -178,9 +178,6 @@ pub(crate) fn namespaced(obj: &Value, crds: &[&Value]) -> bool {
     })
 }
 
-/// Flux's `Kustomization`.
-const FLUX_KUSTOMIZATION: KnownKind = KnownKind::FLUX_KUSTOMIZATION;
-
 /// The fields of a Flux Kustomization that change what its path builds (kustomize-controller
 /// applies them after the build), with what each does: the review does not, so it refuses them.
 const TRANSFORMS: [(&str, &str); 10] = [
@@ -222,7 +219,7 @@ fn followable(k: &Object, repository: Repository<'_>) -> Result<(), FluxError> {
     let kind = source["kind"].as_str().unwrap_or_default();
     let name = source["name"].as_str().unwrap_or_default();
     let namespace = source["namespace"].as_str().or(k.id.namespace.as_deref()).unwrap_or_default();
-    if kind != "GitRepository" || name != repository.name || namespace != repository.namespace {
+    if kind != crate::flux::GIT_REPOSITORY.kind || name != repository.name || namespace != repository.namespace {
         return Err(unfollowed(
             "spec.sourceRef",
             format!(
@@ -248,7 +245,7 @@ pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str, repository: Repository<
     let mut pending: Vec<Object> = Vec::new();
     let mut rest = Vec::new();
     for o in root {
-        if FLUX_KUSTOMIZATION.is(&o.id.gvk) { pending.push(o) } else { rest.push(o) }
+        if crate::flux::KUSTOMIZATION.is(&o.id.gvk) { pending.push(o) } else { rest.push(o) }
     }
     if !rest.is_empty() {
         out.push(layer(cluster_dir.trim_end_matches('/').to_owned(), rest));
@@ -262,7 +259,7 @@ pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str, repository: Repository<
         let mut objects = vec![k.clone()];
         if tree.has_dir(&path) || tree.read(&path).is_some() {
             for o in build(tree, &path)? {
-                if FLUX_KUSTOMIZATION.is(&o.id.gvk) {
+                if crate::flux::KUSTOMIZATION.is(&o.id.gvk) {
                     pending.push(o.clone());
                 }
                 objects.push(o);

@@ -47,7 +47,7 @@ pub(crate) fn notes(change: &Change, sides: &Sides<'_>) -> Vec<String> {
         "CustomResourceDefinition" => crd(change, before, after, sides, &mut out),
         "RuntimeClass" => runtime_class(change, before, after, sides, &mut out),
         "Namespace" => namespace(change, sides, &mut out),
-        "HelmRelease" => release(id, sides, &mut out),
+        _ if crate::flux::HELM_RELEASE.is(&id.gvk) => release(id, sides, &mut out),
         _ => {}
     }
     out
@@ -358,8 +358,7 @@ mod tests {
 
     #[test]
     fn a_crd_of_a_charts_crds_directory_is_neither_deleted_nor_upgraded() {
-        let release = crate::object::KnownKind::new("helm.toolkit.fluxcd.io", "v2", "HelmRelease")
-            .object(Some("flux-system"), "r");
+        let release = crate::flux::HELM_RELEASE.object(Some("flux-system"), "r");
         let (before, after) = (crd(&[("v1", true)]), crd(&[("v1", true), ("v2", true)]));
         // Dropped from crds/: Helm never deletes it.
         let charts = [(release.clone(), expansion(vec![(before.clone(), true)], "Skip"))];

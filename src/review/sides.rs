@@ -212,7 +212,7 @@ pub(super) fn expand(charts: &Charts, side: &'static str, layers: Vec<Layer>) ->
     let releases: Vec<(usize, &Object)> = layers
         .iter()
         .enumerate()
-        .flat_map(|(i, l)| l.objects.iter().filter(|o| o.id.kind() == "HelmRelease").map(move |o| (i, o)))
+        .flat_map(|(i, l)| l.objects.iter().filter(|o| crate::flux::HELM_RELEASE.is(&o.id.gvk)).map(move |o| (i, o)))
         .collect();
     let expanded: Vec<Result<Expansion, ChartError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = releases.iter().map(|(_, r)| scope.spawn(|| charts.expand(r, &all))).collect();

@@ -12,21 +12,17 @@ use serde_json::{Value, json};
 use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::wait::{self, WaitError, WaitOptions};
 use crate::cluster::{Cluster, ClusterError};
-use crate::object::{KnownKind, ObjectRef};
+use crate::flux::{GIT_REPOSITORY, HELM_RELEASE};
+use crate::object::ObjectRef;
 use crate::profile::Profile;
 use crate::progress::Progress;
 use crate::readiness::{self, Status, StatusResult};
-
-/// Flux's GitRepository.
-pub(super) const GIT_REPOSITORY: KnownKind = KnownKind::new("source.toolkit.fluxcd.io", "v1", "GitRepository");
-/// Flux's HelmRelease.
-const HELM_RELEASE: KnownKind = KnownKind::new("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
 
 /// The root source and Kustomization of a cluster: `cluster.sourceRef` in `cluster.fluxNamespace`
 /// (`flux bootstrap` names both alike).
 fn roots(profile: &Profile) -> (ObjectRef, ObjectRef) {
     let (ns, name) = (profile.cluster.flux_namespace.as_str(), profile.cluster.source_ref.as_str());
-    (GIT_REPOSITORY.object(Some(ns), name), KnownKind::FLUX_KUSTOMIZATION.object(Some(ns), name))
+    (GIT_REPOSITORY.object(Some(ns), name), crate::flux::KUSTOMIZATION.object(Some(ns), name))
 }
 
 /// What waiting for a commit does on a cluster with the Flux objects `flux` (the layers'
@@ -52,7 +48,7 @@ fn judge(sha: &str, r: &ObjectRef, obj: &Value) -> StatusResult {
     let short = &sha[..sha.len().min(12)];
     let revision = if GIT_REPOSITORY.is(&r.gvk) {
         Some(obj["status"]["artifact"]["revision"].as_str().unwrap_or_default())
-    } else if KnownKind::FLUX_KUSTOMIZATION.is(&r.gvk) {
+    } else if crate::flux::KUSTOMIZATION.is(&r.gvk) {
         Some(obj["status"]["lastAppliedRevision"].as_str().unwrap_or_default())
     } else {
         None
@@ -105,7 +101,7 @@ pub(super) async fn reconciled(
     // The root Kustomization applies the layers' Kustomizations: it goes first (a cluster
     // synced without one is left to its layers).
     let mut kustomizations: Vec<ObjectRef> =
-        flux.iter().filter(|r| KnownKind::FLUX_KUSTOMIZATION.is(&r.gvk)).cloned().collect();
+        flux.iter().filter(|r| crate::flux::KUSTOMIZATION.is(&r.gvk)).cloned().collect();
     if cluster.get(&root).await?.is_some() {
         wait::wait_until(cluster, std::slice::from_ref(&root), &opts, progress, &judge).await?;
     }
@@ -126,7 +122,7 @@ mod tests {
         assert!(at(&format!("sha1:{sha}"), sha));
         assert!(at(sha, sha));
         assert!(!at("main@sha1:ffff", sha));
-        let k = KnownKind::FLUX_KUSTOMIZATION.object(Some("flux-system"), "apps");
+        let k = crate::flux::KUSTOMIZATION.object(Some("flux-system"), "apps");
         let obj = json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2, "lastAppliedRevision": "main@sha1:ffff",
             "conditions": [{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded", "observedGeneration": 2}]}});
         let s = judge(sha, &k, &obj);

@@ -5,7 +5,31 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{ChartError, Charts, Fetch, GitRef, exact};
+use super::{ChartError, Charts, Fetch};
+use crate::flux::source::{GitRef, OciRef};
+
+impl Fetch {
+    /// Its directory in the cache, one per source and pin: `git/<url>@<ref>`,
+    /// `helm/<url>/<chart>-<version>`, `oci/<url>-<ref>`.
+    pub(super) fn entry(&self) -> String {
+        match self {
+            Fetch::Git { url, reference, .. } => format!("git/{}@{}", slug(url), slug(&reference.to_string())),
+            Fetch::Repo { url, chart, version, .. } => {
+                format!("helm/{}/{chart}-{}", slug(url), slug(version.asked().unwrap_or("latest")))
+            }
+            Fetch::Oci { url, reference, .. } => format!("oci/{}-{}", slug(url), slug(&reference.to_string())),
+        }
+    }
+
+    /// The chart's directory inside [`Fetch::entry`].
+    pub(super) fn chart_dir(&self) -> &str {
+        match self {
+            Fetch::Git { path, .. } => path,
+            Fetch::Repo { chart, .. } => chart,
+            Fetch::Oci { url, .. } => url.trim_end_matches('/').rsplit('/').next().unwrap_or_default(),
+        }
+    }
+}
 
 impl Charts {
     /// The chart directory of `fetch`, fetched (and its dependencies built) once per run.
@@ -21,7 +45,7 @@ impl Charts {
                 reason,
             };
             let (root, dir) = match fetch {
-                Fetch::Git { url, reference, path } => self.git(release, url, reference, path),
+                Fetch::Git { url, reference, path } => self.git(release, fetch, url, reference, path),
                 Fetch::Repo { .. } | Fetch::Oci { .. } => self.pull(release, fetch),
             }
             .map_err(|e| match e {
@@ -56,14 +80,14 @@ impl Charts {
     pub(super) fn git(
         &self,
         release: &str,
+        fetch: &Fetch,
         url: &str,
         reference: &GitRef,
         path: &str,
     ) -> Result<(PathBuf, PathBuf), GitFailure> {
-        let rel = format!("git/{}@{}", slug(url), slug(&reference.to_string()));
+        let rel = fetch.entry();
         let exported = in_cache(&self.cache, &rel)?;
-        let present = exported.join(path).join("Chart.yaml").is_file()
-            && !matches!(reference, GitRef::Branch(_) | GitRef::Semver(_));
+        let present = exported.join(path).join("Chart.yaml").is_file() && !reference.floats();
         if let Some(dir) = self.cached(release, &rel, present)? {
             return Ok((dir.clone(), dir.join(path)));
         }
@@ -120,43 +144,38 @@ impl Charts {
 
     /// A chart of a Helm or OCI repository, pulled by helm into the cache.
     pub(super) fn pull(&self, release: &str, fetch: &Fetch) -> Result<(PathBuf, PathBuf), GitFailure> {
-        let (rel, chart, mut args, pinned) = match fetch {
+        let (rel, chart) = (fetch.entry(), fetch.chart_dir());
+        let mut args = match fetch {
             Fetch::Repo { url, chart, version, oci, plain_http } => {
-                let v = version.clone().unwrap_or_else(|| "latest".into());
-                let rel = format!("helm/{}/{chart}-{}", slug(url), slug(&v));
                 let mut args = if *oci {
                     vec![format!("{}/{chart}", url.trim_end_matches('/'))]
                 } else {
                     vec![chart.clone(), format!("--repo={url}")]
                 };
-                if let Some(version) = version {
+                if let Some(version) = version.asked() {
                     args.push(format!("--version={version}"));
                 }
                 if *plain_http {
                     args.push("--plain-http".into());
                 }
-                (rel, chart.clone(), args, version.as_deref().is_some_and(exact))
+                args
             }
             Fetch::Oci { url, reference, plain_http } => {
-                let chart = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_owned();
-                let rel = format!("oci/{}-{}", slug(url), slug(reference));
-                let mut args = match reference.split_once(' ') {
-                    Some(("digest", digest)) => vec![format!("{url}@{digest}")],
-                    Some((_, version)) => vec![url.clone(), format!("--version={version}")],
-                    None => vec![url.clone()],
+                let mut args = match reference {
+                    OciRef::Digest(digest) => vec![format!("{url}@{digest}")],
+                    OciRef::Semver(version) | OciRef::Tag(version) => vec![url.clone(), format!("--version={version}")],
                 };
                 if *plain_http {
                     args.push("--plain-http".into());
                 }
-                let pinned = reference.starts_with("tag ") || reference.starts_with("digest ");
-                (rel, chart, args, pinned)
+                args
             }
             Fetch::Git { .. } => unreachable!("git sources are fetched with git"),
         };
         let target = in_cache(&self.cache, &rel)?;
-        let present = pinned && target.join(&chart).join("Chart.yaml").is_file();
+        let present = !fetch.floats() && target.join(chart).join("Chart.yaml").is_file();
         if let Some(dir) = self.cached(release, &rel, present)? {
-            return Ok((dir.clone(), dir.join(&chart)));
+            return Ok((dir.clone(), dir.join(chart)));
         }
         let staging = in_cache(&self.cache, &format!("{rel}.tmp{}", std::process::id()))?;
         let _ = std::fs::remove_dir_all(&staging);
@@ -177,7 +196,7 @@ impl Charts {
                 reason,
             }));
         }
-        if !staging.join(&chart).join("Chart.yaml").is_file() {
+        if !staging.join(chart).join("Chart.yaml").is_file() {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(GitFailure::Other(format!("helm pull unpacked no chart named {chart}")));
         }

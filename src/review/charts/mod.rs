@@ -1,6 +1,6 @@
 //! A HelmRelease expanded to the objects helm-controller would install: the chart its source
 //! pins, fetched once into a cache, templated by the `helm` on PATH with the values
-//! helm-controller would pass ([`crate::chart::release_values`]).
+//! helm-controller would pass ([`crate::flux::release::release_values`]).
 //!
 //! Sources, as Flux reads them: a `GitRepository` (`spec.url`, `spec.ref`: tag, branch, commit,
 //! semver or name; fetched with git2 into a bare repository, and the chart's directory with its
@@ -32,9 +32,10 @@ mod fetch;
 mod source;
 mod template;
 
-use crate::chart::{Chart, release_values};
+use crate::chart::Chart;
+use crate::flux::release::{release_name, release_namespace, release_values};
 use crate::object::Object;
-use source::{Fetch, GitRef, exact, locate};
+use source::{Fetch, locate};
 use template::split;
 
 /// Why a chart cannot be expanded.
@@ -199,36 +200,6 @@ pub(crate) fn default_cache() -> PathBuf {
     base.join("osbx").join("charts")
 }
 
-/// helm-controller's release name: `spec.releaseName`, else `[targetNamespace-]name`, shortened
-/// to 53 characters (the first 40, `-`, 12 hex digits of its SHA-256).
-#[must_use]
-pub(crate) fn release_name(release: &Value) -> String {
-    if let Some(name) = release["spec"]["releaseName"].as_str().filter(|n| !n.is_empty()) {
-        return name.to_owned();
-    }
-    let name = release["metadata"]["name"].as_str().unwrap_or_default();
-    let full = match release["spec"]["targetNamespace"].as_str().filter(|n| !n.is_empty()) {
-        Some(ns) => format!("{ns}-{name}"),
-        None => name.to_owned(),
-    };
-    if full.len() <= 53 {
-        return full;
-    }
-    let hash = crate::hash::sha256_hex(full.as_bytes());
-    format!("{}-{}", &full[..40], &hash[..12])
-}
-
-/// The release's namespace: `spec.targetNamespace`, else the HelmRelease's.
-#[must_use]
-pub(crate) fn release_namespace(release: &Value) -> String {
-    release["spec"]["targetNamespace"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .or(release["metadata"]["namespace"].as_str())
-        .unwrap_or("default")
-        .to_owned()
-}
-
 impl Charts {
     /// Expansion with `helm`, the cache `cache` (`air_gapped`: only read from it), templates for
     /// Kubernetes `kube_version`.
@@ -293,18 +264,59 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A pin that cannot change is read from the cache; one that floats (the same answer lint's
+    /// `chart.unpinned` gives) is fetched again, which air-gapped is refused: each floating kind.
     #[test]
-    fn release_names_are_helm_controllers() {
-        let hr = |name: &str, target: Option<&str>, release: Option<&str>| json!({"metadata": {"name": name, "namespace": "n"}, "spec": {"targetNamespace": target, "releaseName": release}});
-        assert_eq!(release_name(&hr("a", None, None)), "a");
-        assert_eq!(release_name(&hr("a", Some("t"), None)), "t-a");
-        assert_eq!(release_name(&hr("a", Some("t"), Some("r"))), "r");
-        let long = release_name(&hr(&"x".repeat(50), Some("target"), None));
-        assert_eq!(long.len(), 53);
-        assert!(long.starts_with(&format!("target-{}", "x".repeat(33))), "{long}");
-        assert_eq!(&long[40..41], "-");
-        assert_eq!(release_namespace(&hr("a", None, None)), "n");
-        assert_eq!(release_namespace(&hr("a", Some("t"), None)), "t");
+    fn a_floating_pin_is_fetched_again_and_a_fixed_one_read_from_the_cache() {
+        use crate::flux::source::{ChartVersion, GitRef, OciRef};
+        let cache = tempfile::tempdir().unwrap();
+        let helm = Helm { program: PathBuf::from("/nonexistent/helm"), version: "v3.20.0".into() };
+        let charts = Charts::new(helm, cache.path().to_path_buf(), true, "1.33.0".into());
+        let git = |r: Value| Fetch::Git {
+            url: "https://example.org/c.git".into(),
+            reference: GitRef::of(&r),
+            path: "charts/c".into(),
+        };
+        let oci = |r: Value| Fetch::Oci {
+            url: "oci://example.org/charts/c".into(),
+            reference: OciRef::of(&r),
+            plain_http: false,
+        };
+        let repo = |v: Option<&str>| Fetch::Repo {
+            url: "https://example.org/charts".into(),
+            chart: "c".into(),
+            version: ChartVersion::of(&json!({"spec": {"chart": {"spec": {"version": v}}}})),
+            oci: false,
+            plain_http: false,
+        };
+        let cases = [
+            (git(json!({"branch": "main"})), true),
+            (git(json!({"name": "refs/heads/main"})), true),
+            (git(json!({"semver": ">=0.1.0"})), true),
+            (oci(json!({"tag": "latest"})), true),
+            (oci(Value::Null), true),
+            (oci(json!({"semver": "0.x"})), true),
+            (repo(None), true),
+            (repo(Some("0.x")), true),
+            (git(json!({"tag": "c-0.1.0"})), false),
+            (git(json!({"name": "refs/tags/c-0.1.0"})), false),
+            (git(json!({"commit": "0123456789abcdef0123456789abcdef01234567"})), false),
+            (git(json!({"semver": "0.1.0"})), false),
+            (oci(json!({"tag": "0.1.0"})), false),
+            (oci(json!({"digest": "sha256:0123"})), false),
+            (repo(Some("0.1.0")), false),
+        ];
+        for (fetch, floats) in cases {
+            let dir = cache.path().join(fetch.entry()).join(fetch.chart_dir());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("Chart.yaml"), "apiVersion: v2\nname: c\nversion: 0.1.0\n").unwrap();
+            let got = charts.fetched("HelmRelease/n/r", &fetch, "the source");
+            if floats {
+                assert!(matches!(got, Err(ChartError::NotCached { .. })), "{fetch:?} floats: {got:?}");
+            } else {
+                assert_eq!(got.unwrap(), dir, "{fetch:?} is pinned");
+            }
+        }
     }
 
     #[test]

@@ -118,8 +118,6 @@ fn the_recorded_measures_are_the_tree_s() {
     assert_eq!(row("places that derive a permission"), needs.to_string());
 }
 
-/// Doc comments that say only the item's name (`/// Namespace.` on `namespace`) either say
-/// something or go.
 /// The longest a file of `src/` may be: one screenful of ideas, split along a seam beyond it.
 const MAX_LINES: usize = 500;
 
@@ -144,6 +142,8 @@ fn no_file_of_src_is_over_500_lines() {
     assert!(over.is_empty(), "files over {MAX_LINES} lines: split them along a seam\n{}", over.join("\n"));
 }
 
+/// Doc comments that say only the item's name (`/// Namespace.` on `namespace`) either say
+/// something or go.
 #[test]
 fn no_doc_comment_only_repeats_its_name() {
     let g = Graph::read(&root().join("src"));
@@ -154,4 +154,30 @@ fn no_doc_comment_only_repeats_its_name() {
         }
     }
     assert!(bare.is_empty(), "{} doc comments only repeat the name:\n{}", bare.len(), bare.join("\n"));
+}
+
+/// `src/flux/` is Flux's meaning and nothing else: it names only the object model below it
+/// (`object`, `merge`, `hash`), and its code (tests aside) reaches no cluster, file, program or
+/// repository.
+#[test]
+fn flux_is_a_pure_room() {
+    let g = Graph::read(&root().join("src"));
+    let allowed = ["flux", "object", "merge", "hash"];
+    let mut wrong = Vec::new();
+    for (m, targets) in g.edges.iter().filter(|(m, _)| m.first().is_some_and(|f| f == "flux")) {
+        for t in targets.iter().filter(|t| t.first().is_some_and(|f| !allowed.contains(&f.as_str()))) {
+            wrong.push(format!("{} → {}", show(m), show(t)));
+        }
+        let path = root().join("src").join(m.join("/"));
+        let file = if path.is_dir() { path.join("mod.rs") } else { path.with_extension("rs") };
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for reach in ["std::process", "std::fs", "std::net", "kube::", "git2::", "tokio::", "Command::"] {
+            if code.contains(reach) {
+                wrong.push(format!("{}: {reach}", show(m)));
+            }
+        }
+    }
+    assert!(!g.edges.keys().all(|m| m.first().is_none_or(|f| f != "flux")), "there is a src/flux/");
+    assert!(wrong.is_empty(), "flux/ reaches beyond Flux's meaning:\n{}", wrong.join("\n"));
 }
