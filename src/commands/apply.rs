@@ -33,15 +33,13 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
                 .with_context(|| format!("--create-decryption-secret {}", path.display()))
         })
         .transpose()?;
-    let cluster_ids = cluster_key.as_ref().map(|k| &k.identities);
-    session::supply(
-        &mut prepared,
-        settings.api_key.as_deref(),
-        settings.age_key_file.as_deref(),
-        cluster_ids,
-        true,
-        printer,
-    )?;
+    let given = deploy::Given {
+        value: settings.api_key.as_deref(),
+        age_key_file: settings.age_key_file.as_deref(),
+        cluster: cluster_key.as_ref().map(|k| &k.identities),
+        required: true,
+    };
+    session::supply(&mut prepared, given, printer)?;
     // The Flux repository is read on a thread of its own while the connection is made and the
     // plan reads the cluster: its state, and whether its pushed HEAD holds this render (fields
     // only Flux's applier owns are taken over only when Flux applies this very render), which
@@ -57,7 +55,9 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     });
     let (cluster, report) = rt.block_on(connecting)??;
     printer.action(&format!("cluster {} (Kubernetes {})", cluster.server, report.version));
-    rt.block_on(decryption_secret(&cluster, &mut prepared, cluster_key.as_ref(), printer))?;
+    let decryption =
+        rt.block_on(deploy::decryption_secret(&cluster, &prepared.loaded, &mut prepared.layers, cluster_key.as_ref()))?;
+    say_decryption(&decryption, printer);
     let (profile, layers, opts) = (&prepared.loaded.profile, &prepared.layers, &settings.apply);
     rt.block_on(async {
         // With --verify, what the verify run does is reviewed before the apply writes too.
@@ -119,44 +119,16 @@ fn repo_warnings(repo: &std::path::Path, state: &repo::RepoState) -> Vec<String>
     out
 }
 
-/// With `secrets.sops`: when the cluster has no decryption Secret, create it from the
-/// cluster's identity if one was given for it (`--create-decryption-secret`), in the first layer
-/// that holds a sealed Secret, else say that Flux cannot decrypt yet. An existing one is never
-/// replaced.
-async fn decryption_secret(
-    cluster: &crate::cluster::Cluster,
-    prepared: &mut session::Prepared,
-    key: Option<&secrets::ClusterKey>,
-    printer: Printer,
-) -> anyhow::Result<()> {
-    let profile = &prepared.loaded.profile;
-    let (Some(id), Some(slot)) = (secrets::decryption_secret(profile), secrets::slots(profile).into_iter().next())
-    else {
-        return Ok(());
-    };
-    let api = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
-        cluster.client.clone(),
-        id.namespace.as_deref().unwrap_or_default(),
-    );
-    let Some(key) = key else {
-        // Only a warning: a read refused here is left to the apply's own review.
-        if let Ok(None) = api.get_metadata_opt(&id.name).await {
-            printer.warn(&format!(
-                "{id} does not exist: Flux cannot decrypt the sealed Secrets until it does; create it once with `--create-decryption-secret FILE` (the cluster's own identity)"
-            ));
-        }
-        return Ok(());
-    };
-    if api.get_metadata_opt(&id.name).await?.is_some() {
-        printer.action(&format!("{id} exists: left as it is (it is never replaced)"));
-        return Ok(());
+/// What became of the decryption Secret ([`deploy::decryption_secret`]).
+fn say_decryption(decryption: &deploy::Decryption, printer: Printer) {
+    match decryption {
+        deploy::Decryption::NotNeeded => {}
+        deploy::Decryption::Missing(id) => printer.warn(&format!(
+            "{id} does not exist: Flux cannot decrypt the sealed Secrets until it does; create it once with `--create-decryption-secret FILE` (the cluster's own identity)"
+        )),
+        deploy::Decryption::Exists(id) => printer.action(&format!("{id} exists: left as it is (it is never replaced)")),
+        deploy::Decryption::Created { id, origin, recipient, index } => printer.action(&format!(
+            "{id} does not exist: creating it from {origin} (the identity of {recipient}, secrets.sops.age[{index}]; the key is not shown), for Flux to decrypt with"
+        )),
     }
-    if let Some(object) = secrets::decryption_object(profile, key) {
-        printer.action(&format!(
-            "{id} does not exist: creating it from {} (the identity of {}, secrets.sops.age[{}]; the key is not shown), for Flux to decrypt with",
-            key.origin, key.recipient, key.index
-        ));
-        deploy::add_objects(&mut prepared.layers, vec![(slot.layer, object)]);
-    }
-    Ok(())
 }

@@ -42,14 +42,13 @@ fn run_live(settings: &LiveDiffSettings, printer: Printer) -> anyhow::Result<Exi
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
     let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
-    session::supply(
-        &mut prepared,
-        settings.api_key.as_deref(),
-        settings.age_key_file.as_deref(),
-        None,
-        false,
-        printer,
-    )?;
+    let given = deploy::Given {
+        value: settings.api_key.as_deref(),
+        age_key_file: settings.age_key_file.as_deref(),
+        cluster: None,
+        required: false,
+    };
+    session::supply(&mut prepared, given, printer)?;
     rt.block_on(async {
         let (cluster, _) = connecting.await??;
         let (profile, layers) = (&prepared.loaded.profile, &prepared.layers);

@@ -7,7 +7,7 @@ use super::settings::{RenderSettings, Source};
 use crate::printer::Printer;
 use crate::render::Renderer;
 use crate::repo::FileChange;
-use crate::secrets::{self, Sealing};
+use crate::secrets;
 use crate::{fleet, lint, profile, repo};
 
 /// Run `osbx render`.
@@ -169,43 +169,20 @@ fn seal(
     opts: &RenderSettings,
     printer: Printer,
 ) -> anyhow::Result<Vec<secrets::Mismatch>> {
-    if loaded.profile.secrets.sops.is_none() {
-        anyhow::ensure!(opts.set.is_none(), secrets::SecretsError::NotConfigured);
-        return Ok(Vec::new());
-    }
-    let ids = secrets::identities(opts.age_key_file.as_deref())?;
-    let ids = ids.as_ref();
-    // With an identity, a file changed without the key stops the render (without one, only
-    // its form can be checked: the render does that).
-    if let Some(ids) = ids {
-        secrets::check(loaded, ids)?;
-    }
-    if let Some(set) = &opts.set {
-        let slot = secrets::slot(&loaded.profile, &set.name)?;
-        let existing = loaded.sealed.0.get(&slot.path).map(String::as_str);
-        match secrets::seal(&loaded.profile, &slot, &set.value, existing, ids)? {
-            Sealing::Unchanged => printer.success(&format!(
+    let set = opts.set.as_ref().map(|s| (s.name.as_str(), s.value.as_slice()));
+    let done = secrets::update(loaded, set, opts.age_key_file.as_deref(), opts.check)?;
+    if let Some(s) = &done.set {
+        if s.written {
+            printer.action(&format!("{}: sealed into {} for {} recipient(s)", s.name, s.path, s.recipients));
+        } else {
+            printer.success(&format!(
                 "{}: {} already holds this value for these recipients (kept as it is)",
-                slot.name(),
-                slot.path
-            )),
-            Sealing::Written(text) => {
-                printer.action(&format!(
-                    "{}: sealed into {} for {} recipient(s)",
-                    slot.name(),
-                    slot.path,
-                    loaded.profile.secrets.sops.as_ref().map_or(0, |s| s.age.len())
-                ));
-                loaded.sealed.0.insert(slot.path, text);
-            }
+                s.name, s.path
+            ));
         }
     }
-    if opts.check {
-        return Ok(secrets::mismatches(loaded)?);
-    }
-    for (m, text) in secrets::rekey(loaded, ids)? {
+    for m in &done.rekeyed {
         printer.action(&format!("{m}: its data key is re-encrypted for them; the values are unchanged"));
-        loaded.sealed.0.insert(m.path, text);
     }
-    Ok(Vec::new())
+    Ok(done.mismatched)
 }

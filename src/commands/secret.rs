@@ -12,7 +12,6 @@ use crate::cli::{Output, SecretCommand, SecretListArgs, SecretSetArgs};
 use crate::printer::Printer;
 use crate::profile::{self, ProfileSource};
 use crate::secrets;
-use crate::sops::File;
 
 /// Run `osbx secret …`.
 ///
@@ -75,38 +74,19 @@ fn list(a: &SecretListArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
     let mut loaded = profile::load(&ProfileSource::from_arg(a.profile.as_deref()))?;
     anyhow::ensure!(loaded.profile.secrets.sops.is_some(), secrets::SecretsError::NotConfigured);
     secrets::attach(&mut loaded, &a.out)?;
-    let mismatched = secrets::mismatches(&loaded)?;
-    let mut rows = Vec::new();
-    for slot in secrets::slots(&loaded.profile) {
-        let file = loaded.sealed.0.get(&slot.path).map(|t| File::parse(t)).transpose();
-        let file = file.map_err(|source| secrets::SecretsError::File { path: slot.path.clone(), source })?;
-        let state = match (&file, mismatched.iter().any(|m| m.path == slot.path)) {
-            (None, _) => "not set",
-            (Some(_), true) => "sealed for other recipients",
-            (Some(_), false) => "sealed",
-        };
-        rows.push(json!({
-            "name": slot.name(),
-            "namespace": slot.supplied.secret.namespace,
-            "key": slot.supplied.key,
-            "layer": slot.layer,
-            "path": slot.path,
-            "state": state,
-            "recipients": file.as_ref().map(File::recipients).unwrap_or_default(),
-        }));
-    }
+    let listed = secrets::list(&loaded)?;
     match a.output {
-        Output::Json => printer.json(&json!({"secrets": rows})),
+        Output::Json => printer.json(&json!({"secrets": listed})),
         Output::Text => {
-            for r in &rows {
+            for s in &listed {
                 printer.data(&format!(
                     "{}/{} (key {}, layer {}): {} at {}",
-                    r["namespace"].as_str().unwrap_or_default(),
-                    r["name"].as_str().unwrap_or_default(),
-                    r["key"].as_str().unwrap_or_default(),
-                    r["layer"].as_str().unwrap_or_default(),
-                    r["state"].as_str().unwrap_or_default(),
-                    r["path"].as_str().unwrap_or_default(),
+                    s.namespace.as_deref().unwrap_or_default(),
+                    s.name,
+                    s.key,
+                    s.layer,
+                    s.state,
+                    s.path
                 ));
             }
         }

@@ -45,54 +45,13 @@ pub(super) fn prepare(settings: &ProfileSettings, repo: Option<&std::path::Path>
     Ok(Prepared { loaded, layers, rendered })
 }
 
-/// The Secrets a run adds to the render: the value it was given (`--api-key-file`,
-/// `OSBX_API_KEY`) for the components' Secrets, or with `secrets.sops` the sealed files
-/// decrypted as kustomize-controller decrypts them, with the identities given
-/// (`--age-key-file`, the environment's) and `cluster`'s (the cluster's own, given to create
-/// its decryption Secret).
+/// Add the Secrets a run supplies to the render ([`deploy::supply`]), saying what it warns of.
 ///
 /// # Errors
-/// Both a value and `secrets.sops` (the value belongs in git); a sealed file that cannot be
-/// opened when `required` (apply), naming it.
-pub(super) fn supply(
-    prepared: &mut Prepared,
-    api_key: Option<&str>,
-    age_key_file: Option<&std::path::Path>,
-    cluster: Option<&crate::sops::Identities>,
-    required: bool,
-    printer: Printer,
-) -> anyhow::Result<()> {
-    let profile = &prepared.loaded.profile;
-    if profile.secrets.sops.is_none() {
-        if let Some(key) = api_key {
-            deploy::add_supplied_secrets(profile, &mut prepared.layers, key);
-        }
-        return Ok(());
-    }
-    anyhow::ensure!(
-        api_key.is_none(),
-        "the profile keeps its Secrets in git (secrets.sops): set the API key with `osbx secret set`, not with OSBX_API_KEY or --api-key-file"
-    );
-    let ids = match (crate::secrets::identities(age_key_file)?, cluster) {
-        (Some(given), Some(cluster)) => Some(given.and(cluster)),
-        (given, cluster) => given.or_else(|| cluster.cloned()),
-    };
-    for slot in crate::secrets::slots(profile) {
-        if !prepared.loaded.sealed.0.contains_key(&slot.path) {
-            printer.warn(&format!(
-                "{} has no value in git yet ({} is missing): set it with `osbx secret set {}`",
-                slot.name(),
-                slot.path,
-                slot.name()
-            ));
-        }
-    }
-    match crate::secrets::open(&prepared.loaded, ids.as_ref()) {
-        Ok(opened) => deploy::add_objects(&mut prepared.layers, opened),
-        Err(e) if !required && ids.is_none() => {
-            printer.warn(&format!("the sealed Secrets are not compared: {e}"));
-        }
-        Err(e) => return Err(e.into()),
+/// What [`deploy::supply`] refuses.
+pub(super) fn supply(prepared: &mut Prepared, given: deploy::Given<'_>, printer: Printer) -> anyhow::Result<()> {
+    for warning in deploy::supply(&prepared.loaded, &mut prepared.layers, given)? {
+        printer.warn(&warning);
     }
     Ok(())
 }

@@ -92,55 +92,25 @@ pub(super) fn run(settings: &StatusSettings, printer: Printer) -> anyhow::Result
     })
 }
 
-/// At most this many clusters of a fleet are read at once.
-const CLUSTERS_AT_ONCE: usize = 8;
-
-/// `osbx status --fleet`: one line per cluster, the clusters read concurrently (bounded); a
-/// cluster that cannot be read is shown as such and the others still are.
+/// `osbx status --fleet`: one line per cluster ([`overview::read_fleet`]).
 fn fleet(settings: &StatusSettings, path: &std::path::Path, printer: Printer) -> anyhow::Result<ExitStatus> {
-    use futures::StreamExt as _;
     let rt = runtime()?;
     let progress = printer.progress();
     let fleet = crate::fleet::load(path, &progress)?;
     progress.finish();
     let renderer = crate::render::Renderer::new(settings.profile.templates.as_deref())?;
-    let mut members = Vec::new();
-    for (member, reach) in fleet.members.iter().zip(&fleet.reach) {
-        let rendered = renderer.render(member)?;
-        members.push((member, reach, crate::deploy::layers(&member.profile, &rendered)));
-    }
-    let repo = settings.repo.as_path();
-    let lines: Vec<overview::ClusterLine> = rt.block_on(
-        futures::stream::iter(members.iter().map(|(member, reach, layers)| async move {
-            let name = &member.profile.cluster.name;
-            let options = crate::cluster::ConnectOptions {
-                kubeconfig: reach.kubeconfig.clone().or_else(|| settings.connect.kubeconfig.clone()),
-                context: Some(reach.context.clone()),
-                ..settings.connect.clone()
-            };
-            let read = async {
-                let cluster = crate::cluster::Cluster::connect(&options).await?;
-                anyhow::Ok(overview::read(&cluster, &member.profile, layers, Some(repo), None).await?)
-            };
-            match read.await {
-                Ok(o) => overview::ClusterLine::of(&o),
-                Err(e) => overview::ClusterLine::unreadable(name, format!("{e:#}")),
-            }
-        }))
-        .buffered(CLUSTERS_AT_ONCE)
-        .collect(),
-    );
+    let view = rt.block_on(overview::read_fleet(&fleet, &renderer, &settings.connect, &settings.repo))?;
     if settings.output == StatusOutput::Json {
-        printer.json(&serde_json::json!({"fleet": fleet.name, "clusters": lines}));
+        printer.json(&view);
     } else {
-        let width = lines.iter().map(|l| l.cluster.len()).max().unwrap_or(0);
-        for l in &lines {
+        let width = view.clusters.iter().map(|l| l.cluster.len()).max().unwrap_or(0);
+        for l in &view.clusters {
             printer.data(&overview::fleet_line(l, width));
         }
     }
-    Ok(if lines.iter().any(|l| l.error.is_some()) {
+    Ok(if view.unreadable() {
         ExitStatus::Error
-    } else if lines.iter().all(|l| l.ready) {
+    } else if view.ready() {
         ExitStatus::Success
     } else {
         ExitStatus::Failure

@@ -17,6 +17,7 @@
 
 mod execute;
 mod plan;
+mod supply;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -25,6 +26,7 @@ pub(crate) use self::execute::ApplyReport;
 use self::execute::execute;
 use self::plan::plan;
 pub(crate) use self::plan::{ApplyOptions, Scope, operations};
+pub(crate) use self::supply::{Decryption, Given, decryption_secret, supply};
 use crate::changeset::{Action, ChangeSet};
 use crate::cluster::flux_applier::FluxRender;
 use crate::cluster::flux_applier::OnConflict;

@@ -27,6 +27,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::cluster::ConnectOptions;
 use crate::merge::merge;
 use crate::profile::{self, Diagnostic, LoadedProfile, Locations, ProfileError, ProfileSource};
 use crate::progress::Progress;
@@ -85,13 +86,27 @@ struct Member {
     kubeconfig: Option<String>,
 }
 
-/// How `osbx rollout` reaches a cluster of the fleet.
+/// How `osbx rollout` and `osbx status --fleet` reach a cluster of the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reach {
     /// The kubeconfig context.
     pub context: String,
     /// The kubeconfig file, when the fleet names one (resolved against the fleet file).
     pub kubeconfig: Option<std::path::PathBuf>,
+}
+
+impl Reach {
+    /// How to connect to this cluster: its context, in the fleet's kubeconfig file for it or
+    /// else the command's (`--kubeconfig`, `KUBECONFIG`, `~/.kube/config`), with the command's
+    /// other access settings.
+    #[must_use]
+    pub(crate) fn connect_options(&self, command: &ConnectOptions) -> ConnectOptions {
+        ConnectOptions {
+            kubeconfig: self.kubeconfig.clone().or_else(|| command.kubeconfig.clone()),
+            context: Some(self.context.clone()),
+            ..command.clone()
+        }
+    }
 }
 
 /// The JSON Schema of the fleet document (draft 2020-12).

@@ -1,8 +1,75 @@
-//! `osbx status --fleet`: one line per cluster.
+//! `osbx status --fleet`: every cluster of a fleet read concurrently (at most
+//! [`CLUSTERS_AT_ONCE`] at a time), one line per cluster; a cluster that cannot be reached or
+//! read is a line saying why, and the others are still read.
 
+use std::path::Path;
+
+use futures::StreamExt as _;
 use serde::Serialize;
 
 use super::{Against, Overview};
+use crate::cluster::{Cluster, ConnectOptions};
+use crate::fleet::Fleet;
+use crate::render::{RenderError, Renderer};
+
+/// At most this many clusters of a fleet are read at once.
+const CLUSTERS_AT_ONCE: usize = 8;
+
+/// A fleet at a glance: one line per cluster, in the fleet's order.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FleetOverview {
+    /// The fleet's name.
+    pub(crate) fleet: String,
+    pub(crate) clusters: Vec<ClusterLine>,
+}
+
+impl FleetOverview {
+    /// Whether some cluster could not be read.
+    #[must_use]
+    pub(crate) fn unreadable(&self) -> bool {
+        self.clusters.iter().any(|l| l.error.is_some())
+    }
+
+    /// Whether every cluster is ready.
+    #[must_use]
+    pub(crate) fn ready(&self) -> bool {
+        self.clusters.iter().all(|l| l.ready)
+    }
+}
+
+/// Read every cluster of `fleet` (each member's render from `renderer`), reached as the fleet
+/// says ([`crate::fleet::Reach::connect_options`], `connect` the command's access settings);
+/// `repo` the Flux repository the layers are compared with.
+///
+/// # Errors
+/// A member whose render fails (before any cluster is read); an unreachable or unreadable
+/// cluster is a line, not an error.
+pub(crate) async fn read_fleet(
+    fleet: &Fleet,
+    renderer: &Renderer,
+    connect: &ConnectOptions,
+    repo: &Path,
+) -> Result<FleetOverview, RenderError> {
+    let mut members = Vec::new();
+    for (member, reach) in fleet.members.iter().zip(&fleet.reach) {
+        let rendered = renderer.render(member)?;
+        members.push((member, reach, crate::deploy::layers(&member.profile, &rendered)));
+    }
+    let clusters = futures::stream::iter(members.iter().map(|(member, reach, layers)| async move {
+        let read = async {
+            let cluster = Cluster::connect(&reach.connect_options(connect)).await?;
+            anyhow::Ok(super::read(&cluster, &member.profile, layers, Some(repo), None).await?)
+        };
+        match read.await {
+            Ok(o) => ClusterLine::of(&o),
+            Err(e) => ClusterLine::unreadable(&member.profile.cluster.name, format!("{e:#}")),
+        }
+    }))
+    .buffered(CLUSTERS_AT_ONCE)
+    .collect()
+    .await;
+    Ok(FleetOverview { fleet: fleet.name.clone(), clusters })
+}
 
 /// One cluster of a fleet, in one line's worth.
 #[derive(Debug, Clone, Serialize)]

@@ -20,7 +20,7 @@ use std::path::Path;
 use serde::Serialize;
 
 pub(crate) use draw::{dot, fleet_line, mermaid, text};
-pub(crate) use fleet::ClusterLine;
+pub(crate) use fleet::{ClusterLine, read_fleet};
 use states::{layer_states, pool_states, release_states, runtime_states, server_state};
 pub(crate) use watch::{Backoff, watch};
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::{RolloutError, Settings, flux};
 use crate::cluster::operation::Operation;
 use crate::cluster::preflight;
-use crate::cluster::{Cluster, ClusterError, ConnectOptions};
+use crate::cluster::{Cluster, ClusterError};
 use crate::deploy;
 use crate::fleet::Fleet;
 use crate::object::ObjectRef;
@@ -46,18 +46,14 @@ pub(super) async fn reach_all<'f>(
     let reached =
         futures::future::join_all(targets.into_iter().map(|(index, member, reach, objects, flux)| async move {
             let name = member.profile.cluster.name.clone();
-            let options = ConnectOptions {
-                kubeconfig: reach.kubeconfig.clone().or_else(|| settings.connect.kubeconfig.clone()),
-                context: Some(reach.context.clone()),
-                ..settings.connect.clone()
-            };
-            let cluster = Cluster::connect(&options).await.map_err(|source| match source {
-                ClusterError::Kubeconfig { .. }
-                | ClusterError::NoKubeconfig { .. }
-                | ClusterError::NoContext { .. }
-                | ClusterError::NoCluster { .. } => RolloutError::Reach { cluster: name.clone(), index, source },
-                source => RolloutError::Cluster { cluster: name.clone(), source },
-            })?;
+            let cluster =
+                Cluster::connect(&reach.connect_options(&settings.connect)).await.map_err(|source| match source {
+                    ClusterError::Kubeconfig { .. }
+                    | ClusterError::NoKubeconfig { .. }
+                    | ClusterError::NoContext { .. }
+                    | ClusterError::NoCluster { .. } => RolloutError::Reach { cluster: name.clone(), index, source },
+                    source => RolloutError::Cluster { cluster: name.clone(), source },
+                })?;
             preflight::warm_up(&cluster)
                 .await
                 .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;

@@ -181,3 +181,32 @@ fn flux_is_a_pure_room() {
     assert!(!g.edges.keys().all(|m| m.first().is_none_or(|f| f != "flux")), "there is a src/flux/");
     assert!(wrong.is_empty(), "flux/ reaches beyond Flux's meaning:\n{}", wrong.join("\n"));
 }
+
+/// `commands/` resolves settings, calls the domain and prints what it returns: it names no
+/// client of a cluster, a repository or a cipher (kube, k8s-openapi, git2, `sops`), fans out no
+/// streams of work, and reaches clusters only through `session`'s one connect.
+#[test]
+fn commands_resolve_settings_call_the_domain_and_print() {
+    let g = Graph::read(&root().join("src"));
+    let mut wrong = Vec::new();
+    for m in g.files.keys().filter(|m| m.first().is_some_and(|f| f == "commands")) {
+        for t in &g.edges[m] {
+            if t.first().is_some_and(|f| f == "sops") || t.starts_with(&["cluster".to_owned(), "ssa".to_owned()]) {
+                wrong.push(format!("{} → {}", show(m), show(t)));
+            }
+        }
+        let path = root().join("src").join(m.join("/"));
+        let file = if path.is_dir() { path.join("mod.rs") } else { path.with_extension("rs") };
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for reach in ["kube::", "k8s_openapi::", "git2::", "futures::stream", "StreamExt", "crate::sops"] {
+            if code.contains(reach) {
+                wrong.push(format!("{}: {reach}", show(m)));
+            }
+        }
+        if m.last().is_some_and(|l| l != "session") && code.contains("Cluster::connect") {
+            wrong.push(format!("{}: Cluster::connect (connect through session::start_connect)", show(m)));
+        }
+    }
+    assert!(wrong.is_empty(), "commands/ does the domain's work:\n{}", wrong.join("\n"));
+}

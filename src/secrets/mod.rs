@@ -8,17 +8,20 @@
 //! clean and a re-render commits nothing), and re-encrypts only its data key when the profile's
 //! recipients change. No plaintext value is ever written to disk or printed.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::components::Supplied;
 use crate::object::{KnownKind, Object, ObjectRef};
 use crate::profile::{LoadedProfile, Profile};
 use crate::sops::{File, Identities, SopsError};
 use crate::spec::Sealed;
+
+mod sealing;
+
+pub(crate) use sealing::{Mismatch, mismatches, update};
 
 /// The key of the decryption Secret that holds the age identity (Flux's convention: a key
 /// ending in `.agekey`).
@@ -48,6 +51,12 @@ pub(crate) enum SecretsError {
     /// The profile keeps no secrets in git.
     #[error("the profile has no `secrets.sops`: its Secrets are created by `osbx apply` from the value it is given")]
     NotConfigured,
+    /// A value given to a run (`OSBX_API_KEY`, `--api-key-file`) while the profile keeps its
+    /// Secrets in git.
+    #[error(
+        "the profile keeps its Secrets in git (secrets.sops): set the API key with `osbx secret set`, not with OSBX_API_KEY or --api-key-file"
+    )]
+    ValueInGit,
     /// No supplied Secret has that name.
     #[error("the profile supplies no Secret named `{name}` (it supplies: {known})")]
     Unknown {
@@ -292,145 +301,52 @@ pub(crate) fn cluster_key(profile: &Profile, path: &Path) -> Result<ClusterKey, 
     Ok(ClusterKey { identities, recipient, index, origin, text })
 }
 
-/// The Secret of `slot` holding `value`, as committed (before encryption).
-fn secret_document(slot: &Slot, value: &[u8]) -> Value {
-    let id = &slot.supplied.secret;
-    json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": id.name, "namespace": id.namespace},
-        "type": "Opaque",
-        "data": {slot.supplied.key.clone(): base64::engine::general_purpose::STANDARD.encode(value)},
-    })
-}
-
-/// What sealing a value did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Sealing {
-    /// The file already holds this value for these recipients: nothing to write.
-    Unchanged,
-    /// The new file text.
-    Written(String),
-}
-
-/// Seal `value` into `slot` for the profile's recipients. When the existing file opens with
-/// `ids` and already holds this value for these recipients, it is kept byte for byte.
-///
-/// # Errors
-/// [`SecretsError::NotConfigured`]; [`SecretsError::File`] when the existing file is tampered.
-pub(crate) fn seal(
-    profile: &Profile,
-    slot: &Slot,
-    value: &[u8],
-    existing: Option<&str>,
-    ids: Option<&Identities>,
-) -> Result<Sealing, SecretsError> {
-    let sops = profile.secrets.sops.as_ref().ok_or(SecretsError::NotConfigured)?;
-    let doc = secret_document(slot, value);
-    let err = |source| SecretsError::File { path: slot.path.clone(), source };
-    if let (Some(text), Some(ids)) = (existing, ids) {
-        let file = File::parse(text).map_err(err)?;
-        match file.decrypt(ids) {
-            Ok(plain) if plain == doc && same_set(&file.recipients(), &sops.age) => return Ok(Sealing::Unchanged),
-            Ok(_) | Err(SopsError::NoMatchingIdentity { .. }) => {}
-            Err(e) => return Err(err(e)),
-        }
-    }
-    Ok(Sealing::Written(File::encrypt(&doc, &sops.age).map_err(err)?.to_yaml().map_err(err)?))
-}
-
-fn same_set(a: &[String], b: &[String]) -> bool {
-    a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
-}
-
-/// A sealed file encrypted for other recipients than the profile's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Mismatch {
-    /// The file.
+/// One supplied Secret of a profile that keeps its Secrets in git, as `osbx secret list` shows
+/// it (never its value).
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Listed {
+    /// The Secret's name.
+    pub(crate) name: String,
+    /// Its namespace.
+    pub(crate) namespace: Option<String>,
+    /// The key of its data the workloads read.
+    pub(crate) key: String,
+    /// The layer it is applied with.
+    pub(crate) layer: String,
+    /// Its sealed file.
     pub(crate) path: String,
-    /// Recipients the profile adds.
-    pub(crate) added: Vec<String>,
-    /// Recipients the profile drops.
-    pub(crate) removed: Vec<String>,
+    /// `not set`, `sealed`, or `sealed for other recipients`.
+    pub(crate) state: &'static str,
+    /// The recipients its file is encrypted for.
+    pub(crate) recipients: Vec<String>,
 }
 
-impl std::fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let list = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
-        write!(
-            f,
-            "{} is encrypted for other recipients than secrets.sops.age (added: {}; removed: {})",
-            self.path,
-            list(&self.added),
-            list(&self.removed)
-        )
-    }
-}
-
-/// The sealed files whose recipients differ from `secrets.sops.age`.
+/// Every supplied Secret of `loaded` (its sealed files attached) with the state of its file.
 ///
 /// # Errors
 /// [`SecretsError::File`] for a file that is not a SOPS file.
-pub(crate) fn mismatches(loaded: &LoadedProfile) -> Result<Vec<Mismatch>, SecretsError> {
-    let Some(sops) = &loaded.profile.secrets.sops else { return Ok(Vec::new()) };
-    let want: BTreeSet<&String> = sops.age.iter().collect();
+pub(crate) fn list(loaded: &LoadedProfile) -> Result<Vec<Listed>, SecretsError> {
+    let mismatched = mismatches(loaded)?;
     let mut out = Vec::new();
-    for (path, text) in &loaded.sealed.0 {
-        let file = File::parse(text).map_err(|source| SecretsError::File { path: path.clone(), source })?;
-        let now = file.recipients();
-        let now: BTreeSet<&String> = now.iter().collect();
-        if now != want {
-            out.push(Mismatch {
-                path: path.clone(),
-                added: want.difference(&now).map(|s| (*s).clone()).collect(),
-                removed: now.difference(&want).map(|s| (*s).clone()).collect(),
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// The sealed files of [`mismatches`], their data keys re-encrypted with `ids` for the
-/// profile's recipients (values, MAC and `lastmodified` unchanged): each with its new text.
-///
-/// # Errors
-/// [`SecretsError::RekeyNeedsIdentity`] when there is no identity, or none that opens the file;
-/// [`SecretsError::File`] for a malformed or tampered file.
-pub(crate) fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(Mismatch, String)>, SecretsError> {
-    let Some(sops) = &loaded.profile.secrets.sops else { return Ok(Vec::new()) };
-    let mut out = Vec::new();
-    for m in mismatches(loaded)? {
-        let needs = || {
-            let list = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
-            SecretsError::RekeyNeedsIdentity { path: m.path.clone(), added: list(&m.added), removed: list(&m.removed) }
+    for slot in slots(&loaded.profile) {
+        let file = loaded.sealed.0.get(&slot.path).map(|t| File::parse(t)).transpose();
+        let file = file.map_err(|source| SecretsError::File { path: slot.path.clone(), source })?;
+        let state = match (&file, mismatched.iter().any(|m| m.path == slot.path)) {
+            (None, _) => "not set",
+            (Some(_), true) => "sealed for other recipients",
+            (Some(_), false) => "sealed",
         };
-        let err = |source| SecretsError::File { path: m.path.clone(), source };
-        let mut file = File::parse(&loaded.sealed.0[&m.path]).map_err(err)?;
-        let Some(ids) = ids else { return Err(needs()) };
-        match file.rekey(ids, &sops.age) {
-            Ok(_) => {}
-            Err(SopsError::NoMatchingIdentity { .. }) => return Err(needs()),
-            Err(e) => return Err(err(e)),
-        }
-        let text = file.to_yaml().map_err(err)?;
-        out.push((m, text));
+        out.push(Listed {
+            name: slot.name().to_owned(),
+            namespace: slot.supplied.secret.namespace.clone(),
+            key: slot.supplied.key.clone(),
+            layer: slot.layer.clone(),
+            path: slot.path.clone(),
+            state,
+            recipients: file.as_ref().map(File::recipients).unwrap_or_default(),
+        });
     }
     Ok(out)
-}
-
-/// Check every sealed file that `ids` opens: its values decrypt and its MAC matches. A file
-/// encrypted only for others is not checked (nothing here can).
-///
-/// # Errors
-/// [`SecretsError::File`] naming a malformed or tampered file.
-pub(crate) fn check(loaded: &LoadedProfile, ids: &Identities) -> Result<(), SecretsError> {
-    for (path, text) in &loaded.sealed.0 {
-        let err = |source| SecretsError::File { path: path.clone(), source };
-        match File::parse(text).map_err(err)?.decrypt(ids) {
-            Ok(_) | Err(SopsError::NoMatchingIdentity { .. }) => {}
-            Err(e) => return Err(err(e)),
-        }
-    }
-    Ok(())
 }
 
 /// The profile's sealed Secrets decrypted, each with its layer: what kustomize-controller
