@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::builder::TestFleet;
 use crate::cluster;
-use crate::support::{osbx, outputs, root};
+use crate::support::{osbx, output_off_runtime, outputs, root};
 
 fn requests(out: &std::process::Output) -> Value {
     let (stdout, stderr) = outputs(out);
@@ -32,22 +32,9 @@ async fn the_benchmark_profile_applies_with_one_write_per_object_and_none_on_a_n
     let kubeconfig = cluster::plane().kubeconfig.clone();
     let templates = root().join("bench/templates");
     let run = |args: Vec<String>| {
-        let (dir, kubeconfig, templates) = (dir.path().to_path_buf(), kubeconfig.clone(), templates.clone());
-        async move {
-            tokio::task::spawn_blocking(move || {
-                osbx()
-                    .current_dir(&dir)
-                    .args(args)
-                    .arg("--templates")
-                    .arg(&templates)
-                    .arg("--kubeconfig")
-                    .arg(&kubeconfig)
-                    .output()
-                    .unwrap()
-            })
-            .await
-            .unwrap()
-        }
+        let mut cmd = osbx();
+        cmd.current_dir(dir.path()).args(args).arg("--templates").arg(&templates).arg("--kubeconfig").arg(&kubeconfig);
+        output_off_runtime(cmd)
     };
     let args = |cmd: &[&str]| cmd.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
 

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use predicates::prelude::*;
 
-use crate::support::{osbx, outputs, tree, write};
+use crate::support::{git, osbx, outputs, tree, write};
 
 fn render(dir: &Path, profile: &str) -> assert_cmd::assert::Assert {
     osbx().args(["render", "--profile", profile, "--out"]).arg(dir).assert()
@@ -170,12 +170,6 @@ fn a_failure_part_way_leaves_the_previous_tree_intact() {
     // The rerun converges.
     osbx().args(["-q", "render", "--profile"]).arg(&profile).arg("--out").arg(dir.path()).assert().success();
     osbx().args(["render", "--check", "--profile"]).arg(&profile).arg("--out").arg(dir.path()).assert().code(0);
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn init_repo(dir: &Path) {

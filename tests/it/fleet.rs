@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::builder::TestFleet;
 use crate::cluster::{self, api_for};
-use crate::support::{osbx, outputs, tree};
+use crate::support::{git, osbx, outputs, tree};
 
 fn fleet(lab_b_pool_max: u32) -> String {
     TestFleet::new("labs", "fresh-cluster")
@@ -90,14 +90,9 @@ fn check_and_commit_work_on_the_whole_fleet() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap();
-        assert!(out.status.success(), "git {args:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    git(&["init", "-q"]);
-    git(&["config", "user.name", "T"]);
-    git(&["config", "user.email", "t@example.com"]);
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["config", "user.name", "T"]);
+    git(&repo, &["config", "user.email", "t@example.com"]);
     std::fs::write(dir.path().join("fleet.yaml"), fleet(8)).unwrap();
     let out = osbx()
         .args(["render", "--commit", "--fleet"])
@@ -107,7 +102,7 @@ fn check_and_commit_work_on_the_whole_fleet() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
-    let files = git(&["show", "--name-only", "--format=", "HEAD"]);
+    let files = git(&repo, &["show", "--name-only", "--format=", "HEAD"]);
     for cluster in ["lab-a", "lab-b", "lab-c"] {
         assert!(files.contains(&format!("clusters/{cluster}/kustomization.yaml")), "{files}");
     }

@@ -9,13 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::support::{osbx, outputs};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", outputs(&out).1);
-    outputs(&out).0
-}
+use crate::support::{git, osbx, outputs};
 
 /// `osbx init --fleet` in a fresh directory, and `repo/` made with `git init` (no commit).
 fn newcomer() -> (tempfile::TempDir, PathBuf) {

@@ -6,12 +6,11 @@
 //! commit gated, written here with `git notes` in the format docs/fleet.md gives.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
 use crate::builder::TestFleet;
-use crate::support::{osbx, outputs};
+use crate::support::{git, osbx, outputs};
 
 const CLUSTERS: [&str; 3] = ["lab-a", "lab-b", "lab-c"];
 
@@ -29,12 +28,6 @@ fn fleet(pool_max: [u32; 3]) -> String {
             {"name": "rest", "selector": {}},
         ]))
         .yaml()
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", outputs(&out).1);
-    outputs(&out).0
 }
 
 /// A Flux repository with the fleet at 8 rendered and committed by `render --commit`.

@@ -9,8 +9,7 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 
 use crate::builder::TestProfile;
-use crate::e2e::git::git;
-use crate::support::{osbx, outputs, root, tree};
+use crate::support::{git, osbx, outputs, root, tree};
 
 /// Where the API key's sealed file goes for [`TestProfile`] profiles.
 const SEALED: &str = "platform/opensandbox/api-key.sops.yaml";

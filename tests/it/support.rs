@@ -82,6 +82,12 @@ pub fn osbx() -> Command {
     cmd
 }
 
+/// The output of `cmd` (an `osbx` command, as [`osbx`] makes it), waited for off the async
+/// runtime, which meanwhile goes on serving what the test runs on it.
+pub async fn output_off_runtime(mut cmd: Command) -> std::process::Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap()
+}
+
 /// Every file under `dir` (relative path → content), skipping `.git`. Contents are read byte
 /// for byte (no newline or encoding translation; a file that is not UTF-8 fails the test rather
 /// than compare as a placeholder), so two trees are equal exactly when their bytes are.
@@ -112,6 +118,21 @@ pub fn write(dir: &Path, rel: &str, content: &str) {
     let path = dir.join(rel);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, content).unwrap();
+}
+
+/// Run git with `args` in `dir` (no prompts, a fixed identity, `main` for a new repository's
+/// branch), failing the test with its output when it fails; returns its stdout as it is.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .args(["-c", "user.name=osbx e2e", "-c", "user.email=e2e@osbx.invalid", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .output()
+        .expect("run git");
+    let (stdout, stderr) = outputs(&out);
+    assert!(out.status.success(), "git {args:?} in {}: {stdout}{stderr}", dir.display());
+    stdout
 }
 
 /// Stdout and stderr of a finished command, as text.

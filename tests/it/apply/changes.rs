@@ -1,7 +1,7 @@
 //! What `apply` and `diff` change and show: conflicts with other field managers, Secret values
 //! masked, `--dry-run`, and the API key Secret (created, rotated, kept, never printed).
 
-use crate::support::{osbx, outputs};
+use crate::support::{git, osbx, outputs};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
@@ -34,11 +34,6 @@ async fn conflicts_name_the_other_manager_and_force_takes_ownership() {
     let out = run(&kubeconfig, dir.path(), &["apply", "--no-wait", "--force-conflicts"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
     assert_eq!(pools.get("pod").await.unwrap().data["spec"]["capacitySpec"]["bufferMax"], 1);
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// The Flux repository `dir/flux`: the render of `dir/profile.yaml` committed and pushed (with

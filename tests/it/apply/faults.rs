@@ -1,6 +1,6 @@
 //! Faults: the API server killed mid-apply, expired credentials, a wrong context.
 
-use crate::cluster::{self, OwnPlane};
+use crate::cluster;
 use crate::support::outputs;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -13,12 +13,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_api_server_mid_apply_is_a_clear_error_and_a_rerun_converges() {
-    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
-    let client = cluster::client_for(&plane.kubeconfig).await;
-    for dir in ["flux", "opensandbox"] {
-        cluster::install_crds(&client, dir).await;
-    }
-    create_namespace(&client, "ka-flux").await;
+    let (plane, client) = flux_installed(&["flux", "opensandbox"], "ka-flux").await;
     let dir = tempfile::tempdir().unwrap();
     let pools: Vec<(String, &str, [i64; 4])> = (0..12).map(|i| (format!("p{i}"), "runc", [0, 1, 0, 2])).collect();
     let pools: Vec<(&str, &str, [i64; 4])> = pools.iter().map(|(n, r, c)| (n.as_str(), *r, *c)).collect();

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::builder::TestProfile;
 use crate::cluster::{self, OwnPlane, standin::Controllers};
-use crate::support::{assert_golden, osbx, outputs};
+use crate::support::{assert_golden, osbx, output_off_runtime, outputs};
 
 mod changes;
 mod faults;
@@ -36,16 +36,9 @@ fn controllers(p: &str) -> Controllers {
 
 /// Run the osbx binary off the async runtime (the stand-in keeps running meanwhile).
 async fn run(kubeconfig: &Path, dir: &Path, args: &[&str]) -> Output {
-    let profile = dir.join("profile.yaml");
-    let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-    full.extend([
-        "--profile".into(),
-        profile.display().to_string(),
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-    ]);
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || osbx().current_dir(dir).args(full).output().unwrap()).await.unwrap()
+    let mut cmd = osbx();
+    cmd.current_dir(dir).args(args).arg("--profile").arg(dir.join("profile.yaml")).arg("--kubeconfig").arg(kubeconfig);
+    output_off_runtime(cmd).await
 }
 
 fn json_of(out: &Output) -> Value {
@@ -69,11 +62,8 @@ async fn create_namespace(client: &kube::Client, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_apply_reapply_change_and_prune_on_an_empty_cluster() {
-    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
-    let client = cluster::client_for(&plane.kubeconfig).await;
     // "Flux installed": its CRDs and namespace. No OpenSandbox CRDs: the chart brings them.
-    cluster::install_crds(&client, "flux").await;
-    create_namespace(&client, "lc-flux").await;
+    let (plane, client) = flux_installed(&["flux"], "lc-flux").await;
     let _controllers =
         Controllers { release_crds: vec![("opensandbox".into(), "opensandbox".into())], ..controllers("lc") }
             .spawn(client.clone());
@@ -151,10 +141,7 @@ async fn first_apply_reapply_change_and_prune_on_an_empty_cluster() {
 /// `tests/golden/`, like `examples/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_text_output_of_apply_and_diff_matches_the_golden_files() {
-    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
-    let client = cluster::client_for(&plane.kubeconfig).await;
-    cluster::install_crds(&client, "flux").await;
-    create_namespace(&client, "gd-flux").await;
+    let (plane, client) = flux_installed(&["flux"], "gd-flux").await;
     let _controllers =
         Controllers { release_crds: vec![("opensandbox".into(), "opensandbox".into())], ..controllers("gd") }
             .spawn(client.clone());
@@ -182,6 +169,18 @@ async fn the_text_output_of_apply_and_diff_matches_the_golden_files() {
     assert_golden("apply-change-and-prune.txt", &text(&out));
 }
 
+/// A plane of the test's own where Flux is installed: the CRDs of each of `crds`
+/// (`tests/cluster/crds/<dir>`) and the namespace `flux_ns`; its admin client.
+async fn flux_installed(crds: &[&str], flux_ns: &str) -> (OwnPlane, kube::Client) {
+    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
+    let client = cluster::client_for(&plane.kubeconfig).await;
+    for dir in crds {
+        cluster::install_crds(&client, dir).await;
+    }
+    create_namespace(&client, flux_ns).await;
+    (plane, client)
+}
+
 async fn pool_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let gvk = kube::core::GroupVersionKind::gvk("sandbox.opensandbox.io", "v1alpha1", "Pool");
     let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
@@ -200,10 +199,7 @@ async fn setup(p: &str, pools: &[(&str, &str, [i64; 4])]) -> (kube::Client, temp
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fresh_cluster_profile_brings_every_layer_up_in_order() {
-    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
-    let client = cluster::client_for(&plane.kubeconfig).await;
-    cluster::install_crds(&client, "flux").await;
-    create_namespace(&client, "flux-system").await;
+    let (plane, client) = flux_installed(&["flux"], "flux-system").await;
     let _controllers = Controllers {
         flux_namespaces: ["flux-system", "kata-system", "spire-system", "opensandbox-system"]
             .map(String::from)
@@ -215,27 +211,11 @@ async fn the_fresh_cluster_profile_brings_every_layer_up_in_order() {
     }
     .spawn(client.clone());
     let dir = tempfile::tempdir().unwrap();
-    let cwd = dir.path().to_path_buf();
-    let kubeconfig = plane.kubeconfig.display().to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        osbx()
-            .current_dir(cwd)
-            .args([
-                "apply",
-                "--profile",
-                "fresh-cluster",
-                "-o",
-                "json",
-                "--timeout",
-                "90s",
-                "--kubeconfig",
-                &kubeconfig,
-            ])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let mut cmd = osbx();
+    cmd.current_dir(dir.path())
+        .args(["apply", "--profile", "fresh-cluster", "-o", "json", "--timeout", "90s", "--kubeconfig"])
+        .arg(&plane.kubeconfig);
+    let out = output_off_runtime(cmd).await;
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();

@@ -3,7 +3,7 @@
 //! repository with changes Flux cannot see.
 
 use crate::cluster::{self, OwnPlane};
-use crate::support::{osbx, outputs};
+use crate::support::{git, osbx, outputs};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -89,10 +89,7 @@ async fn a_read_only_user_is_refused_by_preflight_naming_what_is_missing() {
 /// halfway, after the chart's layer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kind_the_cluster_does_not_serve_yet_is_reviewed_before_any_write() {
-    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
-    let client = cluster::client_for(&plane.kubeconfig).await;
-    cluster::install_crds(&client, "flux").await;
-    create_namespace(&client, "fr-flux").await;
+    let (plane, client) = flux_installed(&["flux"], "fr-flux").await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("profile.yaml"), profile("fr", &[("pod", "runc", [0, 1, 0, 2])])).unwrap();
     let user = cluster::user_kubeconfig(&plane.kubeconfig, "fr-deployer", dir.path());
@@ -148,10 +145,7 @@ async fn uncommitted_changes_in_the_flux_repo_are_a_warning() {
     let (_client, dir, kubeconfig) = setup("gw", &[("pod", "runc", [0, 1, 0, 2])]).await;
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        assert!(std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap().status.success());
-    };
-    git(&["init", "-q"]);
+    git(&repo, &["init", "-q"]);
     std::fs::write(repo.join("pending.yaml"), "kind: x\n").unwrap();
     let out = run(&kubeconfig, dir.path(), &["apply", "--dry-run", "--repo", &repo.display().to_string()]).await;
     let (_, stderr) = outputs(&out);

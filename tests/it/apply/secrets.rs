@@ -76,12 +76,7 @@ fn secret_data(s: &Secret, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_decrypts_the_sealed_key_and_creates_the_decryption_secret_once_with_the_printed_roles() {
-    let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
-    let client = cluster::client_for(&plane.kubeconfig).await;
-    for crds in ["flux", "opensandbox"] {
-        cluster::install_crds(&client, crds).await;
-    }
-    create_namespace(&client, "sa-flux").await;
+    let (plane, client) = flux_installed(&["flux", "opensandbox"], "sa-flux").await;
     let dir = tempfile::tempdir().unwrap();
     let (k1, k1_text, r1) = age_key(dir.path(), "k1");
     let (k2, _, _) = age_key(dir.path(), "k2");
@@ -94,30 +89,16 @@ async fn apply_decrypts_the_sealed_key_and_creates_the_decryption_secret_once_wi
     assert!(!bind_printed_roles(&client, dir.path(), &[]).await, "creating the decryption Secret is granted unasked");
 
     let run_as = |key: &Path, extra: &[&str]| {
-        let mut args = vec!["apply", "--no-wait", "--repo", "flux", "-p", "profile.yaml"];
-        args.extend(extra);
-        let (dir, user, key, args) = (
-            dir.path().to_path_buf(),
-            user.clone(),
-            key.to_path_buf(),
-            args.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
-        );
-        async move {
-            tokio::task::spawn_blocking(move || {
-                osbx()
-                    .current_dir(dir)
-                    .env_remove("OSBX_API_KEY")
-                    .env_remove("SOPS_AGE_KEY")
-                    .env("SOPS_AGE_KEY_FILE", key)
-                    .args(args)
-                    .arg("--kubeconfig")
-                    .arg(user)
-                    .output()
-                    .unwrap()
-            })
-            .await
-            .unwrap()
-        }
+        let mut cmd = osbx();
+        cmd.current_dir(dir.path())
+            .env_remove("OSBX_API_KEY")
+            .env_remove("SOPS_AGE_KEY")
+            .env("SOPS_AGE_KEY_FILE", key)
+            .args(["apply", "--no-wait", "--repo", "flux", "-p", "profile.yaml"])
+            .args(extra)
+            .arg("--kubeconfig")
+            .arg(&user);
+        output_off_runtime(cmd)
     };
     let flux_secrets = Api::<Secret>::namespaced(client.clone(), "sa-flux");
     let system_secrets = Api::<Secret>::namespaced(client.clone(), "sa-system");

@@ -1,13 +1,11 @@
 //! A chart install the API server rejects: `osbx apply` must fail about as fast as Flux does,
 //! and say what helm-controller said.
 
-use std::time::Instant;
-
 use serde_json::json;
 
 use super::flux;
 use super::world::World;
-use super::{Findings, SERIAL, bench};
+use super::{Findings, bench};
 use crate::support::outputs;
 
 /// The controller asks for more CPU than its limit (`requests.cpu: 2`, `limits.cpu: 1`): both are
@@ -20,12 +18,12 @@ use crate::support::outputs;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chart_install_the_api_server_rejects_fails_the_apply_fast() {
     const S: &str = "chart_failure";
-    let _one_at_a_time = SERIAL.lock().await;
-    let started = Instant::now();
-    let world = World::start(S, |p| {
-        p["opensandbox"]["controller"]["resources"] = json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}});
-    })
-    .await;
+    let world = World::scenario(S)
+        .profile(|p| {
+            p["opensandbox"]["controller"]["resources"] = json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}});
+        })
+        .start()
+        .await;
     let mut findings = Findings::default();
 
     let (out, took, _) = world.apply("90s").await;
@@ -62,7 +60,7 @@ async fn a_chart_install_the_api_server_rejects_fails_the_apply_fast() {
             took.as_secs_f64()
         )
     });
-    bench(S, "scenario_wall", started.elapsed().as_secs_f64());
+    bench(S, "scenario_wall", world.seconds());
     drop(world);
     findings.assert_none();
 }

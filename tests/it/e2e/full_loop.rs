@@ -1,18 +1,13 @@
 //! The default profile, the whole loop: render, commit, push, bootstrap, apply, verify.
 
-use std::time::Instant;
-
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 
 use super::flux;
 use super::world::World;
-use super::{Findings, KEY, SERIAL, assert_outcome, bench, check, checks};
+use super::{Findings, KEY, assert_outcome, bench, check, checks};
 use crate::support::{outputs, tree};
-
-/// The checks that can pass on this plane; the others need what kwok cannot give (below).
-const PASSING: &str = "flux.layers,nodes.ready,opensandbox.server,opensandbox.pools,opensandbox.lifecycle";
 
 /// The embedded `default` profile with its chart source on loopback, on a cluster where only
 /// Flux's CRDs exist: `osbx apply` must bring every layer up through the real controllers (the
@@ -33,9 +28,7 @@ const PASSING: &str = "flux.layers,nodes.ready,opensandbox.server,opensandbox.po
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_profile_full_loop() {
     const S: &str = "full_loop";
-    let _one_at_a_time = SERIAL.lock().await;
-    let started = Instant::now();
-    let mut world = World::start(S, |_| {}).await;
+    let mut world = World::scenario(S).start().await;
     let mut findings = Findings::default();
 
     // Every URL the render holds points at the loopback git server.
@@ -95,18 +88,8 @@ async fn default_profile_full_loop() {
 
     // The real server, the checks that can pass.
     let url = world.start_server().await;
-    let (out, took) = world.osbx(&["verify", "--only", PASSING, "--server-url", &url, "-o", "json"]).await;
-    let (stdout, stderr) = outputs(&out);
-    let got = checks(&stdout, &stderr);
-    for id in ["flux.layers", "nodes.ready", "opensandbox.server", "opensandbox.pools"] {
-        assert_outcome(&got, id, "PASS");
-    }
-    for pool in ["pod", "vm"] {
-        assert_outcome(&got, &format!("opensandbox.lifecycle.{pool}"), "PASS");
-    }
+    let got = world.verify_passing(&url).await;
     assert_eq!(got.len(), 6, "{got:#?}");
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    bench(S, "verify_passing_wall", took.as_secs_f64());
 
     // The full run: what needs a Kata VM or SPIRE is not PASS, and says why. Not exec: kwok's
     // pods are no containers, so no execd answers in them (exec is proven on the real node,
@@ -147,7 +130,7 @@ async fn default_profile_full_loop() {
         });
     }
 
-    bench(S, "scenario_wall", started.elapsed().as_secs_f64());
+    bench(S, "scenario_wall", world.seconds());
     drop(world);
     findings.assert_none();
 }

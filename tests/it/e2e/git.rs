@@ -3,35 +3,14 @@
 //! and the Flux repository that `osbx render --commit` writes into and Flux reconciles.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use super::world::ControllerPlane;
-use crate::support::shared;
+use crate::support::{git, shared};
 
 /// The upstream chart copy (`kubernetes/charts/` of the OpenSandbox repository at 401a525).
 const CHART_DIRS: [&str; 3] = ["opensandbox", "opensandbox-controller", "opensandbox-server"];
 /// The tag the default profile pins.
 pub const CHART_TAG: &str = "helm/opensandbox/0.2.2";
-
-/// Run git in `dir` (no prompts, a fixed identity), panicking with its output on failure;
-/// returns stdout.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .args(["-c", "user.name=osbx e2e", "-c", "user.email=e2e@osbx.invalid", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?} in {}: {}{}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// A bare repository `GIT_ROOT/<name>.git`; returns its URL on the git server.
 fn bare(plane: &ControllerPlane, name: &str) -> String {
@@ -101,12 +80,12 @@ impl FluxRepo {
     /// returns the pushed commit.
     pub fn push(&self) -> String {
         git(&self.dir, &["push", "-q", "-u", "origin", "main"]);
-        git(&self.dir, &["rev-parse", "HEAD"])
+        self.head()
     }
 
     /// The commit checked out.
     pub fn head(&self) -> String {
-        git(&self.dir, &["rev-parse", "HEAD"])
+        git(&self.dir, &["rev-parse", "HEAD"]).trim().to_owned()
     }
 
     /// Files with uncommitted changes (`git status --porcelain`).

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::flux;
 use super::world::World;
-use super::{Findings, SERIAL, assert_outcome, bench, checks};
+use super::{Findings, assert_outcome, bench, checks};
 use crate::cluster::wait_for;
 use crate::support::outputs;
 
@@ -34,9 +34,7 @@ async fn diff(world: &World) -> (Option<i32>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_through_git_reaches_the_cluster_through_flux() {
     const S: &str = "git_change";
-    let _one_at_a_time = SERIAL.lock().await;
-    let started = Instant::now();
-    let mut world = World::start_applied(S).await;
+    let mut world = World::scenario(S).applied().start().await;
     let mut findings = Findings::default();
     let layout = world.layout();
     let sbx = layout.sandbox.as_str();
@@ -84,7 +82,7 @@ async fn a_change_through_git_reaches_the_cluster_through_flux() {
     findings.expect(code == Some(0), || {
         format!("after Flux applied the pushed render, `osbx diff` still exits {code:?}:\n{stdout}")
     });
-    bench(S, "scenario_wall", started.elapsed().as_secs_f64());
+    bench(S, "scenario_wall", world.seconds());
     drop(world);
     findings.assert_none();
 }
@@ -95,9 +93,7 @@ async fn a_change_through_git_reaches_the_cluster_through_flux() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_dropped_from_the_profile_is_pruned_by_flux() {
     const S: &str = "prune";
-    let _one_at_a_time = SERIAL.lock().await;
-    let started = Instant::now();
-    let mut world = World::start_applied(S).await;
+    let mut world = World::scenario(S).applied().start().await;
     let mut findings = Findings::default();
     let layout = world.layout();
     let sbx = layout.sandbox.as_str();
@@ -142,7 +138,7 @@ async fn a_pool_dropped_from_the_profile_is_pruned_by_flux() {
 
     let (code, stdout) = diff(&world).await;
     findings.expect(code == Some(0), || format!("after Flux pruned the pool, `osbx diff` exits {code:?}:\n{stdout}"));
-    bench(S, "scenario_wall", started.elapsed().as_secs_f64());
+    bench(S, "scenario_wall", world.seconds());
     drop(world);
     findings.assert_none();
 }

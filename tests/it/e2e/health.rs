@@ -14,7 +14,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::world::World;
-use super::{SERIAL, assert_outcome, bench, checks, flux};
+use super::{assert_outcome, bench, checks, flux};
 use crate::cluster::wait_for;
 use crate::support::outputs;
 
@@ -35,18 +35,18 @@ async fn verify_pools(world: &World) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flux_holds_the_pools_layer_until_the_pools_are_filled_and_verify_agrees() {
     const S: &str = "health";
-    let _one_at_a_time = SERIAL.lock().await;
-    let started = Instant::now();
-    let world = World::start(S, |p| {
-        p["pools"]["items"] = json!([{"name": "pod", "runtime": "runc",
-            "capacity": {"bufferMin": 1, "bufferMax": 2, "poolMin": 1, "poolMax": 4},
-            "nodeSelector": {LABEL: "yes"}}]);
-        let layers = p["layers"].as_array_mut().expect("layers");
-        let pools = layers.iter_mut().find(|l| l["name"] == "opensandbox-pools").expect("the pools layer");
-        pools["timeout"] = json!("20s");
-        pools["retryInterval"] = json!("5s");
-    })
-    .await;
+    let world = World::scenario(S)
+        .profile(|p| {
+            p["pools"]["items"] = json!([{"name": "pod", "runtime": "runc",
+                "capacity": {"bufferMin": 1, "bufferMax": 2, "poolMin": 1, "poolMax": 4},
+                "nodeSelector": {LABEL: "yes"}}]);
+            let layers = p["layers"].as_array_mut().expect("layers");
+            let pools = layers.iter_mut().find(|l| l["name"] == "opensandbox-pools").expect("the pools layer");
+            pools["timeout"] = json!("20s");
+            pools["retryInterval"] = json!("5s");
+        })
+        .start()
+        .await;
     let layout = world.layout();
     let sbx = layout.sandbox.clone();
 
@@ -69,7 +69,7 @@ async fn flux_holds_the_pools_layer_until_the_pools_are_filled_and_verify_agrees
         }
     })
     .await;
-    bench(S, "flux_held_after_start", started.elapsed().as_secs_f64());
+    bench(S, "flux_held_after_start", world.seconds());
     let pool = flux::pool(&world.client, &sbx, "pod").await.expect("the Pool exists");
     assert!(pool["status"]["available"].as_i64().unwrap_or(0) < 1, "the Pool filled after all: {pool}\nFlux: {held}");
     assert_eq!(verify_pools(&world).await, "FAIL", "verify passes a Pool Flux holds back");
@@ -90,5 +90,5 @@ async fn flux_holds_the_pools_layer_until_the_pools_are_filled_and_verify_agrees
     let (out, _) = world.osbx(&["verify", "--only", "opensandbox.pools", "-o", "json"]).await;
     let (stdout, stderr) = outputs(&out);
     assert_outcome(&checks(&stdout, &stderr), "opensandbox.pools", "PASS");
-    bench(S, "total", started.elapsed().as_secs_f64());
+    bench(S, "total", world.seconds());
 }

@@ -11,8 +11,8 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
+use super::bench;
 use super::world::World;
-use super::{SERIAL, bench};
 
 /// Wait until the quota controller has counted the namespace: `status.used.pods` is set.
 async fn used_pods(quotas: &Api<ResourceQuota>, name: &str) -> (i64, i64) {
@@ -42,20 +42,21 @@ fn bare_pod(name: &str) -> Pod {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_server_holds_the_sandboxes_to_the_quota() {
     const S: &str = "quota";
-    let _one_at_a_time = SERIAL.lock().await;
-    let started = Instant::now();
-    let mut world = World::start_applied_with(S, |p| {
-        p["layers"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"name": "sandbox-quota", "component": "sandbox-quota", "dependsOn": ["opensandbox"]}));
-        p["sandboxQuota"] = json!({
-            "name": "agents",
-            "hard": {"pods": 20},
-            "containerDefaults": {"requests": {"cpu": "50m"}, "limits": {"memory": "128Mi"}},
-        });
-    })
-    .await;
+    let mut world = World::scenario(S)
+        .profile(|p| {
+            p["layers"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "sandbox-quota", "component": "sandbox-quota", "dependsOn": ["opensandbox"]}));
+            p["sandboxQuota"] = json!({
+                "name": "agents",
+                "hard": {"pods": 20},
+                "containerDefaults": {"requests": {"cpu": "50m"}, "limits": {"memory": "128Mi"}},
+            });
+        })
+        .applied()
+        .start()
+        .await;
     let ns = world.layout().sandbox;
     let quotas: Api<ResourceQuota> = Api::namespaced(world.client.clone(), &ns);
     let (hard, used) = used_pods(&quotas, "agents").await;
@@ -93,5 +94,5 @@ async fn the_api_server_holds_the_sandboxes_to_the_quota() {
             }
         }
     }
-    bench(S, "scenario_wall", started.elapsed().as_secs_f64());
+    bench(S, "scenario_wall", world.seconds());
 }

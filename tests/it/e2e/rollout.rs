@@ -31,13 +31,15 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::discovery::Discovery;
 use serde_json::{Value, json};
 
-use super::git::{self, FluxRepo};
-use super::world::{ControllerPlane, apply_object, node_and_runtime_class};
+use super::git::{FluxRepo, publish_chart};
+use super::world::{
+    ControllerPlane, apply_object, apply_sync, default_profile, node_and_runtime_class, write_bootstrap,
+};
 use super::{KEY, SERIAL, bench};
 use crate::cluster;
 use crate::reliability::rbac::DEFAULT_BINDINGS;
 use crate::reliability::rbac::atoms::{atoms, denial, names_denial, namespaced, settle, user_may_do, without};
-use crate::support::{osbx, outputs};
+use crate::support::{git, osbx, output_off_runtime, outputs};
 
 /// The clusters, in fleet order, and their waves.
 const CLUSTERS: [&str; 3] = ["lab-a", "lab-b", "lab-c"];
@@ -83,11 +85,7 @@ impl FleetWorld {
             clients.push(client);
         }
         let work = tempfile::Builder::new().prefix("osbx-e2e-fleet-").tempdir().unwrap();
-        let chart_url = git::publish_chart(&planes[0], work.path());
-        let (_, text) = osbx::profile::embedded_text("default").unwrap();
-        let mut base: Value = serde_saphyr::from_str(&text).unwrap();
-        base["opensandbox"]["source"]["url"] = json!(chart_url);
-        base["verify"] = json!({"probeDeadlineSeconds": 10});
+        let mut base = default_profile(&publish_chart(&planes[0], work.path()));
         // Flux now holds the pools layer until its Pools are filled (healthCheckExprs), and applies
         // no newer revision of it while that health check waits: the default profile's 20m would
         // keep a fix from lab-b for 20 minutes, so the scenarios give up on a stuck Pool sooner.
@@ -99,14 +97,9 @@ impl FleetWorld {
         // `flux bootstrap` of each cluster at its own path, the API key Secret created by hand
         // (osbx never writes it to git).
         let flux = FluxRepo::init(&planes[0], work.path());
+        let mut syncs = Vec::new();
         for (name, client) in CLUSTERS.iter().zip(&clients) {
-            let sync = gotk_sync(&flux.url, name);
-            crate::support::write(&flux.dir, &format!("clusters/{name}/flux-system/gotk-sync.yaml"), &sync);
-            crate::support::write(
-                &flux.dir,
-                &format!("clusters/{name}/flux-system/kustomization.yaml"),
-                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - gotk-sync.yaml\n",
-            );
+            syncs.push(write_bootstrap(&flux, name));
             for ns in ["flux-system", "opensandbox-system"] {
                 apply_object(client, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
             }
@@ -117,10 +110,8 @@ impl FleetWorld {
         }
         flux.commit_all("flux bootstrap");
         flux.push();
-        for (name, client) in CLUSTERS.iter().zip(&clients) {
-            for doc in gotk_sync(&flux.url, name).split("\n---\n") {
-                apply_object(client, &serde_saphyr::from_str::<Value>(doc).unwrap()).await;
-            }
+        for (sync, client) in syncs.iter().zip(&clients) {
+            apply_sync(client, sync).await;
         }
         // The CI user, on each cluster: a client certificate of its CA, and none of the bindings
         // every authenticated user has (the printed roles must grant discovery and reviews too).
@@ -186,16 +177,9 @@ impl FleetWorld {
         self.write();
         let mut out = Vec::new();
         for (name, plane) in CLUSTERS.iter().zip(&self.planes) {
-            let fleet = self.fleet_path();
-            let printed = tokio::task::spawn_blocking(move || {
-                osbx()
-                    .args(["rbac", "--for", "rollout", "--user", USER, "--cluster", name, "--fleet"])
-                    .arg(fleet)
-                    .output()
-                    .unwrap()
-            })
-            .await
-            .unwrap();
+            let mut cmd = osbx();
+            cmd.args(["rbac", "--for", "rollout", "--user", USER, "--cluster", name, "--fleet"]).arg(self.fleet_path());
+            let printed = output_off_runtime(cmd).await;
             let (stdout, stderr) = outputs(&printed);
             assert_eq!(printed.status.code(), Some(0), "{stderr}");
             let objects: Vec<Value> =
@@ -247,12 +231,12 @@ impl FleetWorld {
 
     /// The subject lines of the Flux repository's commits, newest first.
     fn log(&self) -> Vec<String> {
-        git::git(&self.flux.dir, &["log", "--format=%s"]).lines().map(str::to_owned).collect()
+        git(&self.flux.dir, &["log", "--format=%s"]).lines().map(str::to_owned).collect()
     }
 
     /// The gate records on `commit` (`git notes --ref osbx-rollout show`).
     fn gates(&self, commit: &str) -> Vec<Value> {
-        let text = git::git(&self.flux.dir, &["notes", "--ref", "osbx-rollout", "show", commit]);
+        let text = git(&self.flux.dir, &["notes", "--ref", "osbx-rollout", "show", commit]);
         serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("gate records on {commit}: {e}\n{text}"))
     }
 
@@ -268,9 +252,9 @@ impl FleetWorld {
 
     /// The gate records were pushed: the remote's notes ref is the local one.
     fn assert_gates_pushed(&self) {
-        let local = git::git(&self.flux.dir, &["rev-parse", "refs/notes/osbx-rollout"]);
-        let remote = git::git(&self.flux.dir, &["ls-remote", "origin", "refs/notes/osbx-rollout"]);
-        assert_eq!(remote.split_whitespace().next(), Some(local.as_str()), "the gate records were not pushed");
+        let local = git(&self.flux.dir, &["rev-parse", "refs/notes/osbx-rollout"]);
+        let remote = git(&self.flux.dir, &["ls-remote", "origin", "refs/notes/osbx-rollout"]);
+        assert_eq!(remote.split_whitespace().next(), Some(local.trim()), "the gate records were not pushed");
     }
 
     /// Cordon (or uncordon) the node of cluster `k`: its `nodes.ready` check fails while it is.
@@ -282,7 +266,7 @@ impl FleetWorld {
 
     /// The newest commit whose subject names `wave`.
     fn commit_of(&self, wave: &str) -> String {
-        let log = git::git(&self.flux.dir, &["log", "--format=%H %s"]);
+        let log = git(&self.flux.dir, &["log", "--format=%H %s"]);
         let line = log
             .lines()
             .find(|l| l.contains(&format!(": wave {wave} ")))
@@ -304,7 +288,7 @@ impl FleetWorld {
             assert!(out.status.success(), "git cat-file HEAD:{path}: {}", String::from_utf8_lossy(&out.stderr));
             out.stdout
         };
-        let head = git::git(&self.flux.dir, &["ls-tree", "-r", "--name-only", "HEAD"]);
+        let head = git(&self.flux.dir, &["ls-tree", "-r", "--name-only", "HEAD"]);
         let mut dirs = vec![format!("clusters/{cluster}/")];
         let apps = format!("clusters/{cluster}/apps/");
         for app in head.lines().filter(|p| p.starts_with(&apps)) {
@@ -353,25 +337,15 @@ impl FleetWorld {
     }
 }
 
-/// `flux bootstrap`'s sync objects for cluster `name`: the repository, and the root
-/// Kustomization at `./clusters/<name>`. The source interval is long: nothing reaches a cluster
-/// until it is asked to reconcile (as `osbx rollout` does).
-fn gotk_sync(flux_url: &str, name: &str) -> String {
-    format!(
-        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  name: flux-system\n  namespace: flux-system\n\
-         spec:\n  interval: 1h\n  ref:\n    branch: main\n  url: {flux_url}\n---\n\
-         apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: flux-system\n  namespace: flux-system\n\
-         spec:\n  interval: 10m\n  path: ./clusters/{name}\n  prune: true\n  sourceRef:\n    kind: GitRepository\n    name: flux-system\n"
-    )
-}
-
-/// The world (started by the first scenario), held for one scenario.
-async fn world() -> tokio::sync::MutexGuard<'static, Option<FleetWorld>> {
+/// The scenario's turn (one at a time, [`SERIAL`]), then the world (started by the first
+/// scenario), held for the scenario.
+async fn world() -> (tokio::sync::MutexGuard<'static, ()>, tokio::sync::MutexGuard<'static, Option<FleetWorld>>) {
+    let turn = SERIAL.lock().await;
     let mut guard = WORLD.lock().await;
     if guard.is_none() {
         *guard = Some(FleetWorld::start().await);
     }
-    guard
+    (turn, guard)
 }
 
 /// After a scenario: the last one stops the planes.
@@ -379,6 +353,13 @@ fn done(guard: &mut tokio::sync::MutexGuard<'static, Option<FleetWorld>>) {
     if LEFT.fetch_sub(1, Ordering::SeqCst) == 1 {
         guard.take();
     }
+}
+
+/// The report of a rollout that exited `code` (else the test fails showing its output).
+fn report_exited(out: &Output, code: i32) -> Value {
+    let (stdout, stderr) = outputs(out);
+    assert_eq!(out.status.code(), Some(code), "{stdout}{stderr}");
+    report(out)
 }
 
 /// The rollout's JSON report.
@@ -406,8 +387,7 @@ fn bump_pool(w: &mut FleetWorld, pool_max: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_rollout_goes_wave_by_wave() {
-    let _one_at_a_time = SERIAL.lock().await;
-    let mut guard = world().await;
+    let (_one_at_a_time, mut guard) = world().await;
     let w = guard.as_mut().unwrap();
     // What another scenario may have left set when it failed: lab-b's override, a cordoned node.
     w.overrides[1] = Value::Null;
@@ -462,8 +442,7 @@ async fn a_healthy_rollout_goes_wave_by_wave() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix() {
-    let _one_at_a_time = SERIAL.lock().await;
-    let mut guard = world().await;
+    let (_one_at_a_time, mut guard) = world().await;
     let w = guard.as_mut().unwrap();
     w.overrides[1] = Value::Null;
     w.cordon(0, false).await;
@@ -485,9 +464,7 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
         lab_c_before.keys()
     );
     let out = w.rollout(&["-o", "json"]).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    let r = report(&out);
+    let r = report_exited(&out, 1);
     assert_eq!(
         states(&r),
         [("canary".into(), "passed".into()), ("second".into(), "failed".into()), ("rest".into(), "pending".into())]
@@ -540,9 +517,7 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
     w.cordon(0, true).await;
     let out = w.rollout(&["-o", "json"]).await;
     w.cordon(0, false).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    let r = report(&out);
+    let r = report_exited(&out, 1);
     assert_eq!(states(&r)[0], ("canary".into(), "failed".into()), "{r}");
     assert_eq!(r["waves"][0]["results"][0]["failure"]["check"], "nodes.ready", "{r}");
     let gate = w.gate(&w.flux.head(), "lab-a");
@@ -566,9 +541,7 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
     w.overrides[1] = json!({"pools": {"defaults": {"nodeSelector": {"kubernetes.io/os": "linux"}}}});
     let before = w.log().len();
     let out = w.rollout(&["--resume", "-o", "json"]).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    let r = report(&out);
+    let r = report_exited(&out, 0);
     assert_eq!(
         states(&r),
         [("canary".into(), "passed".into()), ("second".into(), "passed".into()), ("rest".into(), "passed".into())]
@@ -582,16 +555,13 @@ async fn a_failed_gate_stops_the_rollout_and_resume_completes_it_after_the_fix()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_whose_checks_all_skip_has_no_evidence_unless_the_fleet_accepts_it() {
-    let _one_at_a_time = SERIAL.lock().await;
-    let mut guard = world().await;
+    let (_one_at_a_time, mut guard) = world().await;
     let w = guard.as_mut().unwrap();
     bump_pool(w, 16);
     w.overrides[1] = Value::Null;
     // The SPIFFE checks skip on every cluster: the profile names no SPIFFE identity.
     let out = w.rollout(&["--only", "spiffe", "-o", "json"]).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    let r = report(&out);
+    let r = report_exited(&out, 1);
     assert_eq!(states(&r)[0], ("canary".into(), "failed".into()), "{r}");
     let c = &r["waves"][0]["results"][0];
     assert_eq!((c["outcome"].as_str(), c["failure"]["check"].as_str()), (Some("no-evidence"), Some("gate.evidence")));
@@ -604,9 +574,7 @@ async fn a_cluster_whose_checks_all_skip_has_no_evidence_unless_the_fleet_accept
     w.accept_no_evidence = true;
     let out = w.rollout(&["--only", "spiffe", "-o", "json"]).await;
     w.accept_no_evidence = false;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    let r = report(&out);
+    let r = report_exited(&out, 0);
     for wave in r["waves"].as_array().unwrap() {
         assert_eq!(wave["state"], "passed", "{wave}");
         for c in wave["results"].as_array().unwrap() {
@@ -627,8 +595,7 @@ async fn a_cluster_whose_checks_all_skip_has_no_evidence_unless_the_fleet_accept
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_killed_mid_wave_converges_when_run_again() {
-    let _one_at_a_time = SERIAL.lock().await;
-    let mut guard = world().await;
+    let (_one_at_a_time, mut guard) = world().await;
     let w = guard.as_mut().unwrap();
     bump_pool(w, 13);
     w.overrides[1] = Value::Null;
@@ -654,9 +621,7 @@ async fn a_rollout_killed_mid_wave_converges_when_run_again() {
     child.wait().expect("reap the killed osbx");
     // Run again: wave second is verified (not committed again), then the rest.
     let out = w.rollout(&["--resume", "-o", "json"]).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    let r = report(&out);
+    let r = report_exited(&out, 0);
     assert_eq!(
         states(&r),
         [("canary".into(), "done".into()), ("second".into(), "passed".into()), ("rest".into(), "passed".into())]
@@ -678,8 +643,7 @@ async fn a_rollout_killed_mid_wave_converges_when_run_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_roles_are_enough_for_a_rollout_and_each_permission_is_needed() {
-    let _one_at_a_time = SERIAL.lock().await;
-    let mut guard = world().await;
+    let (_one_at_a_time, mut guard) = world().await;
     let w = guard.as_mut().unwrap();
     w.overrides = vec![Value::Null; 3];
     // Every rollout runs with exactly these roles (this one too): they are enough. It also
@@ -701,7 +665,7 @@ async fn the_printed_roles_are_enough_for_a_rollout_and_each_permission_is_neede
     // The gate records are the clone's own notes ref; a run fetches the remote's into
     // refs/notes/remotes/<remote>/ before it plans (a copy of what the remote holds, as `git
     // fetch` updates refs/remotes/), which a refused run may do too.
-    let records = || git::git(&w.flux.dir, &["for-each-ref", "refs/notes/osbx-rollout"]);
+    let records = || git(&w.flux.dir, &["for-each-ref", "refs/notes/osbx-rollout"]);
     let (head, notes) = (w.flux.head(), records());
     let started = Instant::now();
     for atom in &atoms {

@@ -23,7 +23,7 @@ use kube::api::PostParams;
 use serde_json::json;
 
 use super::world::World;
-use super::{SERIAL, bench, flux};
+use super::{bench, flux};
 use crate::cluster::wait_for;
 use crate::support::outputs;
 
@@ -98,12 +98,10 @@ async fn status_with(url: &str, key: &str) -> u16 {
 #[allow(clippy::too_many_lines)]
 async fn flux_alone_decrypts_the_sealed_api_key_and_a_rotation_through_git_reaches_the_server() {
     const S: &str = "sops";
-    let _one_at_a_time = SERIAL.lock().await;
-    let started = Instant::now();
     let keydir = tempfile::tempdir().unwrap();
     let age = AgeKey::new(keydir.path());
     let recipient = age.recipient.clone();
-    let mut world = World::start(S, |p| p["secrets"] = json!({"sops": {"age": [recipient]}})).await;
+    let mut world = World::scenario(S).profile(|p| p["secrets"] = json!({"sops": {"age": [recipient]}})).start().await;
     let layout = world.layout();
     let cp = layout.control_plane.clone();
     let flux_dir = world.flux.dir.display().to_string();
@@ -218,5 +216,5 @@ async fn flux_alone_decrypts_the_sealed_api_key_and_a_rotation_through_git_reach
         );
     }
     assert!(leaks.is_empty(), "a secret leaked:\n{}", leaks.join("\n"));
-    bench(S, "total", started.elapsed().as_secs_f64());
+    bench(S, "total", world.seconds());
 }

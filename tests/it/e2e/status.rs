@@ -12,8 +12,8 @@ use futures::StreamExt as _;
 use kube::api::{Patch, PatchParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
+use super::bench;
 use super::world::World;
-use super::{SERIAL, bench};
 use crate::cluster::{api_for, wait_for};
 use crate::support::outputs;
 
@@ -110,9 +110,7 @@ async fn not_ready_at(api: kube::Api<kube::api::DynamicObject>, name: &str) -> t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_platform_and_what_is_wrong_and_watch_follows_changes() {
     const S: &str = "status";
-    let _one_at_a_time = SERIAL.lock().await;
-    let started = Instant::now();
-    let mut world = World::start_applied(S).await;
+    let mut world = World::scenario(S).applied().start().await;
     let layout = world.layout();
     let url = world.start_server().await;
     let head = world.flux.head();
@@ -207,5 +205,5 @@ async fn status_shows_the_platform_and_what_is_wrong_and_watch_follows_changes()
     assert_eq!(p["healthy"], false, "a pool with nothing available is not healthy: {p}");
     assert!(p["message"].as_str().unwrap().contains("available 0 < 1"), "{p}");
     world.server = None;
-    bench(S, "total", started.elapsed().as_secs_f64());
+    bench(S, "total", world.seconds());
 }

@@ -1,6 +1,6 @@
 //! One scenario's world: a plane with the real controllers, a kwok Node, the Kata RuntimeClass,
 //! the OpenSandbox chart repository, the Flux repository with the render pushed, and the Flux
-//! bootstrap objects; `apply` runs the first `osbx apply`.
+//! bootstrap objects, built by [`World::scenario`]; `apply` runs the first `osbx apply`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::git::{self, FluxRepo};
-use super::{KEY, bench, secs_since_epoch};
+use super::{KEY, SERIAL, assert_outcome, bench, checks, secs_since_epoch};
 use crate::cluster::{self, RealServer, api_for, wait_for};
 use crate::support::{osbx, outputs, root};
 
@@ -75,20 +75,92 @@ impl Drop for ControllerPlane {
     }
 }
 
-/// The flux-system sync objects as `flux bootstrap` commits and applies them (the Flux
-/// components themselves run out of cluster). The source interval is long on purpose: nothing
-/// reaches the cluster until a test asks Flux, as `flux reconcile source git flux-system` does,
-/// so "osbx diff before Flux applies" is deterministic.
-fn gotk_sync(flux_url: &str) -> String {
+/// The checks that can pass on this plane; the others need what kwok cannot give (see
+/// `full_loop`).
+const PASSING: &str = "flux.layers,nodes.ready,opensandbox.server,opensandbox.pools,opensandbox.lifecycle";
+
+/// The flux-system sync objects of the cluster at `clusters/<name>/` as `flux bootstrap` commits
+/// and applies them (the Flux components themselves run out of cluster): the repository, and the
+/// root Kustomization at `./clusters/<name>`. The source interval is long on purpose: nothing
+/// reaches a cluster until a test asks Flux, as `flux reconcile source git flux-system` (or `osbx
+/// rollout`) does, so "osbx diff before Flux applies" is deterministic.
+fn gotk_sync(flux_url: &str, name: &str) -> String {
     format!(
         "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  name: flux-system\n  namespace: flux-system\n\
          spec:\n  interval: 1h\n  ref:\n    branch: main\n  url: {flux_url}\n---\n\
          apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: flux-system\n  namespace: flux-system\n\
-         spec:\n  interval: 10m\n  path: ./clusters/sandbox\n  prune: true\n  sourceRef:\n    kind: GitRepository\n    name: flux-system\n"
+         spec:\n  interval: 10m\n  path: ./clusters/{name}\n  prune: true\n  sourceRef:\n    kind: GitRepository\n    name: flux-system\n"
     )
 }
 
-/// Everything a scenario needs; dropped in field order (server, then plane, then files).
+/// `flux bootstrap`'s files for the cluster at `clusters/<name>/`, written into the Flux
+/// repository's work tree (the caller commits them); returns the sync objects, for
+/// [`apply_sync`].
+pub(super) fn write_bootstrap(flux: &FluxRepo, name: &str) -> String {
+    let sync = gotk_sync(&flux.url, name);
+    crate::support::write(&flux.dir, &format!("clusters/{name}/flux-system/gotk-sync.yaml"), &sync);
+    crate::support::write(
+        &flux.dir,
+        &format!("clusters/{name}/flux-system/kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - gotk-sync.yaml\n",
+    );
+    sync
+}
+
+/// `flux bootstrap` applying the sync objects it committed (`sync`, from [`write_bootstrap`]).
+pub(super) async fn apply_sync(client: &Client, sync: &str) {
+    for doc in sync.split("\n---\n") {
+        apply_object(client, &serde_saphyr::from_str::<Value>(doc).unwrap()).await;
+    }
+}
+
+/// The embedded `default` profile as every scenario starts from it: only the chart source
+/// (`chart_url`, on loopback) and the probe deadline (see `full_loop`) changed.
+pub(super) fn default_profile(chart_url: &str) -> Value {
+    let (_, text) = osbx::profile::embedded_text("default").unwrap();
+    let mut profile: Value = serde_saphyr::from_str(&text).unwrap();
+    profile["opensandbox"]["source"]["url"] = json!(chart_url);
+    profile["verify"] = json!({"probeDeadlineSeconds": 10});
+    profile
+}
+
+/// A scenario to start, built from [`World::scenario`]: the default profile, edited with
+/// [`Scenario::profile`]; with [`Scenario::applied`], the first `osbx apply` too.
+pub struct Scenario<F> {
+    name: &'static str,
+    edit: F,
+    applied: bool,
+}
+
+impl<F: FnOnce(&mut Value)> Scenario<F> {
+    /// `edit` applied to the profile before it is rendered.
+    pub fn profile<G: FnOnce(&mut Value)>(self, edit: G) -> Scenario<G> {
+        Scenario { name: self.name, edit, applied: self.applied }
+    }
+
+    /// The first `osbx apply` as well, which must succeed with every layer Ready at its
+    /// generation.
+    pub fn applied(self) -> Self {
+        Self { applied: true, ..self }
+    }
+
+    /// Wait for the scenario's turn (one at a time, [`SERIAL`]: the world holds it until it is
+    /// dropped), then build its world: a plane, a Node, the RuntimeClass, the chart repository,
+    /// the profile rendered, committed and pushed, and the Flux bootstrap objects; then the first
+    /// apply, if asked for.
+    pub async fn start(self) -> World {
+        let turn = SERIAL.lock().await;
+        let started = Instant::now();
+        let world = World::start(self.name, self.edit, started, turn).await;
+        if self.applied {
+            world.first_apply().await;
+        }
+        world
+    }
+}
+
+/// Everything a scenario needs; dropped in field order (server, then plane, then files, then
+/// the scenario's turn).
 pub struct World {
     /// The real OpenSandbox server, once started.
     pub server: Option<RealServer>,
@@ -101,14 +173,25 @@ pub struct World {
     /// The Flux repository.
     pub flux: FluxRepo,
     scenario: String,
+    started: Instant,
     work: tempfile::TempDir,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl World {
-    /// A plane, a Node, the RuntimeClass, the chart repository, the default profile with
-    /// `edit` applied, rendered, committed and pushed, and the Flux bootstrap objects.
-    pub async fn start(scenario: &str, edit: impl FnOnce(&mut Value)) -> Self {
-        let started = Instant::now();
+    /// The scenario `name` (the first word of its `e2e-bench` lines) on the default profile as it
+    /// is, to edit and start.
+    pub fn scenario(name: &'static str) -> Scenario<fn(&mut Value)> {
+        Scenario { name, edit: |_| {}, applied: false }
+    }
+
+    /// See [`Scenario::start`]; `started` is when the turn came.
+    async fn start(
+        scenario: &str,
+        edit: impl FnOnce(&mut Value),
+        started: Instant,
+        turn: tokio::sync::MutexGuard<'static, ()>,
+    ) -> Self {
         let plane = tokio::task::spawn_blocking(ControllerPlane::start).await.unwrap();
         bench(scenario, "up_with_controllers", plane.up_time.as_secs_f64());
         let client = cluster::client_for(&plane.kubeconfig).await;
@@ -116,52 +199,47 @@ impl World {
         let work = tempfile::Builder::new().prefix("osbx-e2e-work-").tempdir().unwrap();
         let chart_url = git::publish_chart(&plane, work.path());
 
-        // The embedded default profile; the loop changes only the chart source (loopback) and
-        // the probe deadline (see `full_loop`), then what the scenario asks for.
-        let (_, text) = osbx::profile::embedded_text("default").unwrap();
-        let mut profile: Value = serde_saphyr::from_str(&text).unwrap();
-        profile["opensandbox"]["source"]["url"] = json!(chart_url);
-        profile["verify"] = json!({"probeDeadlineSeconds": 10});
+        // The default profile, then what the scenario asks for.
+        let mut profile = default_profile(&chart_url);
         edit(&mut profile);
 
         let flux = FluxRepo::init(&plane, work.path());
-        let sync = gotk_sync(&flux.url);
-        crate::support::write(&flux.dir, "clusters/sandbox/flux-system/gotk-sync.yaml", &sync);
-        crate::support::write(
-            &flux.dir,
-            "clusters/sandbox/flux-system/kustomization.yaml",
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - gotk-sync.yaml\n",
-        );
+        let sync = write_bootstrap(&flux, "sandbox");
         flux.commit_all("flux bootstrap");
-        let world = Self { server: None, plane, client, profile, flux, scenario: scenario.to_owned(), work };
+        let world = Self {
+            server: None,
+            plane,
+            client,
+            profile,
+            flux,
+            scenario: scenario.to_owned(),
+            started,
+            work,
+            _turn: turn,
+        };
         world.render_commit_push().await;
 
         // `flux bootstrap` applies the sync objects it committed.
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}});
         apply_object(&world.client, &ns).await;
-        for doc in sync.split("\n---\n") {
-            apply_object(&world.client, &serde_saphyr::from_str::<Value>(doc).unwrap()).await;
-        }
+        apply_sync(&world.client, &sync).await;
         bench(scenario, "world_ready", started.elapsed().as_secs_f64());
         world
     }
 
-    /// [`World::start`] with the profile as it is, then the first `osbx apply`, which must
-    /// succeed with every layer Ready at its generation.
-    pub async fn start_applied(scenario: &str) -> Self {
-        Self::start_applied_with(scenario, |_| {}).await
+    /// The first `osbx apply`, which must succeed with every layer Ready at its generation.
+    async fn first_apply(&self) {
+        let (out, took, _) = self.apply("5m").await;
+        let (stdout, stderr) = outputs(&out);
+        let helm_log = self.log_tail("helm-controller", 30);
+        assert_eq!(out.status.code(), Some(0), "first apply:\n{stdout}{stderr}\nhelm-controller:\n{helm_log}");
+        super::flux::assert_layers_ready(&self.client, &self.layout(), "after the first apply").await;
+        bench(&self.scenario, "apply_wall", took.as_secs_f64());
     }
 
-    /// [`World::start_applied`] with `edit` applied to the profile first.
-    pub async fn start_applied_with(scenario: &str, edit: impl FnOnce(&mut Value)) -> Self {
-        let world = Self::start(scenario, edit).await;
-        let (out, took, _) = world.apply("5m").await;
-        let (stdout, stderr) = outputs(&out);
-        let helm_log = world.log_tail("helm-controller", 30);
-        assert_eq!(out.status.code(), Some(0), "first apply:\n{stdout}{stderr}\nhelm-controller:\n{helm_log}");
-        super::flux::assert_layers_ready(&world.client, &world.layout(), "after the first apply").await;
-        bench(scenario, "apply_wall", took.as_secs_f64());
-        world
+    /// Seconds since the scenario's turn came (its start).
+    pub fn seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
     }
 
     /// Where the profile puts things.
@@ -266,6 +344,24 @@ impl World {
         let url = server.url.clone();
         self.server = Some(server);
         url
+    }
+
+    /// `osbx verify` of the checks this plane can pass ([`PASSING`]) through the real server at
+    /// `url`: each passes (the Lifecycle check of both pools, `pod` and `vm`) and verify exits 0;
+    /// its wall time is benched as `verify_passing_wall`. Returns the checks.
+    pub async fn verify_passing(&self, url: &str) -> Vec<Value> {
+        let (out, took) = self.osbx(&["verify", "--only", PASSING, "--server-url", url, "-o", "json"]).await;
+        let (stdout, stderr) = outputs(&out);
+        let got = checks(&stdout, &stderr);
+        for id in ["flux.layers", "nodes.ready", "opensandbox.server", "opensandbox.pools"] {
+            assert_outcome(&got, id, "PASS");
+        }
+        for pool in ["pod", "vm"] {
+            assert_outcome(&got, &format!("opensandbox.lifecycle.{pool}"), "PASS");
+        }
+        assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        bench(&self.scenario, "verify_passing_wall", took.as_secs_f64());
+        got
     }
 
     /// The tail of a controller's log (for failure messages).

@@ -6,6 +6,15 @@ use crate::node::report;
 use crate::played::kata::{Runtime, Vmm};
 use crate::verify::World;
 
+/// `osbx verify --only kata.vmm-shared-memory` on `world`, its checks reported: the check ends
+/// `outcome` with each of `fragments`; returns verify's exit code.
+async fn vmm_shared_memory(world: &World, outcome: &str, fragments: &[&str]) -> Option<i32> {
+    let (code, checks) = world.verify("kata.vmm-shared-memory").await;
+    report(&checks);
+    assert_check(&checks, "kata.vmm-shared-memory", outcome, fragments);
+    code
+}
+
 /// QEMU (the Go runtime's layout, `/run/vc/vm/<id>/qmp.sock`): with guest RAM on a memfd backend
 /// `share=on`, QMP `query-memdev` says so and the QEMU process maps it `rw-s`: PASS; with
 /// `share=off`, both say otherwise: FAIL with that evidence. (The check knew only runtime-rs
@@ -14,30 +23,26 @@ use crate::verify::World;
 async fn qemu_guest_ram_shared_or_not_as_the_real_vmm_says() {
     let _turn = SERIAL.lock().await;
     let (world, _shim) = kata_world("kata-qemu", Vmm::Qemu { shared: true }, Runtime::Go).await;
-    let (code, checks) = world.verify("kata.vmm-shared-memory").await;
-    report(&checks);
-    assert_check(
-        &checks,
-        "kata.vmm-shared-memory",
+    let code = vmm_shared_memory(
+        &world,
         "PASS",
         &[
             "(QEMU, qemu)",
             "QMP query-memdev [mem 256 MiB share=true]",
             "256 MiB rw-s /memfd:memory-backend-memfd (deleted)",
         ],
-    );
+    )
+    .await;
     assert_eq!(code, Some(0));
     drop(world);
 
     let (world, _shim) = kata_world("kata-qemu-runtime-rs", Vmm::Qemu { shared: false }, Runtime::Rust).await;
-    let (code, checks) = world.verify("kata.vmm-shared-memory").await;
-    report(&checks);
-    assert_check(
-        &checks,
-        "kata.vmm-shared-memory",
+    let code = vmm_shared_memory(
+        &world,
         "FAIL",
         &["share=false", "guest RAM is not shared: virtio-fs requires shared memory"],
-    );
+    )
+    .await;
     assert_eq!(code, Some(1));
 }
 
@@ -50,14 +55,12 @@ async fn cloud_hypervisor_kept_open_go_and_runtime_rs() {
     let _turn = SERIAL.lock().await;
     for (class, runtime) in [("kata-clh", Runtime::Go), ("kata-clh-runtime-rs", Runtime::Rust)] {
         let (world, _shim) = kata_world(class, Vmm::CloudHypervisor, runtime).await;
-        let (code, checks) = world.verify("kata.vmm-shared-memory").await;
-        report(&checks);
-        assert_check(
-            &checks,
-            "kata.vmm-shared-memory",
+        let code = vmm_shared_memory(
+            &world,
             "PASS",
             &["(Cloud Hypervisor", "vm.info memory.shared true", "1024 MiB rw-s /memfd:ch_ram (deleted)"],
-        );
+        )
+        .await;
         assert_eq!(code, Some(0), "{class}");
     }
 }

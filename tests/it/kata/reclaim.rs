@@ -16,23 +16,18 @@ use crate::e2e::SERIAL;
 use crate::node::report;
 use crate::played::kata::{Leave, Runtime, Shim, Vmm};
 use crate::played::opensandbox::LABEL_POOL_NAME;
-use crate::support::{osbx, outputs};
+use crate::support::{osbx, output_off_runtime, outputs};
 use crate::verify::World;
 
 const KEY: &str = "osbx-test-key-reclaim";
 
 /// `verify --only opensandbox.reclaim.vm` through the real server at `url`.
 async fn verify(world: &World, url: &str) -> (Option<i32>, Vec<Value>) {
-    let mut args: Vec<String> =
-        ["verify", "--only", "opensandbox.reclaim.vm", "--server-url", url, "-o", "json"].map(str::to_owned).to_vec();
-    args.extend(["--profile".into(), world.profile_path().display().to_string()]);
-    args.extend(["--kubeconfig".into(), world.plane.kubeconfig.display().to_string()]);
-    let cwd = world.dir.path().to_path_buf();
-    let out = tokio::task::spawn_blocking(move || {
-        osbx().current_dir(cwd).env("OSBX_API_KEY", KEY).args(args).output().unwrap()
-    })
-    .await
-    .unwrap();
+    let mut cmd = osbx();
+    cmd.current_dir(world.dir.path()).env("OSBX_API_KEY", KEY);
+    cmd.args(["verify", "--only", "opensandbox.reclaim.vm", "--server-url", url, "-o", "json"]);
+    cmd.arg("--profile").arg(world.profile_path()).arg("--kubeconfig").arg(&world.plane.kubeconfig);
+    let out = output_off_runtime(cmd).await;
     let (stdout, stderr) = outputs(&out);
     let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
     (out.status.code(), v["checks"].as_array().unwrap().clone())
@@ -74,6 +69,17 @@ fn last_stopped(shim: &Shim) -> (u32, String) {
     (pid, dir.display().to_string())
 }
 
+/// Once a VM is available again: the reclaim check through the real server at `url`, its
+/// checks reported; verify's exit code, its checks, and the PID and directory of the sandbox the
+/// shim stopped.
+async fn reclaim(world: &World, shim: &Shim, url: &str) -> (Option<i32>, Vec<Value>, u32, String) {
+    a_vm_is_available(world).await;
+    let (code, checks) = verify(world, url).await;
+    report(&checks);
+    let (pid, dir) = last_stopped(shim);
+    (code, checks, pid, dir)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vmm_that_exits_passes_one_left_running_or_a_run_directory_left_fails() {
     let _turn = SERIAL.lock().await;
@@ -87,10 +93,7 @@ async fn a_vmm_that_exits_passes_one_left_running_or_a_run_directory_left_fails(
 
     // The real QEMU exits when the shim stops the sandbox, its directory goes: PASS, with what
     // was there before the delete.
-    a_vm_is_available(&world).await;
-    let (code, checks) = verify(&world, &url).await;
-    report(&checks);
-    let (pid, dir) = last_stopped(&shim);
+    let (code, checks, pid, dir) = reclaim(&world, &shim, &url).await;
     let sid = dir.rsplit('/').next().unwrap().to_owned();
     assert_check(
         &checks,
@@ -109,10 +112,7 @@ async fn a_vmm_that_exits_passes_one_left_running_or_a_run_directory_left_fails(
 
     // The shim leaves the VMM running: FAIL naming the node and the QEMU's PID.
     shim.leave(Leave::Vmm);
-    a_vm_is_available(&world).await;
-    let (code, checks) = verify(&world, &url).await;
-    report(&checks);
-    let (pid, dir) = last_stopped(&shim);
+    let (code, checks, pid, dir) = reclaim(&world, &shim, &url).await;
     assert_check(
         &checks,
         "opensandbox.reclaim.vm",
@@ -129,10 +129,7 @@ async fn a_vmm_that_exits_passes_one_left_running_or_a_run_directory_left_fails(
 
     // The VMM exits but the sandbox's run directory stays: FAIL naming the path.
     shim.leave(Leave::RunDir);
-    a_vm_is_available(&world).await;
-    let (code, checks) = verify(&world, &url).await;
-    report(&checks);
-    let (pid, dir) = last_stopped(&shim);
+    let (code, checks, pid, dir) = reclaim(&world, &shim, &url).await;
     assert_check(
         &checks,
         "opensandbox.reclaim.vm",

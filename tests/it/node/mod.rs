@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 
 use crate::builder::TestProfile;
-use crate::support::{osbx, outputs, root};
+use crate::support::{osbx, output_off_runtime, outputs, root};
 
 /// The node's plane: `tests/cluster/up --with-node`, started once for the test binary and
 /// stopped by its watchdog when the binary exits.
@@ -96,17 +96,12 @@ impl NodePlane {
     pub async fn osbx_verify(&self, profile: &TestProfile, only: &str, extra: &[&str]) -> Output {
         let dir = tempfile::tempdir().unwrap();
         let path = profile.write_to(dir.path());
-        let mut args: Vec<String> = ["verify", "--only", only, "-o", "json"].iter().map(|s| (*s).to_owned()).collect();
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        args.extend(["--profile".into(), path.display().to_string()]);
-        args.extend(["--kubeconfig".into(), self.kubeconfig.display().to_string()]);
-        tokio::task::spawn_blocking(move || {
-            let out = osbx().args(args).output().unwrap();
-            drop(dir);
-            out
-        })
-        .await
-        .unwrap()
+        let mut cmd = osbx();
+        cmd.args(["verify", "--only", only, "-o", "json"]).args(extra);
+        cmd.arg("--profile").arg(path).arg("--kubeconfig").arg(&self.kubeconfig);
+        let out = output_off_runtime(cmd).await;
+        drop(dir);
+        out
     }
 }
 

@@ -49,15 +49,7 @@ async fn probes_are_real_pods_and_nothing_is_left() {
 
     let (_, checks, _) = node.verify(&p, "kata.guest-kernel", &[]).await;
     report(&checks);
-    let kernel = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .get(node.var("NODE_NAME"))
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .node_info
-        .unwrap()
-        .kernel_version;
+    let kernel = super::runtime::kernel_of(&client, node.var("NODE_NAME")).await;
     assert_check(&checks, "kata.guest-kernel", "FAIL", &[&format!("guest {kernel}"), "its kernel is the host's"]);
     wait_clean(&client, "after a finished run").await;
 

@@ -29,6 +29,11 @@ pub(super) async fn runc_class_on_a_kata_node(client: &kube::Client, node: &str)
     apply(client, &runtime_class("runc", "runc")).await;
 }
 
+/// The kernel version the node `node` reports (`status.nodeInfo.kernelVersion`).
+pub(super) async fn kernel_of(client: &kube::Client, node: &str) -> String {
+    Api::<Node>::all(client.clone()).get(node).await.unwrap().status.unwrap().node_info.unwrap().kernel_version
+}
+
 /// The node carries kata-deploy's label; a pool names a RuntimeClass. With handler `runc`
 /// (containerd has it, and containerd 2 lists it in the real kubelet's `status.runtimeHandlers`),
 /// `nodes.ready` and `kata.runtimeclass` pass and the guest-kernel probe runs as a real container: its kernel
@@ -44,15 +49,7 @@ async fn runtime_classes_against_the_real_containerd() {
     let client = node.client().await;
     let node_name = node.var("NODE_NAME");
     runc_class_on_a_kata_node(&client, node_name).await;
-    let kernel = Api::<Node>::all(client.clone())
-        .get(node_name)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .node_info
-        .unwrap()
-        .kernel_version;
+    let kernel = kernel_of(&client, node_name).await;
 
     // A class whose handler containerd has.
     let p = profile().pool("vm", "kata", [0, 1, 0, 1]).pool_set("vm", "runtimeClassName", "runc");

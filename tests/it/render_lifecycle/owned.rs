@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use crate::builder::{TestFleet, TestProfile};
-use crate::support::{osbx, outputs, tree, write};
+use crate::support::{git, osbx, outputs, tree, write};
 
 /// The cluster kustomization a person wrote before osbx came: a comment, the bootstrap and a
 /// file of their own.
@@ -167,18 +167,13 @@ fn commit_records_the_deletions() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", outputs(&out).1);
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&["config", "user.name", "T"]);
-    git(&["config", "user.email", "t@example.com"]);
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["config", "user.name", "T"]);
+    git(&repo, &["config", "user.email", "t@example.com"]);
     ok(&render(&two_layers().write_to(dir.path()), &repo, &["--commit", "-m", "two layers"]));
     let one_layer = two_layers().set("layers", json!([{"name": "opensandbox", "component": "opensandbox"}]));
     ok(&render(&one_layer.write_to(dir.path()), &repo, &["--commit", "-m", "one layer"]));
-    let changes = git(&["show", "--name-status", "--format=", "HEAD"]);
+    let changes = git(&repo, &["show", "--name-status", "--format=", "HEAD"]);
     let mut changes: Vec<&str> = changes.lines().collect();
     changes.sort_unstable();
     assert_eq!(
@@ -191,7 +186,7 @@ fn commit_records_the_deletions() {
             "M\tclusters/lab/kustomization.yaml",
         ]
     );
-    assert_eq!(git(&["status", "--porcelain"]), "", "the work tree is clean");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "", "the work tree is clean");
 }
 
 /// Files a transaction leaves while it runs, which must never outlive it.

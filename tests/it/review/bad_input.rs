@@ -4,8 +4,7 @@
 use serde_json::json;
 
 use super::{Case, entry, profile, sources, summary};
-use crate::e2e::git::git;
-use crate::support::outputs;
+use crate::support::{git, outputs};
 
 #[test]
 fn a_ref_that_does_not_exist_is_named() {

@@ -13,8 +13,7 @@ use serde_json::{Value, json};
 
 use super::Case;
 use super::sources::{copy_dir, git_http, helm_command};
-use crate::e2e::git::git;
-use crate::support::{outputs, root, shared};
+use crate::support::{git, outputs, root, shared};
 
 /// Every file under `dir` but the chart cache and helm's homes, with its bytes (and every
 /// directory, so that one made or removed shows too).

@@ -19,8 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use serde_json::{Value, json};
 
 use self::sources::ChartSources;
-use crate::e2e::git::git;
-use crate::support::{osbx, outputs, root};
+use crate::support::{git, osbx, outputs, root};
 
 /// The chart sources, shared by the scenarios that run at once (stopped when the last drops it).
 fn sources() -> Arc<ChartSources> {
@@ -411,7 +410,7 @@ fn the_worked_comment_in_docs_review_md_is_what_osbx_prints() {
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     // The commit and the scratch path are this run's: shown as in the doc.
-    let head = git(&case.repo, &["rev-parse", "--short=7", "HEAD"]);
+    let head = git(&case.repo, &["rev-parse", "--short=7", "HEAD"]).trim().to_owned();
     let comment = stdout.replace(&head, "1a2b3c4").replace(&case.repo.display().to_string(), "flux-repo");
     for line in
         ["| sandbox | opensandbox-pools | 0 | 2 | 0 |", "#### What it means for sandboxes", "<details><summary>"]

@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::charts::helm::helm;
 pub use crate::e2e::git::copy_dir;
-use crate::e2e::git::git;
-use crate::support::{outputs, root, shared};
+use crate::support::{git, outputs, root, shared};
 
 /// The OpenSandbox chart tags the git server holds, and the copy each is made from.
 pub const OPENSANDBOX_TAGS: [(&str, &str); 3] = [

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{SMOKE_ID, World, apply, assert_check};
 use crate::cluster::{self, standin};
@@ -114,6 +114,15 @@ async fn a_missing_runtimeclass_fails_the_runtimeclass_check() {
     assert_check(&checks, "kata.runtimeclass", "FAIL", "RuntimeClass kata-clh-runtime-rs not found");
 }
 
+/// `osbx verify --only kata.runtimeclass` on `world`, which must exit 1 with the check ending
+/// `outcome` and saying `fragment`; returns the checks.
+async fn runtimeclass_not_passed(world: &World, outcome: &str, fragment: &str) -> Vec<Value> {
+    let (code, checks) = world.verify("kata.runtimeclass").await;
+    assert_eq!(code, Some(1));
+    assert_check(&checks, "kata.runtimeclass", outcome, fragment);
+    checks
+}
+
 /// `kata.runtimeclass` asks the nodes, not only the RuntimeClass: the one Kata node lacking the
 /// handler fails it naming the node and the handlers it has; a node that publishes no
 /// `status.runtimeHandlers` gives no verdict and says why; with no Ready node the class's
@@ -135,25 +144,21 @@ async fn the_runtimeclass_check_reads_the_handlers_of_the_nodes_the_class_admits
     assert_check(&checks, "kata.runtimeclass", "PASS", "kata-clh-runtime-rs → handler kata-clh-runtime-rs on vf-node");
 
     standin::node(&world.client, "vf-node", &state(true, Some(&["", "runc"]))).await;
-    let (code, checks) = world.verify("kata.runtimeclass").await;
-    assert_eq!(code, Some(1));
-    assert_check(
-        &checks,
-        "kata.runtimeclass",
+    let checks = runtimeclass_not_passed(
+        &world,
         "FAIL",
         "RuntimeClass kata-clh-runtime-rs: no Ready node it admits lists runtime handler kata-clh-runtime-rs (vf-node has the default, runc)",
-    );
+    )
+    .await;
     assert_check(&checks, "kata.runtimeclass", "FAIL", "kata-deploy installs the handler");
 
     standin::node(&world.client, "vf-node", &state(true, None)).await;
-    let (code, checks) = world.verify("kata.runtimeclass").await;
-    assert_eq!(code, Some(1));
-    assert_check(
-        &checks,
-        "kata.runtimeclass",
+    runtimeclass_not_passed(
+        &world,
         "ERROR",
         "vf-node publishes no status.runtimeHandlers (Kubernetes < 1.30 or containerd < 2.0): whether it has handler kata-clh-runtime-rs cannot be told",
-    );
+    )
+    .await;
 
     // A second, Ready node with the handler but without the Kata label is not admitted.
     let plain = standin::NodeState {
@@ -164,14 +169,12 @@ async fn the_runtimeclass_check_reads_the_handlers_of_the_nodes_the_class_admits
     };
     standin::node(&world.client, "vf-plain", &plain).await;
     standin::node(&world.client, "vf-node", &state(false, Some(&["runc", "kata-clh-runtime-rs"]))).await;
-    let (code, checks) = world.verify("kata.runtimeclass").await;
-    assert_eq!(code, Some(1));
-    assert_check(
-        &checks,
-        "kata.runtimeclass",
+    runtimeclass_not_passed(
+        &world,
         "FAIL",
         "RuntimeClass kata-clh-runtime-rs: no Ready node carries its nodeSelector kata-deploy.katacontainers.io/default=true, katacontainers.io/kata-runtime=true",
-    );
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Lifecycle, World, assert_check};
 use crate::played::opensandbox::Behaviour;
-use crate::support::{osbx, outputs};
+use crate::support::{osbx, output_off_runtime, outputs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_against_the_real_opensandbox_server() {
@@ -19,18 +19,11 @@ async fn lifecycle_against_the_real_opensandbox_server() {
         let url = server.url.clone();
         let world = &world;
         async move {
-            let mut args: Vec<String> = ["verify", "--only", only, "--server-url", &url, "-o", "json"]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect();
-            args.extend(["--profile".into(), world.profile_path().display().to_string()]);
-            args.extend(["--kubeconfig".into(), world.plane.kubeconfig.display().to_string()]);
-            let cwd = world.dir.path().to_path_buf();
-            let out = tokio::task::spawn_blocking(move || {
-                osbx().current_dir(cwd).env("OSBX_API_KEY", key).args(args).output().unwrap()
-            })
-            .await
-            .unwrap();
+            let mut cmd = osbx();
+            cmd.current_dir(world.dir.path()).env("OSBX_API_KEY", key);
+            cmd.args(["verify", "--only", only, "--server-url", &url, "-o", "json"]);
+            cmd.arg("--profile").arg(world.profile_path()).arg("--kubeconfig").arg(&world.plane.kubeconfig);
+            let out = output_off_runtime(cmd).await;
             let (stdout, stderr) = outputs(&out);
             assert!(!stdout.contains(key) && !stderr.contains(key), "the API key was printed");
             let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));

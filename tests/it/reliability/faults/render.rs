@@ -1,6 +1,7 @@
 //! `render --commit` and the repository's faults (a failed or killed write, a held index lock).
 
 use super::*;
+use crate::support::git;
 
 /// A git repository at `dir/repo` holding the render of `profile`, committed by `render
 /// --commit`.
@@ -11,12 +12,6 @@ fn committed_repo(dir: &Path, profile: &TestProfile) -> PathBuf {
     let out = render(&repo, &profile.write_to(dir), &["--commit", "-m", "first"], None);
     assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
     repo
-}
-
-fn git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").arg("-C").arg(repo).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", outputs(&out).1);
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn render(repo: &Path, profile: &Path, args: &[&str], failpoint: Option<&str>) -> std::process::Output {

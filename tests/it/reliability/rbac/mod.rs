@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::builder::TestProfile;
 use crate::cluster::standin::{self, KataCluster, Scenario};
 use crate::cluster::{self, OwnPlane};
-use crate::support::{osbx, outputs};
+use crate::support::{osbx, output_off_runtime, outputs};
 
 const USER: &str = "rb-ci";
 const KEY: &str = "rb-test-key-7c41";
@@ -81,19 +81,13 @@ impl World {
 
     /// Run osbx as the CI user (`OSBX_API_KEY` set with `key`).
     async fn osbx(&self, args: &[&str], key: bool) -> Output {
-        let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-        full.extend(["--profile".into(), self.dir.path().join("profile.yaml").display().to_string()]);
-        full.extend(["--kubeconfig".into(), self.user.display().to_string()]);
-        let cwd = self.dir.path().to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            let mut cmd = osbx();
-            if key {
-                cmd.env("OSBX_API_KEY", KEY);
-            }
-            cmd.current_dir(cwd).args(full).output().unwrap()
-        })
-        .await
-        .unwrap()
+        let mut cmd = osbx();
+        if key {
+            cmd.env("OSBX_API_KEY", KEY);
+        }
+        cmd.current_dir(self.dir.path()).args(args);
+        cmd.arg("--profile").arg(self.dir.path().join("profile.yaml")).arg("--kubeconfig").arg(&self.user);
+        output_off_runtime(cmd).await
     }
 
     /// `osbx rbac` for the current profile, bound to the CI user: the objects it prints.

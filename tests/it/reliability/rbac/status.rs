@@ -58,18 +58,9 @@ impl Setup {
     }
 
     async fn status(&self) -> Output {
-        let (profile, user) = (self.profile.clone(), self.user.clone());
-        tokio::task::spawn_blocking(move || {
-            osbx()
-                .args(["status", "-o", "json", "--profile"])
-                .arg(profile)
-                .arg("--kubeconfig")
-                .arg(user)
-                .output()
-                .unwrap()
-        })
-        .await
-        .unwrap()
+        let mut cmd = osbx();
+        cmd.args(["status", "-o", "json", "--profile"]).arg(&self.profile).arg("--kubeconfig").arg(&self.user);
+        output_off_runtime(cmd).await
     }
 
     /// `osbx status --watch` as the user, its output lines on channels.
