@@ -386,15 +386,22 @@ mod tests {
 
         const ALL: [&str; 3] = ["lab-a", "lab-b", "lab-c"];
 
+        /// A remote with a first clone `a` and a second `b` (cloned before `a` pushes any
+        /// record), the commit both are at, and `a`'s passed record for lab-a on it.
+        fn two_clones(dir: &Path) -> (PathBuf, PathBuf, String) {
+            let a = origin(dir);
+            let b = clone(dir, "b");
+            let first = git(&a, &["rev-parse", "HEAD"]);
+            record(&a, &gate("lab-a", GateOutcome::Passed, &first, "2026-01-01T00:00:01Z")).unwrap();
+            (a, b, first)
+        }
+
         #[test]
         fn a_second_clone_keeps_the_first_ones_records_and_a_fresh_clone_reads_them_all() {
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path();
-            let a = origin(dir);
             // The second job cloned before the first pushed its records.
-            let b = clone(dir, "b");
-            let first = git(&a, &["rev-parse", "HEAD"]);
-            record(&a, &gate("lab-a", GateOutcome::Passed, &first, "2026-01-01T00:00:01Z")).unwrap();
+            let (a, b, first) = two_clones(dir);
             publish(&a, "origin").unwrap();
 
             // The second job gates lab-b at the same commit, then a commit of its own for lab-c.
@@ -452,10 +459,7 @@ mod tests {
         fn records_another_run_pushes_while_this_one_pushes_are_merged_and_pushed_again() {
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path();
-            let a = origin(dir);
-            let b = clone(dir, "b");
-            let first = git(&a, &["rev-parse", "HEAD"]);
-            record(&a, &gate("lab-a", GateOutcome::Passed, &first, "2026-01-01T00:00:01Z")).unwrap();
+            let (a, b, first) = two_clones(dir);
             record(&b, &gate("lab-b", GateOutcome::Passed, &first, "2026-01-01T00:00:02Z")).unwrap();
             // The first job pushes its records while the second's push is under way (after the
             // second fetched and merged): the second's pre-push hook pushes them, once.
