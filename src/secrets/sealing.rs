@@ -24,7 +24,7 @@ fn secret_document(slot: &Slot, value: &[u8]) -> Value {
 
 /// What sealing a value did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Sealing {
+enum Sealing {
     /// The file already holds this value for these recipients: nothing to write.
     Unchanged,
     /// The new file text.
@@ -36,7 +36,7 @@ pub(crate) enum Sealing {
 ///
 /// # Errors
 /// [`SecretsError::NotConfigured`]; [`SecretsError::File`] when the existing file is tampered.
-pub(crate) fn seal(
+fn seal(
     profile: &Profile,
     slot: &Slot,
     value: &[u8],
@@ -114,7 +114,7 @@ pub(crate) fn mismatches(loaded: &LoadedProfile) -> Result<Vec<Mismatch>, Secret
 /// # Errors
 /// [`SecretsError::RekeyNeedsIdentity`] when there is no identity, or none that opens the file;
 /// [`SecretsError::File`] for a malformed or tampered file.
-pub(crate) fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(Mismatch, String)>, SecretsError> {
+fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<Vec<(Mismatch, String)>, SecretsError> {
     let Some(sops) = &loaded.profile.secrets.sops else { return Ok(Vec::new()) };
     let mut out = Vec::new();
     for m in mismatches(loaded)? {
@@ -141,7 +141,7 @@ pub(crate) fn rekey(loaded: &LoadedProfile, ids: Option<&Identities>) -> Result<
 ///
 /// # Errors
 /// [`SecretsError::File`] naming a malformed or tampered file.
-pub(crate) fn check(loaded: &LoadedProfile, ids: &Identities) -> Result<(), SecretsError> {
+fn check(loaded: &LoadedProfile, ids: &Identities) -> Result<(), SecretsError> {
     for (path, text) in &loaded.sealed.0 {
         let err = |source| SecretsError::File { path: path.clone(), source };
         match File::parse(text).map_err(err)?.decrypt(ids) {
