@@ -17,11 +17,12 @@ use serde_json::{Value, json};
 use crate::cluster::need::{Need, Target};
 use crate::cluster::operation::{self, Operation};
 use crate::cluster::preflight;
+use crate::components::acceptance;
 use crate::deploy::{self, Layer, Scope};
 use crate::object::KnownKind;
 use crate::profile::Profile;
 use crate::rollout;
-use crate::verify::session;
+use crate::verify::{publish, session};
 use crate::verify::{Reach, Selection};
 
 /// Which commands the roles are for.
@@ -88,6 +89,9 @@ pub struct Options {
     pub prune: bool,
     /// Also what `apply --create-decryption-secret` creates: the cluster's decryption Secret.
     pub decryption_secret: bool,
+    /// For verify's runs in the cluster (the acceptance layer's Job and Deployment): their
+    /// report published, and the acceptance layer, their own, not among the layers checked.
+    pub in_cluster: bool,
     /// Bind the roles to these (none: the roles only).
     pub subjects: Vec<Subject>,
 }
@@ -114,8 +118,14 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
         out.extend(deploy::diff_operations(profile, layers, opts.prune));
     }
     if opts.purpose.covers(Purpose::Verify) {
-        let flux_objects = deploy::flux_objects(layers);
+        let acceptance = profile.sections.acceptance.as_ref().filter(|_| opts.in_cluster);
+        let own = acceptance.and_then(|_| profile.rendering(&acceptance::COMPONENT)).map(|(_, l)| l.name.as_str());
+        let checked: Vec<Layer> = layers.iter().filter(|l| Some(l.name.as_str()) != own).cloned().collect();
+        let flux_objects = deploy::flux_objects(&checked);
         out.extend(session::operations(profile, &flux_objects, &Selection::default(), Reach::default()));
+        if let Some(acceptance) = acceptance {
+            out.extend(publish::operations(&acceptance.report()));
+        }
     }
     if opts.purpose.covers(Purpose::Status) {
         out.extend(crate::overview::operations(profile, layers));
@@ -223,10 +233,12 @@ fn rules(grants: &Grants) -> Vec<Value> {
         .collect()
 }
 
-/// The name of the roles and bindings: `osbx-<profile>-<cluster>-<purpose>`.
+/// The name of the roles and bindings: `osbx-<profile>-<cluster>-<purpose>` (`…-acceptance` for
+/// verify's runs in the cluster).
 #[must_use]
-pub(crate) fn role_name(profile: &Profile, purpose: Purpose) -> String {
-    let mut name = format!("osbx-{}-{}-{}", profile.name(), profile.cluster.name, purpose.name());
+pub(crate) fn role_name(profile: &Profile, opts: &Options) -> String {
+    let purpose = if opts.in_cluster { "acceptance" } else { opts.purpose.name() };
+    let mut name = format!("osbx-{}-{}-{purpose}", profile.name(), profile.cluster.name);
     name.truncate(253);
     name
 }
@@ -236,7 +248,7 @@ pub(crate) fn role_name(profile: &Profile, purpose: Purpose) -> String {
 /// namespaces the profile renders (which the first apply would create) come first, as rendered.
 #[must_use]
 pub fn roles(profile: &Profile, layers: &[Layer], needs: &BTreeSet<Need>, opts: &Options) -> Vec<Value> {
-    let name = role_name(profile, opts.purpose);
+    let name = role_name(profile, opts);
     let labels = json!({"app.kubernetes.io/name": crate::mark::OSBX, "app.kubernetes.io/component": "rbac"});
     let (mut roles, urls) = place(needs);
     let mut cluster_rules = rules(&roles.remove(&None).unwrap_or_default());
@@ -273,13 +285,42 @@ pub fn roles(profile: &Profile, layers: &[Layer], needs: &BTreeSet<Need>, opts: 
     out
 }
 
+/// The renderer every command renders with: the templates (embedded, with `overrides`), and
+/// the roles of an acceptance layer's ServiceAccount derived here ([`acceptance_roles`]).
+///
+/// # Errors
+/// [`crate::render::RenderError`] when the templates cannot be read or do not parse.
+pub fn renderer(overrides: Option<&std::path::Path>) -> Result<crate::render::Renderer, crate::render::RenderError> {
+    Ok(crate::render::Renderer::new(overrides)?.with_roles(acceptance_roles))
+}
+
+/// The roles and bindings of the acceptance layer's ServiceAccount: what `osbx rbac --for verify
+/// --in-cluster` derives for the profile whose other layers render as `others` (the render asks
+/// this, [`crate::render::Roles`]; the namespaces those layers render are theirs, not repeated).
+#[must_use]
+pub fn acceptance_roles(profile: &Profile, others: &crate::render::Rendered) -> Vec<Value> {
+    let Some(acceptance) = &profile.sections.acceptance else { return Vec::new() };
+    let (namespace, name) = acceptance.service_account();
+    let opts = Options {
+        purpose: Purpose::Verify,
+        prune: false,
+        decryption_secret: false,
+        in_cluster: true,
+        subjects: vec![Subject::ServiceAccount(namespace, name)],
+    };
+    let layers = deploy::layers(profile, others);
+    let objects = roles(profile, &layers, &needs(profile, &layers, &opts), &opts);
+    objects.into_iter().filter(|o| o["kind"] != "Namespace").collect()
+}
+
 /// The objects as one multi-document YAML stream, after a comment saying what they are for.
 #[must_use]
 pub fn yaml(profile: &Profile, opts: &Options, objects: &[Value]) -> String {
     let prune = if opts.prune { " --prune" } else { "" };
     let decryption = if opts.decryption_secret { " --create-decryption-secret" } else { "" };
+    let in_cluster = if opts.in_cluster { " --in-cluster" } else { "" };
     let mut out = format!(
-        "# osbx rbac --for {}{prune}{decryption}: what osbx needs for profile {} on cluster {}.\n",
+        "# osbx rbac --for {}{prune}{decryption}{in_cluster}: what osbx needs for profile {} on cluster {}.\n",
         opts.purpose.name(),
         profile.name(),
         profile.cluster.name
@@ -298,7 +339,7 @@ mod tests {
 
     fn rendered(profile: &str) -> (Profile, Vec<Layer>) {
         let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded(profile.into())).unwrap();
-        let rendered = crate::render::Renderer::new(None).unwrap().render(&loaded).unwrap();
+        let rendered = renderer(None).unwrap().render(&loaded).unwrap();
         let layers = deploy::layers(&loaded.profile, &rendered);
         (loaded.profile, layers)
     }
@@ -309,6 +350,7 @@ mod tests {
             purpose,
             prune,
             decryption_secret: false,
+            in_cluster: false,
             subjects: vec![Subject::ServiceAccount("ci".into(), "osbx".into())],
         };
         roles(&profile, &layers, &needs(&profile, &layers, &opts), &opts)

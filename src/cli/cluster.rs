@@ -151,9 +151,33 @@ pub struct VerifyArgs {
     /// Check selection and reporting.
     #[command(flatten)]
     pub verify: VerifyFlags,
+    /// In the cluster: where the run publishes its report, and the serving mode.
+    #[command(flatten)]
+    pub in_cluster: InClusterFlags,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
+}
+
+/// How `osbx verify` runs inside the cluster (the acceptance layer's Job and Deployment).
+#[derive(Debug, Args)]
+pub struct InClusterFlags {
+    /// Publish each run's report to this ConfigMap (NAMESPACE/NAME: the JSON report, the
+    /// revision, the time, the JUnit file), with a Warning Event for each check that failed; the
+    /// profile's acceptance layer is then not among the layers checked (it is the run's own).
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = super::parse_service_account)]
+    pub publish: Option<(String, String)>,
+    /// The revision the run checks, recorded in the published report.
+    #[arg(long, requires = "publish")]
+    pub revision: Option<String>,
+    /// Run the checks every --interval until stopped, serving their metrics on ADDR
+    /// (`/metrics`, OpenMetrics; `/healthz`).
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<std::net::SocketAddr>,
+    /// How often --serve runs the checks (the first run after one interval; until then the
+    /// metrics show the last published report of the same revision).
+    #[arg(long, default_value = "15m", value_parser = parse_duration, requires = "serve")]
+    pub interval: std::time::Duration,
 }
 
 /// `osbx rollout` arguments.

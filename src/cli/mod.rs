@@ -229,6 +229,11 @@ pub struct RbacArgs {
     /// Secret (`secrets.sops.secretRef` in the Flux namespace).
     #[arg(long)]
     pub create_decryption_secret: bool,
+    /// With `--for verify`: the roles of verify's runs in the cluster (the acceptance layer's
+    /// ServiceAccount is bound to exactly these): their report published to the acceptance
+    /// layer's ConfigMap with Events, and that layer, their own, not among the layers checked.
+    #[arg(long)]
+    pub in_cluster: bool,
     /// Bind the roles to this ServiceAccount (NAMESPACE/NAME); repeatable.
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_service_account)]
     pub service_account: Vec<(String, String)>,

@@ -7,14 +7,13 @@ use crate::fleet;
 use crate::lint::{self, Finding, Severity};
 use crate::printer::Printer;
 use crate::profile::{self, ProfileError};
-use crate::render::Renderer;
 
 /// Run `osbx lint`.
 ///
 /// # Errors
 /// When the profile cannot be read or rendered at all (exit 2).
 pub(super) fn run(settings: &LintSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
-    let renderer = Renderer::new(settings.templates.as_deref())?;
+    let renderer = crate::rbac::renderer(settings.templates.as_deref())?;
     let loaded = match &settings.source {
         Source::Fleet(path) => fleet::load(path, &printer.progress()).map(|f| f.members),
         Source::Profile(source) => profile::load(source).map(|p| vec![p]),

@@ -9,7 +9,6 @@ use crate::fleet;
 use crate::printer::Printer;
 use crate::progress::Silent;
 use crate::rbac;
-use crate::render::Renderer;
 
 /// Run `osbx rbac`: render the profile (no cluster needed) and print the roles and bindings.
 ///
@@ -35,7 +34,7 @@ fn member(file: &std::path::Path, cluster: &str, templates: Option<&std::path::P
         anyhow::bail!("--cluster: no cluster {cluster:?} in {} (its clusters: {})", file.display(), names.join(", "));
     };
     let loaded = fleet.members.swap_remove(at);
-    let rendered = Renderer::new(templates)?.render(&loaded)?;
+    let rendered = crate::rbac::renderer(templates)?.render(&loaded)?;
     let layers = deploy::layers(&loaded.profile, &rendered);
     Ok(Prepared { loaded, layers, rendered })
 }

@@ -10,7 +10,8 @@ use crate::cluster::{Cluster, ConnectOptions, preflight};
 use crate::deploy::{self, Layer};
 use crate::printer::Printer;
 use crate::profile::{self, LoadedProfile};
-use crate::render::{Rendered, Renderer};
+use crate::render::Rendered;
+use crate::verify::publish::{self, Published};
 use crate::verify::{self, report, session::Session};
 
 /// The profile, rendered into layers.
@@ -31,7 +32,7 @@ pub(super) struct Prepared {
 pub(super) fn prepare(settings: &ProfileSettings, repo: Option<&std::path::Path>) -> anyhow::Result<Prepared> {
     // The templates compile while the profile loads.
     let (loaded, renderer) = std::thread::scope(|scope| {
-        let renderer = scope.spawn(|| Renderer::new(settings.templates.as_deref()));
+        let renderer = scope.spawn(|| crate::rbac::renderer(settings.templates.as_deref()));
         let loaded = profile::load(&settings.source);
         (loaded, renderer.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
     });
@@ -96,7 +97,7 @@ pub(super) async fn verify(
     output: Output,
     printer: Printer,
 ) -> anyhow::Result<ExitStatus> {
-    let flux_objects = deploy::flux_objects(&prepared.layers);
+    let flux_objects = checked_flux_objects(prepared, settings.publish.is_some());
     let session = Session::start(cluster, &prepared.loaded.profile, flux_objects, settings.run.clone()).await?;
     if !session.swept.is_empty() {
         printer.warn(&format!("removed what earlier interrupted runs left: {}", session.swept.join(", ")));
@@ -111,6 +112,11 @@ pub(super) async fn verify(
     if let Some(path) = &settings.junit {
         std::fs::write(path, report::junit(&results)).with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some((report, revision)) = &settings.publish {
+        let published = Published::of(&run_id, revision, &results);
+        publish::publish(cluster, report, &published).await?;
+        printer.action(&format!("published the report to {report}"));
+    }
     match output {
         Output::Json => {
             let requests = report::Requests { api: cluster.requests(), lifecycle: endpoint.requests() };
@@ -124,6 +130,17 @@ pub(super) async fn verify(
         }
     }
     Ok(if verify::all_passed(&results) { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// The Flux objects a run checks: every layer's, except, for a run in the cluster (one that
+/// publishes), the acceptance layer's own (its Ready is this run's verdict).
+pub(super) fn checked_flux_objects(prepared: &Prepared, in_cluster: bool) -> Vec<crate::object::ObjectRef> {
+    let own = in_cluster
+        .then(|| prepared.loaded.profile.rendering(&crate::components::acceptance::COMPONENT))
+        .flatten()
+        .map(|(_, layer)| layer.name.as_str());
+    let layers: Vec<Layer> = prepared.layers.iter().filter(|l| Some(l.name.as_str()) != own).cloned().collect();
+    deploy::flux_objects(&layers)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

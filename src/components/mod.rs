@@ -11,6 +11,7 @@
 //! Components sit below the profile document: they see the sections and the [`Site`] (the
 //! cluster, and which layer renders which component), never the document itself.
 
+pub mod acceptance;
 pub(crate) mod health;
 pub mod kata;
 pub mod opensandbox;
@@ -53,6 +54,9 @@ pub struct Component {
     /// Health rules for the kinds it renders that have no Ready condition: Flux evaluates them
     /// (the layer Kustomization's `healthCheckExprs`), and so do apply's wait and verify.
     pub(crate) health: &'static [&'static health::Health],
+    /// The layer renders after every other one, and its view has their `revision` (a digest of
+    /// what they render), the `roles` its ServiceAccount is bound to and the `profile` as YAML.
+    pub(crate) after_others: bool,
 }
 
 impl Component {
@@ -65,7 +69,7 @@ impl Component {
         validate: fn(&Sections, &Site<'_>, &mut Violations),
         view: fn(&Sections, &Site<'_>, &mut Context),
     ) -> Self {
-        Self { name, about, section, validate, view, pin: |_| None, values: |_| None, supplied: |_| None, health: &[] }
+        Self { name, about, section, validate, view, pin: |_| None, values: |_| None, supplied: |_| None, health: &[], after_others: false }
     }
 }
 
@@ -86,6 +90,9 @@ pub struct Site<'a> {
     pub cluster: &'a TargetCluster,
     /// Each rendered layer: its index in `layers`, its name and its component.
     pub layers: Vec<(usize, &'a str, &'static Component)>,
+    /// Every layer, external ones included: its name, the layers it depends on, and whether Flux
+    /// health-checks everything it applies (`wait`).
+    pub all: Vec<(&'a str, &'a [String], bool)>,
 }
 
 impl Site<'_> {
@@ -137,6 +144,8 @@ sections! {
     "spire" => spire: Option<spire::Spire>,
     /// What the sandboxes may take together, for a `sandbox-quota` layer.
     "sandboxQuota" => sandbox_quota: Option<sandbox_quota::SandboxQuota>,
+    /// The acceptance checks in the cluster, for an `acceptance` layer.
+    "acceptance" => acceptance: Option<acceptance::Acceptance>,
 }
 
 /// Every component, in the order their rules run and their views are built.
@@ -147,6 +156,7 @@ pub(crate) static ALL: &[&Component] = &[
     &spire::agents::COMPONENT,
     &spire::smoke::COMPONENT,
     &sandbox_quota::COMPONENT,
+    &acceptance::COMPONENT,
 ];
 
 /// The component with this name.

@@ -224,7 +224,8 @@ impl Profile {
     pub fn site(&self) -> Site<'_> {
         let layers =
             self.layers.iter().enumerate().filter_map(|(i, l)| l.renders().map(|c| (i, l.name.as_str(), c))).collect();
-        Site { cluster: &self.cluster, layers }
+        let all = self.layers.iter().map(|l| (l.name.as_str(), l.depends_on.as_slice(), l.wait)).collect();
+        Site { cluster: &self.cluster, layers, all }
     }
 
     /// The layer that renders `component`, with its index.

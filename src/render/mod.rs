@@ -8,8 +8,11 @@
 //! osbx: it is created from `cluster/kustomization.yaml` or merged into (see `repo`).
 
 mod filters;
+mod layers;
 mod reads;
 mod view;
+
+pub use layers::Roles;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -17,7 +20,6 @@ use std::sync::{Arc, Mutex};
 
 use tera::{Context, Tera};
 
-use crate::components::Component;
 use crate::embedded;
 use crate::object::Object;
 use crate::profile::LoadedProfile;
@@ -146,6 +148,8 @@ pub struct Renderer {
     reads: reads::Reads,
     /// A template and the values it reads → its output (see [`reads`]).
     outputs: Mutex<HashMap<String, String>>,
+    /// The roles of a layer rendered after the others (see [`Roles`]).
+    roles: Option<Roles>,
 }
 
 impl Renderer {
@@ -172,7 +176,16 @@ impl Renderer {
             parsed: Mutex::default(),
             reads,
             outputs: Mutex::default(),
+            roles: None,
         })
+    }
+
+    /// The same renderer, asking `roles` for the roles a layer's ServiceAccount is bound to (an
+    /// `acceptance` layer's); without it, rendering such a layer is an error.
+    #[must_use]
+    pub fn with_roles(mut self, roles: Roles) -> Self {
+        self.roles = Some(roles);
+        self
     }
 
     /// Render every layer of the profile.
@@ -197,45 +210,25 @@ impl Renderer {
         ctx.insert("sealed", &revisions);
         let mut files = Vec::new();
         let mut entries = Vec::new();
+        let mut last = None;
         for layer in &p.layers {
             let Some(component) = layer.renders() else { continue };
-            // One context for every layer, its `layer` replaced each time (a fleet renders
-            // thousands of profiles: the context is not copied per layer).
-            let mut view = view::layer(layer);
-            let held: Vec<_> = slots.iter().filter(|s| s.layer == layer.name).collect();
-            if let (Some(sops), false) = (&p.secrets.sops, held.is_empty()) {
-                view["decryption"] = sops.secret_ref.clone().into();
-                view["sealed"] = held
-                    .iter()
-                    .filter(|s| loaded.sealed.0.contains_key(&s.path))
-                    .map(|s| s.file_name())
-                    .collect::<Vec<_>>()
-                    .into();
+            if component.after_others {
+                last = Some((layer, component, entries.len()));
+                continue;
             }
-            ctx.insert("layer", &view);
-            let app = format!("apps/{}.yaml", layer.name);
-            let (owner, profile) = (&layer.name, p.name());
-            let dir = layer.repo_path();
-            let prefix = format!("{}/", component.name);
-            let mut contents = Vec::new();
-            for name in self.names.iter().filter(|n| n.starts_with(&prefix)) {
-                let file = &name[prefix.len()..];
-                if file.contains('/') || file.starts_with('_') {
-                    continue;
-                }
-                contents.extend(self.file(name, &ctx, format!("{dir}/{file}"), owner, profile)?);
-            }
-            // Flux's own health check for the kinds without a Ready condition (Flux ≥ 2.5).
-            if p.cluster.flux_takes_health_exprs() && !component.health.is_empty() {
-                health_checks(&mut view, component, layer.wait, &contents);
-                ctx.insert("layer", &view);
-            }
-            files.extend(self.file("cluster/layer.yaml", &ctx, format!("{cluster_dir}/{app}"), owner, profile)?);
-            files.extend(contents);
-            entries.push(app);
+            files.extend(self.layer_files(&mut ctx, loaded, &slots, layer, component, None)?);
+            entries.push(format!("apps/{}.yaml", layer.name));
+        }
+        let source = Source { kind: "profile", name: p.name().to_owned() };
+        if let Some((layer, component, at)) = last {
+            let others = Rendered { source: source.clone(), files: files.clone(), clusters: Vec::new() };
+            let extra = layers::after_others(p, &others, self.roles)?;
+            files.extend(self.layer_files(&mut ctx, loaded, &slots, layer, component, Some(extra))?);
+            entries.insert(at, format!("apps/{}.yaml", layer.name));
         }
         Ok(Rendered {
-            source: Source { kind: "profile", name: p.name().to_owned() },
+            source,
             files,
             clusters: vec![ClusterIndex { path: format!("{cluster_dir}/kustomization.yaml"), entries }],
         })
@@ -328,36 +321,6 @@ impl Renderer {
         out.push('\n');
         Ok(out)
     }
-}
-
-/// The layer's Flux health check for the kinds of `component` without a Ready condition, into
-/// its `view`: their rules as `healthCheckExprs`; and, when the layer does not `wait` (Flux then
-/// health-checks only the objects `healthChecks` lists, and evaluates the expressions for those
-/// alone), every object of those kinds among its `files` as `healthChecks`.
-fn health_checks(view: &mut serde_json::Value, component: &Component, wait: bool, files: &[RenderedFile]) {
-    view["healthCheckExprs"] = component
-        .health
-        .iter()
-        .map(|h| serde_json::json!({"apiVersion": h.kind.gvk().api_version(), "kind": h.kind.kind, "current": h.cel()}))
-        .collect::<Vec<_>>()
-        .into();
-    if wait {
-        return;
-    }
-    view["healthChecks"] = files
-        .iter()
-        .flat_map(|f| f.objects.iter())
-        .filter(|o| component.health.iter().any(|h| h.kind.is(&o.id.gvk)))
-        .map(|o| {
-            let mut check =
-                serde_json::json!({"apiVersion": o.id.gvk.api_version(), "kind": o.id.gvk.kind, "name": o.id.name});
-            if let Some(ns) = &o.id.namespace {
-                check["namespace"] = ns.clone().into();
-            }
-            check
-        })
-        .collect::<Vec<_>>()
-        .into();
 }
 
 fn read_dir_into(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(), RenderError> {

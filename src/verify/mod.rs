@@ -9,6 +9,9 @@
 
 pub(crate) mod checks;
 pub(crate) mod endpoint;
+pub(crate) mod metrics;
+pub(crate) mod publish;
+pub(crate) mod serve;
 pub mod probe;
 pub(crate) mod report;
 mod scripts;
@@ -18,7 +21,7 @@ pub(crate) mod settings;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
 use crate::cluster::operation::Operation;
@@ -29,7 +32,7 @@ pub use endpoint::Endpoint;
 pub use settings::{ApiKeyValue, Reach, Selection, Settings};
 
 /// The verdict of one check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Outcome {
     /// The platform is as it must be.
@@ -68,7 +71,7 @@ impl std::fmt::Display for Outcome {
 }
 
 /// What a check found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Verdict {
     /// The verdict.
     pub outcome: Outcome,
@@ -82,7 +85,7 @@ pub struct Verdict {
     pub fix: Option<String>,
     /// Figures measured on the way, by name (`kata_build_seconds`): in the JSON report and as
     /// JUnit properties.
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub measurements: std::collections::BTreeMap<String, f64>,
 }
 
@@ -151,7 +154,7 @@ impl Verdict {
 }
 
 /// A check's verdict with its id and duration.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckResult {
     /// Stable id (`kata.guest-kernel`).
     pub id: String,

@@ -8,7 +8,8 @@
 #   module proxy, the plane's module) registered to the plane as Node `osbx-node`, SPIRE server
 #   and agent v1.13.3 (Go module proxy; join-token node attestation, the k8s workload attestor
 #   against this kubelet), and, played (tests/played), spire-controller-manager and, in the pool
-#   containers, execd (osbx-played-execd in the image osbx.test/execd:played).
+#   containers, execd (osbx-played-execd in the image osbx.test/execd:played); and a TCP relay
+#   (tests/cluster/relay) through which pods reach the API server.
 # Images are built from files (tests/cluster/image) and imported: nothing is pulled.
 # Network: the bridge osbx-br0 holds 198.18.0.1/24 (RFC 2544 benchmarking range; the node IP);
 # pods get 198.18.0.2-254 on it and a route to that subnet only (no default route, no
@@ -59,6 +60,23 @@ cat >"$node/cni/net.d/10-osbx.conflist" <<EOF
            "ranges": [[{"subnet": "198.18.0.0/24", "rangeStart": "198.18.0.2", "gateway": "$node_ip"}]]}}]}
 EOF
 : >"$node/resolv.conf"
+
+# --- the API server, for pods --------------------------------------------------------------------
+# No kube-proxy: the `kubernetes` Service's ClusterIP routes nowhere, and the API server binds
+# 127.0.0.1. A TCP relay (tests/cluster/relay, bytes passed through, TLS end to end) listens on the
+# bridge address, which only this machine and the node's pods reach, on a free port; the serving
+# certificate names 198.18.0.1 (up). A pod sets KUBERNETES_SERVICE_HOST/PORT to node.env's
+# API_FROM_PODS_HOST/PORT in its container's env (which overrides the kubelet's service variables).
+ln -sfn "$here/relay" "$dir/bin/api-relay"
+rm -f "$node/api-relay.port"
+detach "$dir/api-relay.log" "$dir/api-relay.pid" "$dir/bin/api-relay" "$node_ip:0" "127.0.0.1:$api_port" \
+  --port-file "$node/api-relay.port"
+until [ -s "$node/api-relay.port" ]; do
+  alive "$(cat "$dir/api-relay.pid")" || fail "$dir/api-relay.log" "the API server relay exited during startup"
+  [ $SECONDS -lt $deadline ] || fail "$dir/api-relay.log" "the API server relay not listening after ${timeout_s}s"
+  sleep 0.1
+done
+api_from_pods_port=$(cat "$node/api-relay.port")
 
 # --- images, built from files --------------------------------------------------------------------
 mkdir -p "$node/images"
@@ -255,6 +273,8 @@ detach "$dir/played-spire-controller-manager.log" "$dir/played-spire-controller-
   kv SPIRE_AGENT_SOCKET_DIR "$sp/agent-sockets"
   kv SPIRE_AGENT_ID "$agent_id"
   kv NODE_BIN "$dir/bin"
+  kv API_FROM_PODS_HOST "$node_ip"
+  kv API_FROM_PODS_PORT "$api_from_pods_port"
 } >"$dir/node.env.tmp"
 mv -f "$dir/node.env.tmp" "$dir/node.env"
-log "node $node_name Ready ($node_ip; containerd, kubelet, spire-server, spire-agent); see $dir/node.env"
+log "node $node_name Ready ($node_ip; containerd, kubelet, spire-server, spire-agent; the API server for pods at $node_ip:$api_from_pods_port); see $dir/node.env"

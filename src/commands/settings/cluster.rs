@@ -94,6 +94,7 @@ impl TryFrom<&DiffArgs> for DiffSettings {
                 base: Some(base.clone()).filter(|b| !b.is_empty()),
                 subject,
                 templates: a.profile.templates.clone(),
+                roles: crate::rbac::acceptance_roles,
                 charts,
             },
             output: a.output,
@@ -208,6 +209,8 @@ pub(in crate::commands) struct VerifyRunSettings {
     pub run: verify::Settings,
     /// Write a JUnit report here.
     pub junit: Option<PathBuf>,
+    /// Publish the report to this ConfigMap, with the revision checked (in the cluster).
+    pub publish: Option<(crate::object::ObjectRef, String)>,
 }
 
 impl VerifyRunSettings {
@@ -220,6 +223,7 @@ impl VerifyRunSettings {
                 timeout: f.verify_timeout,
             },
             junit: f.junit.clone(),
+            publish: None,
         }
     }
 }
@@ -233,6 +237,8 @@ pub(in crate::commands) struct VerifySettings {
     pub connect: ConnectOptions,
     /// The run.
     pub verify: VerifyRunSettings,
+    /// Run every interval, serving the metrics on this address (`--serve`).
+    pub serve: Option<crate::verify::serve::Serve>,
     /// Output format.
     pub output: Output,
 }
@@ -241,10 +247,16 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
     type Error = anyhow::Error;
 
     fn try_from(a: &VerifyArgs) -> anyhow::Result<Self> {
+        let mut verify = VerifyRunSettings::new(&a.verify, api_key(a.verify.api_key_file.as_deref())?);
+        let c = &a.in_cluster;
+        verify.publish = c.publish.as_ref().map(|(ns, name)| {
+            (crate::object::KnownKind::CONFIG_MAP.object(Some(ns), name), c.revision.clone().unwrap_or_default())
+        });
         Ok(Self {
             profile: (&a.profile).into(),
             connect: (&a.cluster).into(),
-            verify: VerifyRunSettings::new(&a.verify, api_key(a.verify.api_key_file.as_deref())?),
+            verify,
+            serve: c.serve.map(|addr| crate::verify::serve::Serve { addr, interval: c.interval }),
             output: a.output,
         })
     }

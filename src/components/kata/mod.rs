@@ -36,6 +36,7 @@ pub(crate) static COMPONENT: Component = Component {
     values: |s| s.kata.as_ref()?.values.as_ref(),
     supplied: |_| None,
     health: &[],
+    after_others: false,
 };
 
 /// The shim osbx enables unless the profile names others: Cloud Hypervisor with runtime-rs.

@@ -30,6 +30,7 @@ pub(crate) static COMPONENT: Component = Component {
     values: |s| s.opensandbox.values.as_ref(),
     supplied: |s| s.opensandbox.api_key_secret(),
     health: &[],
+    after_others: false,
 };
 
 /// A sandbox as the controller holds it: created by the server (in `namespaces.sandbox`), from a

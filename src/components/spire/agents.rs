@@ -19,6 +19,7 @@ pub(crate) static COMPONENT: Component = Component {
     values: |s| s.spire.as_ref()?.values.as_ref(),
     supplied: |_| None,
     health: &[],
+    after_others: false,
 };
 
 fn validate(sections: &Sections, site: &Site<'_>, v: &mut Violations) {

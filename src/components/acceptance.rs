@@ -1,0 +1,164 @@
+//! The `acceptance` component: the acceptance checks run in the cluster itself, from the
+//! `acceptance` section.
+//!
+//! The layer renders a namespace, a ServiceAccount bound to exactly the roles `osbx rbac --for
+//! verify --in-cluster` derives (the render asks the derivation, [`crate::render::Roles`]), the
+//! profile as a ConfigMap, a Job that runs `osbx verify` once per revision (Flux's Ready of the
+//! layer, and of every layer that `dependsOn` it, then means the checks passed at that revision),
+//! a Deployment that runs them every `interval` and serves their metrics (`osbx verify --serve`),
+//! and a `PodMonitor` or `VMPodScrape` for it when the profile names one. Each run publishes its
+//! report to the ConfigMap [`Acceptance::report`] names. The layer renders after every other one,
+//! with their revision ([`Component::after_others`]).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tera::Context;
+
+use super::{Component, Sections, Site};
+use crate::object::{KnownKind, ObjectRef};
+use crate::spec::Violations;
+use crate::spec::values::Resources;
+
+/// The table entry of this component.
+pub(crate) static COMPONENT: Component = Component {
+    after_others: true,
+    ..Component::without_chart(
+        "acceptance",
+        "the acceptance checks in the cluster: a Job per revision and a Deployment serving their metrics",
+        "acceptance",
+        validate,
+        view,
+    )
+};
+
+/// The annotation of the Job's (and the Deployment's) pod template that carries the revision of
+/// the other layers it checks; what changes it re-creates the Job.
+pub const REVISION_ANNOTATION: &str = "osbx.dev/revision";
+
+/// What scrapes the serving pod's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum Scrape {
+    /// The Prometheus Operator's `PodMonitor` (`monitoring.coreos.com/v1`).
+    PodMonitor,
+    /// The VictoriaMetrics Operator's `VMPodScrape` (`operator.victoriametrics.com/v1beta1`).
+    VMPodScrape,
+}
+
+/// The acceptance checks, run in the cluster.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("required" = ["image"]))]
+pub struct Acceptance {
+    /// The osbx image the Job and the Deployment run, built from the repository's
+    /// `Containerfile` (a tag or a digest, from your registry or a mirror).
+    pub image: String,
+    /// Namespace of the ServiceAccount, the Job, the Deployment and the report.
+    pub namespace: String,
+    /// Name of the ServiceAccount, the Job, the Deployment and the ConfigMaps
+    /// (`<name>-profile`, `<name>-report`).
+    pub name: String,
+    /// How often the Deployment runs the checks.
+    pub interval: String,
+    /// The port the metrics are served on (`/metrics`, OpenMetrics).
+    pub port: u16,
+    /// Render a scrape object for the metrics: `PodMonitor` or `VMPodScrape`.
+    pub scrape: Option<Scrape>,
+    /// Requests and limits of the osbx container.
+    pub resources: Option<Resources>,
+}
+
+impl Default for Acceptance {
+    fn default() -> Self {
+        Self {
+            image: String::new(),
+            namespace: "osbx-acceptance".into(),
+            name: "osbx-acceptance".into(),
+            interval: "15m".into(),
+            port: 9464,
+            scrape: None,
+            resources: None,
+        }
+    }
+}
+
+impl Acceptance {
+    /// The ConfigMap each run publishes its report to.
+    #[must_use]
+    pub fn report(&self) -> ObjectRef {
+        KnownKind::CONFIG_MAP.object(Some(&self.namespace), &format!("{}-report", self.name))
+    }
+
+    /// The ServiceAccount the checks run as: namespace and name.
+    #[must_use]
+    pub fn service_account(&self) -> (String, String) {
+        (self.namespace.clone(), self.name.clone())
+    }
+}
+
+fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
+    let Some(a) = &s.acceptance else {
+        if let Some((i, _)) = site.layer_of(&COMPONENT) {
+            v.push(format!("layers[{i}].component"), "an acceptance layer needs a top-level `acceptance` section");
+        }
+        return;
+    };
+    if a.image.trim().is_empty() {
+        v.push("acceptance.image", "name the osbx image to run (built from the repository's Containerfile)");
+    } else if a.image.chars().any(char::is_whitespace) {
+        v.push("acceptance.image", format!("{:?} is not an image reference", a.image));
+    }
+    v.dns_label("acceptance.namespace", &a.namespace);
+    // `<name>-report` and `<name>-profile` must be names too.
+    if a.name.len() > 56 {
+        v.push("acceptance.name", "at most 56 characters (`-profile` is added to it)");
+    }
+    v.dns_label("acceptance.name", &a.name);
+    v.duration("acceptance.interval", &a.interval);
+    if a.port < 1024 {
+        v.push("acceptance.port", "use a port of 1024 or more: the container runs as a user without privileges");
+    }
+    let Some((i, layer)) = site.layer_of(&COMPONENT) else { return };
+    // The verdict covers every layer: each must be Ready before the checks run.
+    let mut reached = std::collections::BTreeSet::new();
+    let mut next = vec![layer];
+    while let Some(name) = next.pop() {
+        if let Some((_, deps, _)) = site.all.iter().find(|(n, _, _)| *n == name) {
+            for d in *deps {
+                if reached.insert(d.as_str()) {
+                    next.push(d.as_str());
+                }
+            }
+        }
+    }
+    let missing: Vec<&str> =
+        site.layers.iter().map(|(_, n, _)| *n).filter(|n| *n != layer && !reached.contains(n)).collect();
+    if !missing.is_empty() {
+        v.push(
+            format!("layers[{i}].dependsOn"),
+            format!(
+                "the acceptance layer checks every layer, so it must come after each: add {} to its dependsOn",
+                missing.join(", ")
+            ),
+        );
+    }
+    if site.all.iter().any(|(n, _, wait)| *n == layer && !wait) {
+        v.push(format!("layers[{i}].wait"), "the acceptance layer's Ready is its Job's verdict: leave `wait` true");
+    }
+}
+
+/// `acceptance`: the section, with the report's name and the sandbox namespace its probes read.
+fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
+    if let Some(a) = &s.acceptance {
+        let mut v = serde_json::to_value(a).unwrap_or_default();
+        v["report"] = json!(a.report().name);
+        v["profileConfigMap"] = json!(format!("{}-profile", a.name));
+        v["revisionAnnotation"] = json!(REVISION_ANNOTATION);
+        v["scrapeApiVersion"] = json!(match a.scrape {
+            Some(Scrape::PodMonitor) => "monitoring.coreos.com/v1",
+            Some(Scrape::VMPodScrape) => "operator.victoriametrics.com/v1beta1",
+            None => "",
+        });
+        ctx.insert("acceptance", &v);
+    }
+}

@@ -1,0 +1,335 @@
+//! `osbx verify --serve`'s side of Prometheus: the last acceptance run as OpenMetrics text, served
+//! over HTTP/1.1 for a scraper inside the cluster.
+//!
+//! The registry is built anew at each scrape from the last run, so a check that a later run no
+//! longer has disappears with it; only the run counters live for the whole process.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::encoding::{EncodeLabelSet, text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use super::{CheckResult, Outcome};
+
+/// The content type of the OpenMetrics text exposition.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Each outcome with the `state` label it is exposed under.
+const STATES: [(Outcome, &str); 4] =
+    [(Outcome::Pass, "pass"), (Outcome::Fail, "fail"), (Outcome::Error, "error"), (Outcome::Skip, "skip")];
+
+/// The `result` labels of the run counter, each exposed (at 0) from the start.
+const RESULTS: [&str; 3] = ["ready", "not_ready", "error"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    check: String,
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    #[prometheus(flatten)]
+    check: CheckLabels,
+    state: &'static str,
+}
+
+/// The state of the last acceptance run, as metrics.
+pub(crate) struct Metrics {
+    /// Runs by result, since the process started.
+    runs: Family<RunLabels, Counter>,
+    /// The end (unix seconds) and duration (seconds) of the last run, verdicts or not.
+    last: Option<(f64, f64)>,
+    /// The families of the last run that reached verdicts, built once per run.
+    verdicts: Option<Registry>,
+}
+
+impl Metrics {
+    /// No run yet: the run counters at 0 and nothing else.
+    pub(crate) fn new() -> Self {
+        let runs = Family::default();
+        for result in RESULTS {
+            let _ = runs.get_or_create(&RunLabels { result });
+        }
+        Self { runs, last: None, verdicts: None }
+    }
+
+    /// A finished run: `results` are its verdicts, `pools` the profile's pool names (a check id
+    /// `<check>.<pool>` is exposed as that check and pool; other ids under pool ""), `finished`
+    /// its wall-clock end, `took` its duration and `revision` the rendered revision it checked.
+    pub(crate) fn record(
+        &mut self,
+        results: &[CheckResult],
+        pools: &[String],
+        finished: SystemTime,
+        took: Duration,
+        revision: &str,
+    ) {
+        let states = Family::<StateLabels, Gauge>::default();
+        let durations = Family::<CheckLabels, Gauge<f64, AtomicU64>>::default();
+        for r in results {
+            let check = split(&r.id, pools);
+            for (outcome, state) in STATES {
+                let labels = StateLabels { check: check.clone(), state };
+                states.get_or_create(&labels).set(i64::from(r.verdict.outcome == outcome));
+            }
+            durations.get_or_create(&check).set(Duration::from_millis(r.duration_ms).as_secs_f64());
+        }
+        let ready = !results.is_empty() && super::all_passed(results);
+        let mut registry = Registry::default();
+        registry.register("osbx_acceptance_check", "1 for the state of a check in the last run", states);
+        let help = "Wall time of a check in the last run";
+        registry.register_with_unit("osbx_acceptance_check_duration", help, Unit::Seconds, durations);
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::from(ready));
+        registry.register("osbx_acceptance_ready", "1 when every check passed or skipped", gauge);
+        let info = Info::new(vec![("revision".to_owned(), revision.to_owned())]);
+        registry.register("osbx_acceptance", "The revision the last run checked", info);
+        self.verdicts = Some(registry);
+        self.count(if ready { "ready" } else { "not_ready" }, finished, took);
+    }
+
+    /// A run that could not reach verdicts at all (the cluster unreachable, the profile
+    /// unreadable): counts it and keeps the last verdicts.
+    pub(crate) fn record_error(&mut self, finished: SystemTime, took: Duration) {
+        self.count("error", finished, took);
+    }
+
+    fn count(&mut self, result: &'static str, finished: SystemTime, took: Duration) {
+        self.runs.get_or_create(&RunLabels { result }).inc();
+        let at = finished.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        self.last = Some((at, took.as_secs_f64()));
+    }
+
+    /// The OpenMetrics text exposition (ends with `# EOF`).
+    pub(crate) fn encode(&self) -> String {
+        let mut registry = Registry::default();
+        registry.register("osbx_acceptance_runs", "Acceptance runs by result", self.runs.clone());
+        for (name, help, value) in self.last.iter().flat_map(|&(at, took)| {
+            [
+                ("osbx_acceptance_last_run_timestamp", "Unix time the last run ended", at),
+                ("osbx_acceptance_run_duration", "Duration of the last run", took),
+            ]
+        }) {
+            let gauge = Gauge::<f64, AtomicU64>::default();
+            gauge.set(value);
+            registry.register_with_unit(name, help, Unit::Seconds, gauge);
+        }
+        let mut text = String::new();
+        let mut write = |registry: &Registry| text::encode_registry(&mut text, registry);
+        write(&registry)
+            .and_then(|()| self.verdicts.as_ref().map_or(Ok(()), write))
+            .and_then(|()| text::encode_eof(&mut text))
+            .expect("writing to a String cannot fail");
+        text
+    }
+}
+
+/// A check id as its check and pool: the longest pool name it ends with after a dot, else "".
+fn split(id: &str, pools: &[String]) -> CheckLabels {
+    pools
+        .iter()
+        .filter_map(|pool| Some((id.strip_suffix(pool.as_str())?.strip_suffix('.')?, pool)))
+        .filter(|(check, _)| !check.is_empty())
+        .max_by_key(|(_, pool)| pool.len())
+        .map_or_else(
+            || CheckLabels { check: id.to_owned(), pool: String::new() },
+            |(check, pool)| CheckLabels { check: check.to_owned(), pool: pool.clone() },
+        )
+}
+
+/// Serve `GET /metrics` (the exposition of `metrics`) and `GET /healthz` ("ok") on `listener`
+/// until `stop` resolves, then drop the open connections. Other paths answer 404 and other methods
+/// 405. HTTP/1.1 only, one task per connection.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    metrics: Arc<RwLock<Metrics>>,
+    stop: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut stop = std::pin::pin!(stop);
+    let mut connections = JoinSet::new();
+    loop {
+        let stream = tokio::select! {
+            () = &mut stop => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // The client gave up between its connect and our accept.
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted) => continue,
+                Err(e) => return Err(e),
+            },
+        };
+        while connections.try_join_next().is_some() {}
+        let metrics = Arc::clone(&metrics);
+        connections.spawn(async move {
+            let service = service_fn(move |request| {
+                let response = respond(&request, &metrics);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            // A connection that fails (a client that hangs up, a malformed request) is its own end.
+            let _ =
+                http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+fn respond(request: &Request<Incoming>, metrics: &RwLock<Metrics>) -> Response<Full<Bytes>> {
+    let text = "text/plain; charset=utf-8";
+    let (status, content_type, body) = match request.uri().path() {
+        "/metrics" | "/healthz" if request.method() != Method::GET => {
+            (StatusCode::METHOD_NOT_ALLOWED, text, "method not allowed\n".to_owned())
+        }
+        "/metrics" => (StatusCode::OK, OPENMETRICS, metrics.read().unwrap_or_else(PoisonError::into_inner).encode()),
+        "/healthz" => (StatusCode::OK, text, "ok".to_owned()),
+        _ => (StatusCode::NOT_FOUND, text, "not found\n".to_owned()),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::verify::Verdict;
+
+    fn result(id: &str, verdict: Verdict, duration_ms: u64) -> CheckResult {
+        CheckResult { id: id.into(), started_ms: 0, duration_ms, verdict }
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn first_run() -> Metrics {
+        let mut metrics = Metrics::new();
+        let results = [
+            result("kata.guest-kernel", Verdict::pass("6.12"), 250),
+            result("opensandbox.lifecycle.gpu", Verdict::fail("no pod", "quota"), 1500),
+            result("opensandbox.lifecycle.default", Verdict::skip("not this profile"), 0),
+        ];
+        let pools = ["default".to_owned(), "gpu".to_owned()];
+        metrics.record(&results, &pools, at(1_700_000_000), Duration::from_secs(3), "rev-1");
+        metrics
+    }
+
+    #[test]
+    fn before_any_run_only_the_counters_are_exposed() {
+        let text = Metrics::new().encode();
+        for result in RESULTS {
+            assert!(text.contains(&format!("osbx_acceptance_runs_total{{result=\"{result}\"}} 0\n")), "{text}");
+        }
+        assert!(!text.contains("osbx_acceptance_ready"), "{text}");
+        assert!(!text.contains("osbx_acceptance_check"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_run_exposes_each_check_state_its_pool_and_readiness() {
+        let text = first_run().encode();
+        let check = r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="#;
+        for (state, value) in [("pass", 0), ("fail", 1), ("error", 0), ("skip", 0)] {
+            assert!(text.contains(&format!("{check}\"{state}\"}} {value}\n")), "{state}: {text}");
+        }
+        for line in [
+            r#"osbx_acceptance_check{check="kata.guest-kernel",pool="",state="pass"} 1"#,
+            r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="default",state="skip"} 1"#,
+            r#"osbx_acceptance_check_duration_seconds{check="kata.guest-kernel",pool=""} 0.25"#,
+            r#"osbx_acceptance_check_duration_seconds{check="opensandbox.lifecycle",pool="gpu"} 1.5"#,
+            "# TYPE osbx_acceptance_check gauge",
+            "osbx_acceptance_ready 0",
+            "osbx_acceptance_last_run_timestamp_seconds 1700000000.0",
+            "osbx_acceptance_run_duration_seconds 3.0",
+            r#"osbx_acceptance_runs_total{result="not_ready"} 1"#,
+            r#"osbx_acceptance_runs_total{result="ready"} 0"#,
+            r#"osbx_acceptance_info{revision="rev-1"} 1"#,
+        ] {
+            assert!(text.contains(&format!("{line}\n")), "{line}: {text}");
+        }
+        assert_eq!(text.matches("osbx_acceptance_check{").count(), 12, "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_later_run_replaces_the_checks_and_an_error_keeps_them() {
+        let mut metrics = first_run();
+        let results = [result("kata.guest-kernel", Verdict::pass("6.12"), 100)];
+        metrics.record(&results, &["default".to_owned()], at(1_700_000_060), Duration::from_secs(1), "rev-2");
+        let text = metrics.encode();
+        assert!(!text.contains("opensandbox.lifecycle"), "{text}");
+        assert!(!text.contains("rev-1"), "{text}");
+        assert!(text.contains("osbx_acceptance_ready 1\n"), "{text}");
+        assert!(text.contains("osbx_acceptance_runs_total{result=\"ready\"} 1\n"), "{text}");
+
+        metrics.record_error(at(1_700_000_120), Duration::from_millis(500));
+        let text = metrics.encode();
+        assert!(text.contains("osbx_acceptance_runs_total{result=\"error\"} 1\n"), "{text}");
+        assert!(text.contains("osbx_acceptance_last_run_timestamp_seconds 1700000120.0\n"), "{text}");
+        assert!(text.contains("osbx_acceptance_run_duration_seconds 0.5\n"), "{text}");
+        assert!(text.contains("osbx_acceptance_ready 1\n"), "{text}");
+        assert!(text.contains("osbx_acceptance_info{revision=\"rev-2\"} 1\n"), "{text}");
+    }
+
+    async fn get(addr: std::net::SocketAddr, request_line: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("{request_line} HTTP/1.1\r\nHost: osbx\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    #[tokio::test]
+    async fn serve_answers_metrics_health_and_strays_until_stopped() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, Arc::new(RwLock::new(first_run())), async {
+            let _ = stopped.await;
+        }));
+
+        let response = get(addr, "GET /metrics").await;
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        assert!(response.contains(&format!("\r\ncontent-type: {OPENMETRICS}\r\n")), "{response}");
+        assert!(response.contains("\nosbx_acceptance_ready 0\n"), "{response}");
+        assert!(response.ends_with("# EOF\n"), "{response}");
+        let response = get(addr, "GET /healthz").await;
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n") && response.ends_with("\r\n\r\nok"), "{response}");
+        assert!(get(addr, "GET /nope").await.starts_with("HTTP/1.1 404 Not Found\r\n"));
+        let response = get(addr, "POST /metrics").await;
+        assert!(response.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{response}");
+        assert!(response.contains("\r\nallow: GET\r\n"), "{response}");
+
+        stop.send(()).unwrap();
+        let served = tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returns after stop");
+        served.unwrap().unwrap();
+    }
+}

@@ -1,0 +1,138 @@
+//! `osbx verify --serve ADDR`: the acceptance checks every interval from a long-running pod (the
+//! acceptance layer's Deployment; a scraper skips finished pods, so a CronJob's metrics would
+//! never be read), each run's verdicts served as OpenMetrics ([`super::metrics`]) and published
+//! ([`super::publish`]).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::metrics::{self, Metrics};
+use super::publish::{self, Published};
+use super::session::{Session, VerifyError};
+use super::{CheckResult, Settings};
+use crate::cluster::Cluster;
+use crate::object::ObjectRef;
+use crate::profile::Profile;
+use crate::progress::Progress;
+
+/// Where and how often.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Serve {
+    /// The address the metrics are served on.
+    pub addr: SocketAddr,
+    /// Time between the end of one run and the start of the next.
+    pub interval: Duration,
+}
+
+/// Why serving stopped before it was asked to.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServeError {
+    /// The address cannot be listened on.
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What one run came to: its published report, or why it reached no verdicts.
+pub(crate) enum RunEnd<'a> {
+    /// The run's report (published to the ConfigMap unless `publish_error` says why not).
+    Finished(&'a Published, Option<String>),
+    /// The run could not reach verdicts.
+    Failed(&'a VerifyError),
+}
+
+/// The inputs of every run.
+pub(crate) struct Runs<'a> {
+    /// The cluster.
+    pub cluster: &'a Cluster,
+    /// The profile.
+    pub profile: &'a Profile,
+    /// The Flux objects the checks read (the acceptance layer's own left out).
+    pub flux_objects: Vec<ObjectRef>,
+    /// Which checks, how, how long.
+    pub settings: Settings,
+    /// The report ConfigMap and the revision checked.
+    pub publish: (ObjectRef, String),
+}
+
+/// Serve until `stop` resolves: the metrics from the start (the last published report of this
+/// revision until the first run ends), a run every `serve.interval`, each reported to `ended`.
+///
+/// # Errors
+/// [`ServeError`] when the address cannot be listened on.
+pub(crate) async fn serve(
+    runs: Runs<'_>,
+    serve: Serve,
+    progress: &dyn Progress,
+    ended: &(dyn Fn(RunEnd<'_>) + Sync),
+    stop: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let listener =
+        tokio::net::TcpListener::bind(serve.addr).await.map_err(|source| ServeError::Bind { addr: serve.addr, source })?;
+    let (report, revision) = &runs.publish;
+    let pools: Vec<String> = runs.profile.sections.pools.items.iter().map(|p| p.name.clone()).collect();
+    let state = Arc::new(RwLock::new(Metrics::new()));
+    if let Ok(Some(last)) = publish::read(runs.cluster, report).await
+        && &last.revision == revision
+    {
+        let took = Duration::from_millis(last.checks.iter().map(|c| c.duration_ms).max().unwrap_or(0));
+        write(&state).record(&last.checks, &pools, SystemTime::now(), took, revision);
+    }
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let halted = move || {
+        let mut rx = stopped.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let server = tokio::spawn(metrics::serve(listener, state.clone(), halted()));
+    let runs_loop = async {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(serve.interval) => {}
+                () = halted() => return,
+            }
+            let started = Instant::now();
+            match run(&runs, progress, halted()).await {
+                Ok((id, results)) => {
+                    write(&state).record(&results, &pools, SystemTime::now(), started.elapsed(), revision);
+                    let published = Published::of(&id, revision, &results);
+                    let error = publish::publish(runs.cluster, report, &published).await.err().map(|e| e.to_string());
+                    ended(RunEnd::Finished(&published, error));
+                }
+                Err(e) => {
+                    write(&state).record_error(SystemTime::now(), started.elapsed());
+                    ended(RunEnd::Failed(&e));
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = runs_loop => {}
+        () = stop => {}
+    }
+    let _ = stopping.send(true);
+    let _ = server.await;
+    Ok(())
+}
+
+/// One run: its id and results.
+async fn run(
+    runs: &Runs<'_>,
+    progress: &dyn Progress,
+    halted: impl Future<Output = ()>,
+) -> Result<(String, Vec<CheckResult>), VerifyError> {
+    let session = Session::start(runs.cluster, runs.profile, runs.flux_objects.clone(), runs.settings.clone()).await?;
+    let id = session.id().to_owned();
+    Ok((id, session.run(progress, halted).await?))
+}
+
+fn write(state: &RwLock<Metrics>) -> std::sync::RwLockWriteGuard<'_, Metrics> {
+    state.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
