@@ -89,6 +89,17 @@ impl Acceptance {
         KnownKind::CONFIG_MAP.object(Some(&self.namespace), &format!("{}-report", self.name))
     }
 
+    /// The revision the rendered Job checks (its pod template's [`REVISION_ANNOTATION`]), from
+    /// the objects of a render (`None`: no such Job among them).
+    pub fn revision_in<'a>(&self, mut objects: impl Iterator<Item = &'a crate::object::Object>) -> Option<String> {
+        objects
+            .find(|o| {
+                o.id.gvk.kind == "Job" && o.id.name == self.name && o.id.namespace.as_deref() == Some(&self.namespace)
+            })
+            .and_then(|o| o.value["spec"]["template"]["metadata"]["annotations"][REVISION_ANNOTATION].as_str())
+            .map(str::to_owned)
+    }
+
     /// The ServiceAccount the checks run as: namespace and name.
     #[must_use]
     pub fn service_account(&self) -> (String, String) {

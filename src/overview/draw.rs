@@ -191,7 +191,26 @@ pub(crate) fn text(o: &Overview) -> Vec<String> {
             });
         }
     }
+    if let Some(a) = &o.acceptance {
+        out.push(acceptance_line(a));
+    }
     out
+}
+
+/// `acceptance: ✔ Ready, revision 1a2b… (current), 4m ago  (osbx-acceptance/osbx-acceptance-report)`.
+fn acceptance_line(a: &super::AcceptanceState) -> String {
+    if !a.published {
+        return format!("acceptance: {} no report yet ({})", mark(false), a.report);
+    }
+    let age = a.age_seconds.map_or_else(|| "at an unknown time".to_owned(), |s| format!("{} ago", age(s.max(0))));
+    format!(
+        "acceptance: {} {}, revision {} ({}), {age}  ({})",
+        mark(a.ready && a.current),
+        a.summary.as_deref().unwrap_or_default(),
+        a.revision.as_deref().unwrap_or_default(),
+        if a.current { "current" } else { "not the rendered one" },
+        a.report
+    )
 }
 
 /// One cluster of a fleet: `✔ lab-a  layers 2/2  pools 2/2  main@4f1c2e9 = HEAD`.

@@ -149,6 +149,30 @@ pub(crate) struct RuntimeState {
     pub(crate) message: Option<String>,
 }
 
+/// The last verdict of the acceptance checks in the cluster (an acceptance layer's report).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AcceptanceState {
+    /// `<namespace>/<name>` of the report ConfigMap.
+    pub(crate) report: String,
+    /// Whether a report was published.
+    pub(crate) published: bool,
+    /// Every check passed in the last run.
+    pub(crate) ready: bool,
+    /// Its summary line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) summary: Option<String>,
+    /// The revision it checked, and whether that is the one rendered now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) revision: Option<String>,
+    pub(crate) current: bool,
+    /// When it was published, and how long ago (seconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) age_seconds: Option<i64>,
+}
+
 /// The platform at a glance.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -159,8 +183,11 @@ pub(crate) struct Overview {
     pub(crate) server: ServerState,
     pub(crate) pools: Vec<PoolState>,
     pub(crate) runtimes: Vec<RuntimeState>,
+    /// The last in-cluster verdict (with an acceptance layer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) acceptance: Option<AcceptanceState>,
     /// Every layer and release Ready, the server healthy, every Pool healthy, every class
-    /// runnable on some node.
+    /// runnable on some node, and the last in-cluster verdict Ready at the rendered revision.
     pub(crate) ready: bool,
 }
 
@@ -181,8 +208,49 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer]) -> Vec<Operation> 
         out.extend(classes.iter().map(|c| Operation::Get(Objects::Named(KnownKind::RUNTIME_CLASS.object(None, c)))));
     }
     out.extend(crate::verify::endpoint::requests(profile, crate::verify::Reach::default(), &[http::Method::GET]));
+    if let Some(a) = &profile.sections.acceptance {
+        out.push(Operation::Get(Objects::Named(a.report())));
+    }
     out.extend(watch::operations(profile, layers));
     out
+}
+
+/// The acceptance report of `profile`'s cluster, against the revision rendered as `layers`.
+async fn acceptance(
+    cluster: &Cluster,
+    profile: &Profile,
+    layers: &[Layer],
+) -> Result<Option<AcceptanceState>, ClusterError> {
+    let Some(a) = &profile.sections.acceptance else { return Ok(None) };
+    if profile.rendering(&crate::components::acceptance::COMPONENT).is_none() {
+        return Ok(None);
+    }
+    let report = a.report();
+    let rendered = a.revision_in(layers.iter().flat_map(|l| &l.objects));
+    let published = crate::verify::publish::read(cluster, &report).await?;
+    let name = format!("{}/{}", a.namespace, report.name);
+    Ok(Some(match published {
+        None => AcceptanceState {
+            report: name,
+            published: false,
+            ready: false,
+            summary: None,
+            revision: None,
+            current: false,
+            time: None,
+            age_seconds: None,
+        },
+        Some(p) => AcceptanceState {
+            report: name,
+            published: true,
+            ready: p.ready,
+            current: rendered.as_deref() == Some(p.revision.as_str()),
+            age_seconds: p.age_seconds(),
+            summary: Some(p.summary),
+            revision: Some(p.revision),
+            time: Some(p.time),
+        },
+    }))
 }
 
 fn releases(layers: &[Layer]) -> Vec<ObjectRef> {
@@ -227,7 +295,7 @@ pub(crate) async fn read(
         (crate::flux::KUSTOMIZATION.gvk(), pools::POOL.gvk(), KnownKind::NODE.gvk());
     let class_ids: Vec<ObjectRef> = classes.iter().map(|c| KnownKind::RUNTIME_CLASS.object(None, c)).collect();
     // Everything at once, on the one connection.
-    let (kustomizations, pool_objects, nodes, release_objects, class_objects, health) = futures::try_join!(
+    let (kustomizations, pool_objects, nodes, release_objects, class_objects, health, acceptance) = futures::try_join!(
         cluster.list(&kustomization_kind, Some(&profile.cluster.flux_namespace), None),
         async {
             if profile.sections.pools.items.is_empty() {
@@ -244,6 +312,7 @@ pub(crate) async fn read(
         futures::future::try_join_all(release_ids.iter().map(|id| cluster.get(id))),
         futures::future::try_join_all(class_ids.iter().map(|id| cluster.get(id))),
         async { Ok(endpoint.request(http::Method::GET, "/health", None, false).await) },
+        acceptance(cluster, profile, layers),
     )?;
     crate::timing::mark("reads");
 
@@ -256,7 +325,8 @@ pub(crate) async fn read(
         && releases.iter().all(|r| r.ready)
         && server_state.healthy
         && pools.iter().all(|p| p.healthy)
-        && runtimes.iter().all(|r| r.runnable == Some(true));
+        && runtimes.iter().all(|r| r.runnable == Some(true))
+        && acceptance.as_ref().is_none_or(|a| a.ready && a.current);
     Ok(Overview {
         cluster: profile.cluster.name.clone(),
         layers: layer_states,
@@ -264,6 +334,7 @@ pub(crate) async fn read(
         server: server_state,
         pools,
         runtimes,
+        acceptance,
         ready,
     })
 }

@@ -10,6 +10,7 @@ use crate::cluster::wait::{self, WaitError, WaitOptions};
 use crate::fleet::Fleet;
 use crate::object::ObjectRef;
 use crate::progress::{ClusterState, Progress};
+use crate::verify::publish;
 use crate::verify::session::{Session, VerifyError};
 
 /// Progress of one cluster's gate, as its own line.
@@ -55,7 +56,17 @@ pub(super) async fn gate(
     progress.cluster(wave, &name, &ClusterState::Reconciling(format!("commit {}", &sha[..sha.len().min(12)])));
     let started = Instant::now();
     let profile = &target.member.profile;
-    match flux::reconciled(cluster, profile, &target.flux, sha, settings.timeout, &line).await {
+    let reconciled = flux::reconciled(cluster, profile, &target.flux, sha, settings.timeout, &line).await;
+    if let Some(acceptance) = &target.acceptance {
+        let report = in_cluster(&name, cluster, acceptance, sha, reconciled, fleet, settings).await?;
+        let state = match &report.failure {
+            None => ClusterState::Passed,
+            Some(f) => ClusterState::Failed(format!("{}: {}", f.check, f.evidence)),
+        };
+        progress.cluster(wave, &name, &state);
+        return Ok(ClusterReport { reconciled_ms: Some(millis(started.elapsed())), ..report });
+    }
+    match reconciled {
         Ok(()) => {}
         Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name, source }),
         Err(e) => {
@@ -95,6 +106,58 @@ pub(super) async fn gate(
         checks: results,
     })
 }
+
+/// The gate of a cluster that checks itself (an acceptance layer): Flux reconciled `sha` (so the
+/// acceptance layer is Ready: its Job passed, as it publishes before it ends), and the report
+/// in the cluster is of the revision this render's Job checks, its selected checks passing. The
+/// rollout reads; it creates nothing.
+async fn in_cluster(
+    name: &str,
+    cluster: &crate::cluster::Cluster,
+    (report, revision): &(ObjectRef, String),
+    sha: &str,
+    reconciled: Result<(), WaitError>,
+    fleet: &Fleet,
+    settings: &Settings,
+) -> Result<ClusterReport, RolloutError> {
+    let not_reconciled = match reconciled {
+        Ok(()) => None,
+        Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name.to_owned(), source }),
+        Err(e) => Some(format!("Flux did not reconcile {sha}: {e}")),
+    };
+    let published = publish::read(cluster, report)
+        .await
+        .map_err(|source| RolloutError::Cluster { cluster: name.to_owned(), source })?;
+    let published = match published {
+        Some(p) if p.revision == *revision => p,
+        other => {
+            let held = other.map_or_else(|| "no report".to_owned(), |p| format!("the report of revision {}", p.revision));
+            let evidence = format!("{report} holds {held}, not one of revision {revision}");
+            let evidence = not_reconciled.map_or(evidence.clone(), |f| format!("{f}; {evidence}"));
+            return Ok(ClusterReport::failed(name, REPORT_CHECK, evidence));
+        }
+    };
+    let checks: Vec<_> =
+        published.checks.into_iter().filter(|c| settings.verify.selection.selects(&c.id)).collect();
+    let (outcome, failure) = records::judge(&checks, fleet.accept_no_evidence);
+    if failure.is_none()
+        && let Some(f) = not_reconciled
+    {
+        return Ok(ClusterReport { checks, ..ClusterReport::failed(name, "flux.reconcile", f) });
+    }
+    Ok(ClusterReport {
+        cluster: name.to_owned(),
+        passed: failure.is_none(),
+        outcome,
+        reconciled_ms: None,
+        verify_ms: None,
+        failure,
+        checks,
+    })
+}
+
+/// The check a gate names when a cluster's acceptance report is missing or of another revision.
+const REPORT_CHECK: &str = "acceptance.report";
 
 fn verify_error(cluster: &str, e: VerifyError) -> RolloutError {
     match e {

@@ -21,6 +21,8 @@ pub(super) struct Target<'f> {
     pub(super) objects: Vec<ObjectRef>,
     /// Its Flux objects.
     pub(super) flux: Vec<ObjectRef>,
+    /// With an acceptance layer: the report its runs publish, and the revision its Job checks.
+    pub(super) acceptance: Option<(ObjectRef, String)>,
     pub(super) cluster: Option<Cluster>,
 }
 
@@ -41,10 +43,11 @@ pub(super) async fn reach_all<'f>(
         }
         let rendered = renderer.render(member)?;
         let layers = deploy::layers(&member.profile, &rendered);
-        targets.push((index, member, reach, deploy::ids(&layers), deploy::flux_objects(&layers)));
+        let acceptance = gated_in_cluster(member, &layers);
+        targets.push((index, member, reach, deploy::ids(&layers), deploy::flux_objects(&layers), acceptance));
     }
     let reached =
-        futures::future::join_all(targets.into_iter().map(|(index, member, reach, objects, flux)| async move {
+        futures::future::join_all(targets.into_iter().map(|(index, member, reach, objects, flux, acceptance)| async move {
             let name = member.profile.cluster.name.clone();
             let cluster =
                 Cluster::connect(&reach.connect_options(&settings.connect)).await.map_err(|source| match source {
@@ -61,15 +64,25 @@ pub(super) async fn reach_all<'f>(
             preflight::review(&cluster, &ops, "this rollout")
                 .await
                 .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
-            Ok::<_, RolloutError>(Target { member, objects, flux, cluster: Some(cluster) })
+            Ok::<_, RolloutError>(Target { member, objects, flux, acceptance, cluster: Some(cluster) })
         }))
         .await;
     reached.into_iter().collect()
 }
 
+/// With an acceptance layer, the cluster gates itself: the report its runs publish, and the
+/// revision its Job checks in this render.
+fn gated_in_cluster(member: &LoadedProfile, layers: &[deploy::Layer]) -> Option<(ObjectRef, String)> {
+    let acceptance = member.profile.sections.acceptance.as_ref()?;
+    member.profile.rendering(&crate::components::acceptance::COMPONENT)?;
+    let revision = acceptance.revision_in(layers.iter().flat_map(|l| &l.objects))?;
+    Some((acceptance.report(), revision))
+}
+
 /// Everything a rollout does on one cluster whose render holds `objects` (`flux` its Flux
-/// objects): ask the root source to fetch, wait for the Flux objects and then every object, and
-/// run the `selection` of checks.
+/// objects): ask the root source to fetch, wait for the Flux objects; then, with an acceptance
+/// layer, read the report its runs publish (the cluster checks itself: nothing is created),
+/// else wait for every object and run the `selection` of checks.
 #[must_use]
 pub(crate) fn operations(
     profile: &crate::profile::Profile,
@@ -80,6 +93,12 @@ pub(crate) fn operations(
 ) -> Vec<Operation> {
     let mut ops: Vec<Operation> = vec![Operation::Review];
     ops.extend(flux::operations(profile, flux));
+    if let Some(acceptance) = &profile.sections.acceptance
+        && profile.rendering(&crate::components::acceptance::COMPONENT).is_some()
+    {
+        ops.push(Operation::Get(crate::cluster::operation::Objects::Named(acceptance.report())));
+        return ops;
+    }
     ops.extend(objects.iter().cloned().map(Operation::Wait));
     ops.extend(verify::session::operations(profile, flux, selection, reach));
     ops

@@ -1,8 +1,8 @@
 //! `osbx verify --serve`'s side of Prometheus: the last acceptance run as OpenMetrics text, served
 //! over HTTP/1.1 for a scraper inside the cluster.
 //!
-//! The registry is built anew at each scrape from the last run, so a check that a later run no
-//! longer has disappears with it; only the run counters live for the whole process.
+//! The verdicts' families are built anew at each run, so a check that a later run no longer has
+//! disappears with it; only the run counters live for the whole process.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,7 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::{EncodeLabelSet, text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
@@ -34,9 +34,6 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// Each outcome with the `state` label it is exposed under.
 const STATES: [(Outcome, &str); 4] =
     [(Outcome::Pass, "pass"), (Outcome::Fail, "fail"), (Outcome::Error, "error"), (Outcome::Skip, "skip")];
-
-/// The `result` labels of the run counter, each exposed (at 0) from the start.
-const RESULTS: [&str; 3] = ["ready", "not_ready", "error"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabels {
@@ -70,7 +67,7 @@ impl Metrics {
     /// No run yet: the run counters at 0 and nothing else.
     pub(crate) fn new() -> Self {
         let runs = Family::default();
-        for result in RESULTS {
+        for result in ["ready", "not_ready", "error"] {
             let _ = runs.get_or_create(&RunLabels { result });
         }
         Self { runs, last: None, verdicts: None }
@@ -102,8 +99,7 @@ impl Metrics {
         registry.register("osbx_acceptance_check", "1 for the state of a check in the last run", states);
         let help = "Wall time of a check in the last run";
         registry.register_with_unit("osbx_acceptance_check_duration", help, Unit::Seconds, durations);
-        let gauge = Gauge::<i64>::default();
-        gauge.set(i64::from(ready));
+        let gauge = ConstGauge::new(i64::from(ready));
         registry.register("osbx_acceptance_ready", "1 when every check passed or skipped", gauge);
         let info = Info::new(vec![("revision".to_owned(), revision.to_owned())]);
         registry.register("osbx_acceptance", "The revision the last run checked", info);
@@ -127,20 +123,15 @@ impl Metrics {
     pub(crate) fn encode(&self) -> String {
         let mut registry = Registry::default();
         registry.register("osbx_acceptance_runs", "Acceptance runs by result", self.runs.clone());
-        for (name, help, value) in self.last.iter().flat_map(|&(at, took)| {
-            [
-                ("osbx_acceptance_last_run_timestamp", "Unix time the last run ended", at),
-                ("osbx_acceptance_run_duration", "Duration of the last run", took),
-            ]
-        }) {
-            let gauge = Gauge::<f64, AtomicU64>::default();
-            gauge.set(value);
-            registry.register_with_unit(name, help, Unit::Seconds, gauge);
+        if let Some((at, took)) = self.last {
+            let help = "Unix time the last run ended";
+            registry.register_with_unit("osbx_acceptance_last_run_timestamp", help, Unit::Seconds, ConstGauge::new(at));
+            let help = "Duration of the last run";
+            registry.register_with_unit("osbx_acceptance_run_duration", help, Unit::Seconds, ConstGauge::new(took));
         }
         let mut text = String::new();
-        let mut write = |registry: &Registry| text::encode_registry(&mut text, registry);
-        write(&registry)
-            .and_then(|()| self.verdicts.as_ref().map_or(Ok(()), write))
+        text::encode_registry(&mut text, &registry)
+            .and_then(|()| self.verdicts.as_ref().map_or(Ok(()), |verdicts| text::encode_registry(&mut text, verdicts)))
             .and_then(|()| text::encode_eof(&mut text))
             .expect("writing to a String cannot fail");
         text
@@ -225,10 +216,6 @@ mod tests {
         CheckResult { id: id.into(), started_ms: 0, duration_ms, verdict }
     }
 
-    fn at(secs: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(secs)
-    }
-
     fn first_run() -> Metrics {
         let mut metrics = Metrics::new();
         let results = [
@@ -236,30 +223,37 @@ mod tests {
             result("opensandbox.lifecycle.gpu", Verdict::fail("no pod", "quota"), 1500),
             result("opensandbox.lifecycle.default", Verdict::skip("not this profile"), 0),
         ];
-        let pools = ["default".to_owned(), "gpu".to_owned()];
-        metrics.record(&results, &pools, at(1_700_000_000), Duration::from_secs(3), "rev-1");
+        let (pools, end) = (["default".to_owned(), "gpu".to_owned()], UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        metrics.record(&results, &pools, end, Duration::from_secs(3), "rev-1");
         metrics
+    }
+
+    /// Asserts that `text` has each of `lines` as a whole line and none starting with `absent`.
+    fn has(text: &str, lines: &[&str], absent: &[&str]) {
+        for line in lines {
+            assert!(text.contains(&format!("\n{line}\n")), "missing {line}: {text}");
+        }
+        for prefix in absent {
+            assert!(!text.contains(&format!("\n{prefix}")), "unexpected {prefix}: {text}");
+        }
+        assert!(text.ends_with("\n# EOF\n"), "{text}");
     }
 
     #[test]
     fn before_any_run_only_the_counters_are_exposed() {
-        let text = Metrics::new().encode();
-        for result in RESULTS {
-            assert!(text.contains(&format!("osbx_acceptance_runs_total{{result=\"{result}\"}} 0\n")), "{text}");
-        }
-        assert!(!text.contains("osbx_acceptance_ready"), "{text}");
-        assert!(!text.contains("osbx_acceptance_check"), "{text}");
-        assert!(text.ends_with("# EOF\n"), "{text}");
+        let zero = ["ready", "not_ready", "error"].map(|r| format!(r#"osbx_acceptance_runs_total{{result="{r}"}} 0"#));
+        let absent = ["osbx_acceptance_ready", "osbx_acceptance_check", "osbx_acceptance_last", "osbx_acceptance_info"];
+        has(&Metrics::new().encode(), &zero.each_ref().map(String::as_str), &absent);
     }
 
     #[test]
     fn a_run_exposes_each_check_state_its_pool_and_readiness() {
         let text = first_run().encode();
-        let check = r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="#;
-        for (state, value) in [("pass", 0), ("fail", 1), ("error", 0), ("skip", 0)] {
-            assert!(text.contains(&format!("{check}\"{state}\"}} {value}\n")), "{state}: {text}");
-        }
-        for line in [
+        let lines = [
+            r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="pass"} 0"#,
+            r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="fail"} 1"#,
+            r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="error"} 0"#,
+            r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="skip"} 0"#,
             r#"osbx_acceptance_check{check="kata.guest-kernel",pool="",state="pass"} 1"#,
             r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="default",state="skip"} 1"#,
             r#"osbx_acceptance_check_duration_seconds{check="kata.guest-kernel",pool=""} 0.25"#,
@@ -271,31 +265,30 @@ mod tests {
             r#"osbx_acceptance_runs_total{result="not_ready"} 1"#,
             r#"osbx_acceptance_runs_total{result="ready"} 0"#,
             r#"osbx_acceptance_info{revision="rev-1"} 1"#,
-        ] {
-            assert!(text.contains(&format!("{line}\n")), "{line}: {text}");
-        }
-        assert_eq!(text.matches("osbx_acceptance_check{").count(), 12, "{text}");
-        assert!(text.ends_with("# EOF\n"), "{text}");
+        ];
+        has(&text, &lines, &[]);
+        assert_eq!(text.matches("\nosbx_acceptance_check{").count(), 12, "{text}");
     }
 
     #[test]
     fn a_later_run_replaces_the_checks_and_an_error_keeps_them() {
         let mut metrics = first_run();
         let results = [result("kata.guest-kernel", Verdict::pass("6.12"), 100)];
-        metrics.record(&results, &["default".to_owned()], at(1_700_000_060), Duration::from_secs(1), "rev-2");
-        let text = metrics.encode();
-        assert!(!text.contains("opensandbox.lifecycle"), "{text}");
-        assert!(!text.contains("rev-1"), "{text}");
-        assert!(text.contains("osbx_acceptance_ready 1\n"), "{text}");
-        assert!(text.contains("osbx_acceptance_runs_total{result=\"ready\"} 1\n"), "{text}");
+        let end = UNIX_EPOCH + Duration::from_secs(1_700_000_060);
+        metrics.record(&results, &["default".to_owned()], end, Duration::from_secs(1), "rev-2");
+        let ready = ["osbx_acceptance_ready 1", r#"osbx_acceptance_runs_total{result="ready"} 1"#];
+        let gone = [r#"osbx_acceptance_check{check="opensandbox"#, r#"osbx_acceptance_info{revision="rev-1"}"#];
+        has(&metrics.encode(), &ready, &gone);
 
-        metrics.record_error(at(1_700_000_120), Duration::from_millis(500));
-        let text = metrics.encode();
-        assert!(text.contains("osbx_acceptance_runs_total{result=\"error\"} 1\n"), "{text}");
-        assert!(text.contains("osbx_acceptance_last_run_timestamp_seconds 1700000120.0\n"), "{text}");
-        assert!(text.contains("osbx_acceptance_run_duration_seconds 0.5\n"), "{text}");
-        assert!(text.contains("osbx_acceptance_ready 1\n"), "{text}");
-        assert!(text.contains("osbx_acceptance_info{revision=\"rev-2\"} 1\n"), "{text}");
+        metrics.record_error(end + Duration::from_secs(60), Duration::from_millis(500));
+        let lines = [
+            r#"osbx_acceptance_runs_total{result="error"} 1"#,
+            "osbx_acceptance_last_run_timestamp_seconds 1700000120.0",
+            "osbx_acceptance_run_duration_seconds 0.5",
+            "osbx_acceptance_ready 1",
+            r#"osbx_acceptance_info{revision="rev-2"} 1"#,
+        ];
+        has(&metrics.encode(), &lines, &gone);
     }
 
     async fn get(addr: std::net::SocketAddr, request_line: &str) -> String {
@@ -312,15 +305,13 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, Arc::new(RwLock::new(first_run())), async {
-            let _ = stopped.await;
-        }));
+        let stopped = async { stopped.await.unwrap_or(()) };
+        let server = tokio::spawn(serve(listener, Arc::new(RwLock::new(first_run())), stopped));
 
         let response = get(addr, "GET /metrics").await;
         assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
         assert!(response.contains(&format!("\r\ncontent-type: {OPENMETRICS}\r\n")), "{response}");
-        assert!(response.contains("\nosbx_acceptance_ready 0\n"), "{response}");
-        assert!(response.ends_with("# EOF\n"), "{response}");
+        assert!(response.contains("\nosbx_acceptance_ready 0\n") && response.ends_with("\n# EOF\n"), "{response}");
         let response = get(addr, "GET /healthz").await;
         assert!(response.starts_with("HTTP/1.1 200 OK\r\n") && response.ends_with("\r\n\r\nok"), "{response}");
         assert!(get(addr, "GET /nope").await.starts_with("HTTP/1.1 404 Not Found\r\n"));
