@@ -132,6 +132,7 @@ pub fn lookup_problems(subject: &Subject, baselines: &[&Baseline]) -> Vec<String
         purpose: osbx::rbac::Purpose::Verify,
         prune: false,
         decryption_secret: false,
+        in_cluster: false,
         subjects: Vec::new(),
     };
     let mut out = Vec::new();
