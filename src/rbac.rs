@@ -22,8 +22,8 @@ use crate::deploy::{self, Layer, Scope};
 use crate::object::KnownKind;
 use crate::profile::Profile;
 use crate::rollout;
-use crate::verify::{publish, session};
 use crate::verify::{Reach, Selection};
+use crate::verify::{publish, session};
 
 /// Which commands the roles are for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -452,5 +452,48 @@ mod tests {
             assert!(rules.contains(&json!({"nonResourceURLs": ["/api", "/apis", "/version"], "verbs": ["get"]})));
             assert_eq!(rule(cluster, "selfsubjectaccessreviews", false)["verbs"], json!(["create"]));
         }
+    }
+
+    /// The acceptance layer's ServiceAccount is bound to exactly what `osbx rbac --for verify
+    /// --in-cluster` prints for it: one derivation. The in-cluster roles publish the report and
+    /// never read the acceptance layer's own Kustomization; the namespaces are the other layers'.
+    #[test]
+    fn the_acceptance_layer_binds_exactly_the_in_cluster_verify_roles() {
+        let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded("fresh-cluster".into())).unwrap();
+        let rendered = renderer(None).unwrap().render(&loaded).unwrap();
+        let in_layer: Vec<Value> = rendered
+            .files
+            .iter()
+            .filter(|f| f.path == "platform/acceptance/rbac.yaml")
+            .flat_map(|f| f.objects.iter().map(|o| o.value.clone()))
+            .filter(|o| o["kind"] != "ServiceAccount")
+            .collect();
+        let profile = &loaded.profile;
+        let layers = deploy::layers(profile, &rendered);
+        let opts = Options {
+            purpose: Purpose::Verify,
+            prune: false,
+            decryption_secret: false,
+            in_cluster: true,
+            subjects: vec![Subject::ServiceAccount("osbx-acceptance".into(), "osbx-acceptance".into())],
+        };
+        let printed: Vec<Value> = roles(profile, &layers, &needs(profile, &layers, &opts), &opts)
+            .into_iter()
+            .filter(|o| o["kind"] != "Namespace")
+            .collect();
+        assert!(!in_layer.is_empty());
+        assert_eq!(in_layer, printed);
+        let flux = role(&printed, "Role", Some("flux-system"));
+        let names = &rule(flux, "kustomizations", true)["resourceNames"];
+        assert!(names.as_array().unwrap().contains(&json!("opensandbox-pools")), "{names}");
+        assert!(!names.as_array().unwrap().contains(&json!("acceptance")), "{names}");
+        let own = role(&printed, "Role", Some("osbx-acceptance"));
+        assert_eq!(rule(own, "configmaps", true)["resourceNames"], json!(["osbx-acceptance-report"]));
+        assert!(rule(own, "configmaps", true)["verbs"].as_array().unwrap().contains(&json!("patch")), "{own}");
+        assert!(rule(own, "events", false)["verbs"].as_array().unwrap().contains(&json!("create")), "{own}");
+        // The operator's verify (not in the cluster) publishes nothing.
+        let outside = Options { in_cluster: false, ..opts };
+        let needs_outside = needs(profile, &layers, &outside);
+        assert!(!needs_outside.iter().any(|n| format!("{n:?}").contains("osbx-acceptance-report")));
     }
 }

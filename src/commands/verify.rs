@@ -25,15 +25,23 @@ pub(super) fn run(settings: &VerifySettings, printer: Printer) -> anyhow::Result
                     settings: settings.verify.run.clone(),
                     publish: publish.clone(),
                 };
-                printer.action(&format!("serving metrics on http://{}/metrics, a run every {:?}", serve.addr, serve.interval));
+                printer.action(&format!(
+                    "serving metrics on http://{}/metrics, a run every {:?}",
+                    serve.addr, serve.interval
+                ));
                 let ended = |end: RunEnd<'_>| match end {
-                    RunEnd::Finished(report, None) => printer.action(&format!("run {}: {}", report.run, report.summary)),
+                    RunEnd::Finished(report, None) => {
+                        printer.action(&format!("run {}: {}", report.run, report.summary))
+                    }
                     RunEnd::Finished(report, Some(e)) => {
-                        printer.warn(&format!("run {}: {}; the report was not published: {e}", report.run, report.summary));
+                        printer.warn(&format!(
+                            "run {}: {}; the report was not published: {e}",
+                            report.run, report.summary
+                        ));
                     }
                     RunEnd::Failed(e) => printer.warn(&format!("a run reached no verdicts: {e}")),
                 };
-                serve::serve(runs, serve, &crate::progress::Silent, &ended, session::interrupted()).await?;
+                Box::pin(serve::serve(runs, serve, &crate::progress::Silent, &ended, session::interrupted())).await?;
                 Ok(ExitStatus::Success)
             }
             (Some(_), None) => anyhow::bail!("--serve publishes each run: give --publish NAMESPACE/NAME too"),

@@ -173,3 +173,108 @@ fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
         ctx.insert("acceptance", &v);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// fresh-cluster with `over` merged into it.
+    fn fresh(over: &Value) -> Result<crate::profile::LoadedProfile, String> {
+        let (_, text) = crate::profile::embedded_text("fresh-cluster").unwrap();
+        let mut doc: Value = serde_saphyr::from_str(&text).unwrap();
+        crate::merge::merge(&mut doc, over);
+        crate::profile::from_value("fresh-cluster", &doc).map_err(|e| format!("{e:?}"))
+    }
+
+    fn layer(loaded: &crate::profile::LoadedProfile) -> Vec<crate::object::Object> {
+        let rendered = crate::rbac::renderer(None).unwrap().render(loaded).unwrap();
+        rendered.objects().into_iter().filter(|o| o.layer == "acceptance").map(|o| o.object).collect()
+    }
+
+    fn find<'a>(objects: &'a [crate::object::Object], kind: &str) -> Option<&'a crate::object::Object> {
+        objects.iter().find(|o| o.id.gvk.kind == kind)
+    }
+
+    #[test]
+    fn the_layer_must_come_after_every_other_and_wait() {
+        let layers = |deps: Value, wait: bool| {
+            let (_, text) = crate::profile::embedded_text("fresh-cluster").unwrap();
+            let doc: Value = serde_saphyr::from_str(&text).unwrap();
+            let mut layers = doc["layers"].clone();
+            let last = layers.as_array_mut().unwrap().last_mut().unwrap();
+            last["dependsOn"] = deps;
+            last["wait"] = json!(wait);
+            json!({"layers": layers})
+        };
+        let e = fresh(&layers(json!(["opensandbox-pools"]), true)).unwrap_err();
+        assert!(e.contains("add spire-smoke to its dependsOn"), "{e}");
+        let e = fresh(&layers(json!(["opensandbox-pools", "spire-smoke"]), false)).unwrap_err();
+        assert!(e.contains("leave `wait` true"), "{e}");
+        let e = fresh(&json!({"acceptance": {"image": " ", "interval": "often", "port": 80}})).unwrap_err();
+        for field in ["acceptance.image", "acceptance.interval", "acceptance.port"] {
+            assert!(e.contains(field), "{field}: {e}");
+        }
+        assert!(fresh(&json!({})).is_ok());
+    }
+
+    /// The Job's revision is a digest of the other layers: a change to any of them re-creates the
+    /// Job (a new spec, with Flux's `force`), a change to the acceptance section alone does not.
+    #[test]
+    fn the_job_changes_with_every_other_layer_and_flux_may_re_create_it() {
+        let revision = |over: Value| {
+            let loaded = fresh(&over).unwrap();
+            let objects = layer(&loaded);
+            let job = find(&objects, "Job").unwrap();
+            assert_eq!(job.value["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/force"], "enabled");
+            let a = loaded.profile.sections.acceptance.as_ref().unwrap();
+            a.revision_in(objects.iter()).unwrap()
+        };
+        let base = revision(json!({}));
+        assert_eq!(base.len(), 16);
+        assert_ne!(revision(json!({"pools": {"defaults": {"imagePullPolicy": "Always"}}})), base);
+        assert_ne!(revision(json!({"opensandbox": {"controller": {"replicas": 2}}})), base);
+        assert_eq!(revision(json!({"acceptance": {"interval": "5m"}})), base);
+    }
+
+    #[test]
+    fn names_namespaces_and_scrape_kinds_follow_the_profile() {
+        let loaded = fresh(
+            &json!({"acceptance": {"namespace": "checks", "name": "gate", "scrape": "VMPodScrape", "port": 9100}}),
+        )
+        .unwrap();
+        let objects = layer(&loaded);
+        let ns = |o: &crate::object::Object| o.id.namespace.clone();
+        assert!(objects.iter().any(|o| o.id.gvk.kind == "Namespace" && o.id.name == "checks"));
+        for kind in ["ServiceAccount", "Job", "Deployment", "ConfigMap", "VMPodScrape"] {
+            let o = find(&objects, kind).unwrap_or_else(|| panic!("no {kind}"));
+            assert_eq!(ns(o).as_deref(), Some("checks"), "{kind}");
+        }
+        let scrape = find(&objects, "VMPodScrape").unwrap();
+        assert_eq!(scrape.id.gvk.group, "operator.victoriametrics.com");
+        let serve = find(&objects, "Deployment").unwrap();
+        let args = serve.value["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+        for arg in ["gate-report", "0.0.0.0:9100", "--serve"] {
+            assert!(args.as_array().unwrap().iter().any(|a| a.as_str().unwrap().contains(arg)), "{arg}: {args}");
+        }
+        let pm = fresh(&json!({"acceptance": {"scrape": "PodMonitor"}})).unwrap();
+        assert_eq!(find(&layer(&pm), "PodMonitor").unwrap().id.gvk.group, "monitoring.coreos.com");
+        assert!(find(&layer(&fresh(&json!({})).unwrap()), "PodMonitor").is_none());
+        // A namespace another layer renders is theirs: not rendered twice.
+        let shared = fresh(&json!({"acceptance": {"namespace": "opensandbox"}})).unwrap();
+        assert!(find(&layer(&shared), "Namespace").is_none());
+    }
+
+    /// The profile in the ConfigMap loads back as the same profile (the Job reads it).
+    #[test]
+    fn the_profile_in_the_layer_loads_back() {
+        let loaded = fresh(&json!({})).unwrap();
+        let objects = layer(&loaded);
+        let map = objects.iter().find(|o| o.id.name == "osbx-acceptance-profile").unwrap();
+        let text = map.value["data"]["profile.yaml"].as_str().unwrap();
+        let doc: Value = serde_saphyr::from_str(text).unwrap();
+        let again = crate::profile::from_value("again", &doc).unwrap();
+        assert_eq!(serde_json::to_value(&again.profile).unwrap(), serde_json::to_value(&loaded.profile).unwrap());
+    }
+}

@@ -69,7 +69,18 @@ impl Component {
         validate: fn(&Sections, &Site<'_>, &mut Violations),
         view: fn(&Sections, &Site<'_>, &mut Context),
     ) -> Self {
-        Self { name, about, section, validate, view, pin: |_| None, values: |_| None, supplied: |_| None, health: &[], after_others: false }
+        Self {
+            name,
+            about,
+            section,
+            validate,
+            view,
+            pin: |_| None,
+            values: |_| None,
+            supplied: |_| None,
+            health: &[],
+            after_others: false,
+        }
     }
 }
 

@@ -388,7 +388,10 @@ mod tests {
     #[test]
     fn layers_follow_depends_on() {
         let order = |p| layers_of(p).into_iter().map(|l| l.name).collect::<Vec<_>>();
-        assert_eq!(order("fresh-cluster"), ["kata", "spire-agents", "spire-smoke", "opensandbox", "opensandbox-pools"]);
+        assert_eq!(
+            order("fresh-cluster"),
+            ["kata", "spire-agents", "spire-smoke", "opensandbox", "opensandbox-pools", "acceptance"]
+        );
         assert_eq!(order("homelab"), ["opensandbox", "opensandbox-pools"]);
     }
 

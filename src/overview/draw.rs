@@ -337,6 +337,16 @@ mod tests {
                 runnable: Some(true),
                 message: None,
             }],
+            acceptance: Some(crate::overview::AcceptanceState {
+                report: "osbx-acceptance/osbx-acceptance-report".into(),
+                published: true,
+                ready: true,
+                summary: Some("Ready".into()),
+                revision: Some("cb0bad26a09d39e5".into()),
+                current: true,
+                time: Some("2026-12-05T12:00:00Z".into()),
+                age_seconds: Some(300),
+            }),
             ready: false,
         }
     }
@@ -352,6 +362,10 @@ mod tests {
         assert!(
             lines.iter().any(|l| l.contains("[█▒|·░░░░░]  total 3/8 (poolMin 2), allocated 1, available 1")),
             "{lines:#?}"
+        );
+        assert_eq!(
+            lines.last().unwrap(),
+            "acceptance: ✔ Ready, revision cb0bad26a09d39e5 (current), 5m ago  (osbx-acceptance/osbx-acceptance-report)"
         );
     }
 

@@ -63,7 +63,8 @@ impl Renderer {
             ctx.insert("layer", &view);
         }
         let app = format!("clusters/{}/apps/{}.yaml", p.cluster.name, layer.name);
-        let mut files: Vec<RenderedFile> = self.file("cluster/layer.yaml", ctx, app, owner, profile)?.into_iter().collect();
+        let mut files: Vec<RenderedFile> =
+            self.file("cluster/layer.yaml", ctx, app, owner, profile)?.into_iter().collect();
         files.extend(contents);
         Ok(files)
     }
@@ -93,9 +94,11 @@ pub(super) fn after_others(p: &Profile, others: &Rendered, roles: Option<Roles>)
         .map_err(|e| RenderError::Template { name: "(profile)".into(), message: e.to_string() })?;
     // The namespace is the layer's own unless another layer renders it.
     let namespace = p.sections.acceptance.as_ref().map(|a| a.namespace.as_str());
-    let owns_namespace = !others.files.iter().flat_map(|f| f.objects.iter()).any(|o| {
-        crate::object::KnownKind::NAMESPACE.is(&o.id.gvk) && Some(o.id.name.as_str()) == namespace
-    });
+    let owns_namespace = !others
+        .files
+        .iter()
+        .flat_map(|f| f.objects.iter())
+        .any(|o| crate::object::KnownKind::NAMESPACE.is(&o.id.gvk) && Some(o.id.name.as_str()) == namespace);
     Ok(json!({"revision": revision, "roles": roles(p, others), "profileData": {"profile.yaml": profile},
               "ownsNamespace": owns_namespace}))
 }
@@ -129,4 +132,3 @@ fn health_checks(view: &mut serde_json::Value, component: &Component, wait: bool
         .collect::<Vec<_>>()
         .into();
 }
-

@@ -395,7 +395,7 @@ mod tests {
             json!({"opensandbox": {"controller": {"replicas": 3}, "server": {"config": {"log": {"level": "DEBUG"}}}}}),
             json!({"cluster": {"name": "third"}, "opensandbox": {"release": {"name": "osb", "interval": "5m"}}}),
         ];
-        let shared = Renderer::new(None).unwrap();
+        let shared = crate::rbac::renderer(None).unwrap();
         let mut variants = 0;
         for (file, _) in embedded::profiles() {
             let name = file.trim_end_matches(".yaml");
@@ -405,7 +405,7 @@ mod tests {
                 let mut doc = base.clone();
                 crate::merge::merge(&mut doc, o);
                 let loaded = crate::profile::from_value(name, &doc).unwrap_or_else(|e| panic!("{name} {o}: {e:?}"));
-                let fresh = Renderer::new(None).unwrap().render(&loaded).unwrap();
+                let fresh = crate::rbac::renderer(None).unwrap().render(&loaded).unwrap();
                 let again = shared.render(&loaded).unwrap();
                 let paths = |r: &Rendered| r.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
                 assert_eq!(paths(&again), paths(&fresh), "{name} with {o}");

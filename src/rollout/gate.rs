@@ -131,14 +131,14 @@ async fn in_cluster(
     let published = match published {
         Some(p) if p.revision == *revision => p,
         other => {
-            let held = other.map_or_else(|| "no report".to_owned(), |p| format!("the report of revision {}", p.revision));
+            let held =
+                other.map_or_else(|| "no report".to_owned(), |p| format!("the report of revision {}", p.revision));
             let evidence = format!("{report} holds {held}, not one of revision {revision}");
             let evidence = not_reconciled.map_or(evidence.clone(), |f| format!("{f}; {evidence}"));
             return Ok(ClusterReport::failed(name, REPORT_CHECK, evidence));
         }
     };
-    let checks: Vec<_> =
-        published.checks.into_iter().filter(|c| settings.verify.selection.selects(&c.id)).collect();
+    let checks: Vec<_> = published.checks.into_iter().filter(|c| settings.verify.selection.selects(&c.id)).collect();
     let (outcome, failure) = records::judge(&checks, fleet.accept_no_evidence);
     if failure.is_none()
         && let Some(f) = not_reconciled

@@ -46,8 +46,8 @@ pub(super) async fn reach_all<'f>(
         let acceptance = gated_in_cluster(member, &layers);
         targets.push((index, member, reach, deploy::ids(&layers), deploy::flux_objects(&layers), acceptance));
     }
-    let reached =
-        futures::future::join_all(targets.into_iter().map(|(index, member, reach, objects, flux, acceptance)| async move {
+    let reached = futures::future::join_all(targets.into_iter().map(
+        |(index, member, reach, objects, flux, acceptance)| async move {
             let name = member.profile.cluster.name.clone();
             let cluster =
                 Cluster::connect(&reach.connect_options(&settings.connect)).await.map_err(|source| match source {
@@ -65,8 +65,9 @@ pub(super) async fn reach_all<'f>(
                 .await
                 .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
             Ok::<_, RolloutError>(Target { member, objects, flux, acceptance, cluster: Some(cluster) })
-        }))
-        .await;
+        },
+    ))
+    .await;
     reached.into_iter().collect()
 }
 

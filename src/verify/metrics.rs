@@ -35,10 +35,8 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 const STATES: [(Outcome, &str); 4] =
     [(Outcome::Pass, "pass"), (Outcome::Fail, "fail"), (Outcome::Error, "error"), (Outcome::Skip, "skip")];
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RunLabels {
-    result: &'static str,
-}
+/// One label of a fixed set of values (`result="ready"`, `state="fail"`).
+type Label = [(&'static str, &'static str); 1];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
@@ -46,17 +44,10 @@ struct CheckLabels {
     pool: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
-    #[prometheus(flatten)]
-    check: CheckLabels,
-    state: &'static str,
-}
-
 /// The state of the last acceptance run, as metrics.
 pub(crate) struct Metrics {
     /// Runs by result, since the process started.
-    runs: Family<RunLabels, Counter>,
+    runs: Family<Label, Counter>,
     /// The end (unix seconds) and duration (seconds) of the last run, verdicts or not.
     last: Option<(f64, f64)>,
     /// The families of the last run that reached verdicts, built once per run.
@@ -68,7 +59,7 @@ impl Metrics {
     pub(crate) fn new() -> Self {
         let runs = Family::default();
         for result in ["ready", "not_ready", "error"] {
-            let _ = runs.get_or_create(&RunLabels { result });
+            let _ = runs.get_or_create(&[("result", result)]);
         }
         Self { runs, last: None, verdicts: None }
     }
@@ -84,13 +75,12 @@ impl Metrics {
         took: Duration,
         revision: &str,
     ) {
-        let states = Family::<StateLabels, Gauge>::default();
+        let states = Family::<(CheckLabels, Label), Gauge>::default();
         let durations = Family::<CheckLabels, Gauge<f64, AtomicU64>>::default();
         for r in results {
             let check = split(&r.id, pools);
             for (outcome, state) in STATES {
-                let labels = StateLabels { check: check.clone(), state };
-                states.get_or_create(&labels).set(i64::from(r.verdict.outcome == outcome));
+                states.get_or_create(&(check.clone(), [("state", state)])).set(i64::from(r.verdict.outcome == outcome));
             }
             durations.get_or_create(&check).set(Duration::from_millis(r.duration_ms).as_secs_f64());
         }
@@ -114,7 +104,7 @@ impl Metrics {
     }
 
     fn count(&mut self, result: &'static str, finished: SystemTime, took: Duration) {
-        self.runs.get_or_create(&RunLabels { result }).inc();
+        self.runs.get_or_create(&[("result", result)]).inc();
         let at = finished.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
         self.last = Some((at, took.as_secs_f64()));
     }
@@ -140,20 +130,15 @@ impl Metrics {
 
 /// A check id as its check and pool: the longest pool name it ends with after a dot, else "".
 fn split(id: &str, pools: &[String]) -> CheckLabels {
-    pools
-        .iter()
-        .filter_map(|pool| Some((id.strip_suffix(pool.as_str())?.strip_suffix('.')?, pool)))
-        .filter(|(check, _)| !check.is_empty())
-        .max_by_key(|(_, pool)| pool.len())
-        .map_or_else(
-            || CheckLabels { check: id.to_owned(), pool: String::new() },
-            |(check, pool)| CheckLabels { check: check.to_owned(), pool: pool.clone() },
-        )
+    let pooled = pools.iter().filter_map(|pool| Some((id.strip_suffix(pool.as_str())?.strip_suffix('.')?, &**pool)));
+    let (check, pool) =
+        pooled.filter(|(check, _)| !check.is_empty()).max_by_key(|(_, pool)| pool.len()).unwrap_or((id, ""));
+    CheckLabels { check: check.to_owned(), pool: pool.to_owned() }
 }
 
 /// Serve `GET /metrics` (the exposition of `metrics`) and `GET /healthz` ("ok") on `listener`
 /// until `stop` resolves, then drop the open connections. Other paths answer 404 and other methods
-/// 405. HTTP/1.1 only, one task per connection.
+/// 405 (every answer says `Allow: GET`). HTTP/1.1 only, one task per connection.
 pub(crate) async fn serve(
     listener: TcpListener,
     metrics: Arc<RwLock<Metrics>>,
@@ -199,9 +184,7 @@ fn respond(request: &Request<Incoming>, metrics: &RwLock<Metrics>) -> Response<F
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if status == StatusCode::METHOD_NOT_ALLOWED {
-        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
-    }
+    response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
     response
 }
 
@@ -228,67 +211,60 @@ mod tests {
         metrics
     }
 
-    /// Asserts that `text` has each of `lines` as a whole line and none starting with `absent`.
-    fn has(text: &str, lines: &[&str], absent: &[&str]) {
+    /// Asserts that `text` is a whole exposition with each of `lines` and no line starting with `absent`.
+    fn has(text: &str, lines: &[&str], absent: &str) {
+        assert!(text.ends_with("\n# EOF\n") && !text.contains(&format!("\n{absent}")), "{text}");
         for line in lines {
             assert!(text.contains(&format!("\n{line}\n")), "missing {line}: {text}");
         }
-        for prefix in absent {
-            assert!(!text.contains(&format!("\n{prefix}")), "unexpected {prefix}: {text}");
-        }
-        assert!(text.ends_with("\n# EOF\n"), "{text}");
     }
 
     #[test]
     fn before_any_run_only_the_counters_are_exposed() {
-        let zero = ["ready", "not_ready", "error"].map(|r| format!(r#"osbx_acceptance_runs_total{{result="{r}"}} 0"#));
-        let absent = ["osbx_acceptance_ready", "osbx_acceptance_check", "osbx_acceptance_last", "osbx_acceptance_info"];
-        has(&Metrics::new().encode(), &zero.each_ref().map(String::as_str), &absent);
+        let text = Metrics::new().encode();
+        has(&text, &[r#"osbx_acceptance_runs_total{result="ready"} 0"#], "osbx_acceptance_ready");
+        has(&text, &[r#"osbx_acceptance_runs_total{result="error"} 0"#], "osbx_acceptance_check");
+        assert_eq!(text.lines().filter(|line| !line.starts_with('#')).count(), 3, "{text}");
     }
 
     #[test]
     fn a_run_exposes_each_check_state_its_pool_and_readiness() {
-        let text = first_run().encode();
         let lines = [
             r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="pass"} 0"#,
             r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="fail"} 1"#,
             r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="error"} 0"#,
             r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="gpu",state="skip"} 0"#,
-            r#"osbx_acceptance_check{check="kata.guest-kernel",pool="",state="pass"} 1"#,
             r#"osbx_acceptance_check{check="opensandbox.lifecycle",pool="default",state="skip"} 1"#,
-            r#"osbx_acceptance_check_duration_seconds{check="kata.guest-kernel",pool=""} 0.25"#,
+            r#"osbx_acceptance_check{check="kata.guest-kernel",pool="",state="pass"} 1"#,
             r#"osbx_acceptance_check_duration_seconds{check="opensandbox.lifecycle",pool="gpu"} 1.5"#,
             "# TYPE osbx_acceptance_check gauge",
             "osbx_acceptance_ready 0",
             "osbx_acceptance_last_run_timestamp_seconds 1700000000.0",
             "osbx_acceptance_run_duration_seconds 3.0",
             r#"osbx_acceptance_runs_total{result="not_ready"} 1"#,
-            r#"osbx_acceptance_runs_total{result="ready"} 0"#,
             r#"osbx_acceptance_info{revision="rev-1"} 1"#,
         ];
-        has(&text, &lines, &[]);
+        let text = first_run().encode();
+        has(&text, &lines, "osbx_acceptance_check{check=\"opensandbox.lifecycle.");
         assert_eq!(text.matches("\nosbx_acceptance_check{").count(), 12, "{text}");
     }
 
     #[test]
     fn a_later_run_replaces_the_checks_and_an_error_keeps_them() {
         let mut metrics = first_run();
-        let results = [result("kata.guest-kernel", Verdict::pass("6.12"), 100)];
         let end = UNIX_EPOCH + Duration::from_secs(1_700_000_060);
+        let results = [result("kata.guest-kernel", Verdict::pass("6.12"), 100)];
         metrics.record(&results, &["default".to_owned()], end, Duration::from_secs(1), "rev-2");
-        let ready = ["osbx_acceptance_ready 1", r#"osbx_acceptance_runs_total{result="ready"} 1"#];
-        let gone = [r#"osbx_acceptance_check{check="opensandbox"#, r#"osbx_acceptance_info{revision="rev-1"}"#];
-        has(&metrics.encode(), &ready, &gone);
-
         metrics.record_error(end + Duration::from_secs(60), Duration::from_millis(500));
         let lines = [
-            r#"osbx_acceptance_runs_total{result="error"} 1"#,
+            r#"osbx_acceptance_check{check="kata.guest-kernel",pool="",state="pass"} 1"#,
+            "osbx_acceptance_ready 1",
             "osbx_acceptance_last_run_timestamp_seconds 1700000120.0",
             "osbx_acceptance_run_duration_seconds 0.5",
-            "osbx_acceptance_ready 1",
+            r#"osbx_acceptance_runs_total{result="error"} 1"#,
             r#"osbx_acceptance_info{revision="rev-2"} 1"#,
         ];
-        has(&metrics.encode(), &lines, &gone);
+        has(&metrics.encode(), &lines, "osbx_acceptance_check{check=\"opensandbox");
     }
 
     async fn get(addr: std::net::SocketAddr, request_line: &str) -> String {
@@ -305,9 +281,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let stopped = async { stopped.await.unwrap_or(()) };
-        let server = tokio::spawn(serve(listener, Arc::new(RwLock::new(first_run())), stopped));
-
+        let server =
+            tokio::spawn(serve(listener, Arc::new(RwLock::new(first_run())), async { stopped.await.unwrap_or(()) }));
         let response = get(addr, "GET /metrics").await;
         assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
         assert!(response.contains(&format!("\r\ncontent-type: {OPENMETRICS}\r\n")), "{response}");
@@ -318,9 +293,7 @@ mod tests {
         let response = get(addr, "POST /metrics").await;
         assert!(response.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{response}");
         assert!(response.contains("\r\nallow: GET\r\n"), "{response}");
-
         stop.send(()).unwrap();
-        let served = tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returns after stop");
-        served.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returns after stop").unwrap().unwrap();
     }
 }

@@ -10,11 +10,11 @@
 pub(crate) mod checks;
 pub(crate) mod endpoint;
 pub(crate) mod metrics;
-pub(crate) mod publish;
-pub(crate) mod serve;
 pub mod probe;
+pub(crate) mod publish;
 pub(crate) mod report;
 mod scripts;
+pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod settings;
 

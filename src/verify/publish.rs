@@ -38,7 +38,10 @@ impl Published {
         Self {
             run: run.to_owned(),
             revision: revision.to_owned(),
-            time: k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default().to_string(),
+            time: k8s_openapi::jiff::Timestamp::now()
+                .round(k8s_openapi::jiff::Unit::Second)
+                .unwrap_or_default()
+                .to_string(),
             ready: all_passed(results),
             summary: report::summary(results),
             checks: results.to_vec(),

@@ -73,16 +73,24 @@ pub(crate) async fn serve(
     ended: &(dyn Fn(RunEnd<'_>) + Sync),
     stop: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let listener =
-        tokio::net::TcpListener::bind(serve.addr).await.map_err(|source| ServeError::Bind { addr: serve.addr, source })?;
+    let listener = tokio::net::TcpListener::bind(serve.addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr: serve.addr, source })?;
     let (report, revision) = &runs.publish;
     let pools: Vec<String> = runs.profile.sections.pools.items.iter().map(|p| p.name.clone()).collect();
     let state = Arc::new(RwLock::new(Metrics::new()));
     if let Ok(Some(last)) = publish::read(runs.cluster, report).await
         && &last.revision == revision
     {
+        // Its verdicts and when it ended (it counts as one run in `runs_total`).
         let took = Duration::from_millis(last.checks.iter().map(|c| c.duration_ms).max().unwrap_or(0));
-        write(&state).record(&last.checks, &pools, SystemTime::now(), took, revision);
+        let ended = last
+            .time
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .ok()
+            .and_then(|t| u64::try_from(t.as_second()).ok())
+            .map_or_else(SystemTime::now, |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        write(&state).record(&last.checks, &pools, ended, took, revision);
     }
     let (stopping, stopped) = tokio::sync::watch::channel(false);
     let halted = move || {
