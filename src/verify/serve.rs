@@ -49,9 +49,9 @@ pub(crate) enum RunEnd<'a> {
 
 /// The inputs of every run.
 pub(crate) struct Runs<'a> {
-    /// The cluster.
+    /// The cluster checked, reached in the pod's own identity.
     pub cluster: &'a Cluster,
-    /// The profile.
+    /// The profile the checks are derived from (read from the layer's ConfigMap).
     pub profile: &'a Profile,
     /// The Flux objects the checks read (the acceptance layer's own left out).
     pub flux_objects: Vec<ObjectRef>,

@@ -1,6 +1,7 @@
 //! The usage lines in README.md's command table and in each command's doc name exactly the
 //! command's flags, as clap defines them: no flag that does not exist, none left out.
-//! `[cluster access]` stands for the cluster flags and `[verify flags]` for verify's.
+//! `[cluster access]` stands for the cluster flags and `[verify flags]` for verify's (its
+//! in-cluster flags aside).
 
 use std::collections::BTreeSet;
 
@@ -33,7 +34,9 @@ fn written(usage: &str) -> BTreeSet<String> {
         out.extend(cluster_access());
     }
     if usage.contains("[verify flags]") {
-        out.extend(flags(&sub("verify")).difference(&cluster_access()).cloned());
+        // The in-cluster flags are verify's own: `apply --verify` runs from outside.
+        let in_cluster = ["--publish", "--revision", "--serve", "--interval"].map(str::to_owned);
+        out.extend(flags(&sub("verify")).difference(&cluster_access()).filter(|f| !in_cluster.contains(f)).cloned());
         out.extend(["-p", "--profile", "--templates"].map(str::to_owned));
     }
     out
