@@ -66,6 +66,10 @@ pub struct Acceptance {
     pub scrape: Option<Scrape>,
     /// Requests and limits of the osbx container.
     pub resources: Option<Resources>,
+    /// Run only these checks (ids or prefixes, as `osbx verify --only`); all when empty.
+    pub only: Vec<String>,
+    /// Skip these checks (ids or prefixes, as `osbx verify --skip`).
+    pub skip: Vec<String>,
 }
 
 impl Default for Acceptance {
@@ -78,6 +82,8 @@ impl Default for Acceptance {
             port: 9464,
             scrape: None,
             resources: None,
+            only: Vec::new(),
+            skip: Vec::new(),
         }
     }
 }
@@ -126,6 +132,13 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
     }
     v.dns_label("acceptance.name", &a.name);
     v.duration("acceptance.interval", &a.interval);
+    for (field, ids) in [("acceptance.only", &a.only), ("acceptance.skip", &a.skip)] {
+        for (i, id) in ids.iter().enumerate() {
+            if id.is_empty() || id.contains(|c: char| c == ',' || c.is_whitespace()) {
+                v.push(format!("{field}[{i}]"), format!("{id:?} is not a check id or prefix"));
+            }
+        }
+    }
     if a.port < 1024 {
         v.push("acceptance.port", "use a port of 1024 or more: the container runs as a user without privileges");
     }
@@ -165,6 +178,13 @@ fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
         v["report"] = json!(a.report().name);
         v["profileConfigMap"] = json!(format!("{}-profile", a.name));
         v["revisionAnnotation"] = json!(REVISION_ANNOTATION);
+        let mut selection = Vec::new();
+        for (flag, ids) in [("--only", &a.only), ("--skip", &a.skip)] {
+            if !ids.is_empty() {
+                selection.extend([flag.to_owned(), ids.join(",")]);
+            }
+        }
+        v["selection"] = json!(selection);
         v["scrapeApiVersion"] = json!(match a.scrape {
             Some(Scrape::PodMonitor) => "monitoring.coreos.com/v1",
             Some(Scrape::VMPodScrape) => "operator.victoriametrics.com/v1beta1",
