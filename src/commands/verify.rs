@@ -31,7 +31,7 @@ pub(super) fn run(settings: &VerifySettings, printer: Printer) -> anyhow::Result
                 ));
                 let ended = |end: RunEnd<'_>| match end {
                     RunEnd::Finished(report, None) => {
-                        printer.action(&format!("run {}: {}", report.run, report.summary))
+                        printer.action(&format!("run {}: {}", report.run, report.summary));
                     }
                     RunEnd::Finished(report, Some(e)) => {
                         printer.warn(&format!(

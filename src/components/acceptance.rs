@@ -198,8 +198,6 @@ fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
 mod tests {
     use serde_json::{Value, json};
 
-    use super::*;
-
     /// fresh-cluster with `over` merged into it.
     fn fresh(over: &Value) -> Result<crate::profile::LoadedProfile, String> {
         let (_, text) = crate::profile::embedded_text("fresh-cluster").unwrap();

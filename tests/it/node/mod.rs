@@ -22,6 +22,7 @@
 //! One node per machine, shared by the tests of this module, which take turns (with the
 //! end-to-end scenarios: each plane takes about 1 GB).
 
+mod acceptance;
 mod image;
 mod probes;
 mod runtime;

@@ -14,7 +14,7 @@ async fn apply(client: &kube::Client, obj: &serde_json::Value) {
 }
 
 /// A RuntimeClass as kata-deploy writes one (overhead, the Kata node selector), for `handler`.
-fn runtime_class(name: &str, handler: &str) -> serde_json::Value {
+pub(super) fn runtime_class(name: &str, handler: &str) -> serde_json::Value {
     json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": handler,
            "overhead": {"podFixed": {"cpu": "10m", "memory": "16Mi"}},
            "scheduling": {"nodeSelector": {"katacontainers.io/kata-runtime": "true"}}})

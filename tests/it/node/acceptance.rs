@@ -1,0 +1,247 @@
+//! The acceptance layer on the real node: the osbx image of the test build
+//! (`image::osbx_image`) runs the layer's Job and Deployment as rendered, as the rendered
+//! ServiceAccount bound to the rendered roles (exactly `osbx rbac --for verify --in-cluster`),
+//! against the real API server, kubelet and containerd. The Job's verdict is its completion
+//! (PASS) or its failure by its `podFailurePolicy` (a FAIL: a pool whose RuntimeClass names a
+//! handler containerd lacks); the report ConfigMap and the Events come from the run; the serving
+//! pod's metrics are scraped over HTTP from the test.
+//!
+//! Two things of the node tier stand in for a full cluster, as `image.rs` says: the pods reach the
+//! API server through the node's relay (no kube-proxy for the `kubernetes` Service; two env vars
+//! added to the rendered container), and the service-account volume is added to the rendered pod
+//! (the plane runs without the ServiceAccount admission plugin, which adds exactly that). What
+//! Flux does with the Job (delete and re-create it with `force` on a new revision) the test does
+//! itself; the real kustomize-controller doing it is for the e2e tier.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
+use serde_json::{Value, json};
+
+use super::image::{in_cluster_env, osbx_image, service_account_volume};
+use super::runtime::{runc_class_on_a_kata_node, runtime_class};
+use super::{NodePlane, profile};
+use crate::builder::TestProfile;
+use crate::e2e::SERIAL;
+
+const NS: &str = "nd-acceptance";
+
+/// The node profile with a Kata pool on `class`, and an acceptance layer after the pools that
+/// runs `nodes` and `kata.runtimeclass` every 5 s in `nd-acceptance`.
+fn with_acceptance(image: &str, class: &str) -> TestProfile {
+    profile()
+        .pool("vm", "kata", [0, 1, 0, 1])
+        .pool_set("vm", "runtimeClassName", class)
+        .set(
+            "layers",
+            json!([
+                {"name": "opensandbox", "component": "opensandbox"},
+                {"name": "opensandbox-pools", "component": "pools", "dependsOn": ["opensandbox"]},
+                {"name": "acceptance", "component": "acceptance", "dependsOn": ["opensandbox-pools"]},
+            ]),
+        )
+        .set(
+            "acceptance",
+            json!({"image": image, "namespace": NS, "name": "acc", "interval": "5s", "only": ["nodes.ready", "kata.runtimeclass"]}),
+        )
+}
+
+/// The acceptance layer's objects as rendered, and the revision its Job checks.
+fn rendered(p: &TestProfile) -> (Vec<Value>, String) {
+    let loaded = osbx::profile::from_value("node profile", &serde_saphyr::from_str(&p.yaml()).unwrap()).unwrap();
+    let rendered = osbx::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+    let objects: Vec<_> =
+        rendered.objects().into_iter().filter(|o| o.layer == "acceptance").map(|o| o.object).collect();
+    let a = loaded.profile.sections.acceptance.as_ref().unwrap();
+    let revision = a.revision_in(objects.iter()).unwrap();
+    (objects.into_iter().map(|o| o.value).collect(), revision)
+}
+
+/// The pod template of a Job or Deployment, pointed at the relay and given its token volume.
+fn on_this_node(node: &NodePlane, mut obj: Value) -> Value {
+    let spec = &mut obj["spec"]["template"]["spec"];
+    let (volume, mount) = service_account_volume();
+    spec["volumes"].as_array_mut().unwrap().push(volume);
+    let container = &mut spec["containers"][0];
+    container["volumeMounts"].as_array_mut().unwrap().push(mount);
+    container["env"] = in_cluster_env(node);
+    obj
+}
+
+async fn apply(client: &kube::Client, obj: &Value) {
+    let (api, name) = crate::cluster::api_for(client, obj).await;
+    api.patch(&name, &PatchParams::apply("osbx-node-test").force(), &Patch::Apply(obj)).await.unwrap();
+}
+
+/// Apply the layer's objects but its workloads (the namespaces the roles name created first), then
+/// the Job; its pod template's revision.
+async fn apply_layer(client: &kube::Client, node: &NodePlane, objects: &[Value]) {
+    let mut namespaces: Vec<&str> = objects.iter().filter_map(|o| o["metadata"]["namespace"].as_str()).collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    for ns in namespaces {
+        apply(client, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+    }
+    for o in objects.iter().filter(|o| !matches!(o["kind"].as_str(), Some("Job" | "Deployment"))) {
+        apply(client, o).await;
+    }
+    // As Flux does with `kustomize.toolkit.fluxcd.io/force: enabled`: the old Job deleted, the new one created.
+    let jobs = Api::<Job>::namespaced(client.clone(), NS);
+    let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Foreground), ..DeleteParams::default() };
+    let _ = jobs.delete("acc", &dp).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while jobs.get_opt("acc").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the old Job is not gone");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let job = objects.iter().find(|o| o["kind"] == "Job").unwrap().clone();
+    apply(client, &on_this_node(node, job)).await;
+}
+
+/// The Job's end: `Complete` or `Failed` with its reason.
+async fn job_end(client: &kube::Client) -> (String, String) {
+    let jobs = Api::<Job>::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let job = jobs.get("acc").await.unwrap();
+        let ended = job
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| matches!(c.type_.as_str(), "Complete" | "Failed") && c.status == "True");
+        if let Some(c) = ended {
+            return (c.type_, c.reason.unwrap_or_default());
+        }
+        assert!(Instant::now() < deadline, "the Job did not end in 240 s: {}", logs(client).await);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn logs(client: &kube::Client) -> String {
+    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+    let mut out = String::new();
+    for p in pods.list(&ListParams::default()).await.unwrap() {
+        let name = p.metadata.name.unwrap_or_default();
+        let log = pods.logs(&name, &kube::api::LogParams::default()).await.unwrap_or_default();
+        let _ = writeln!(out, "--- {name}\n{log}");
+    }
+    out
+}
+
+/// The report ConfigMap's `report.json`.
+async fn report(client: &kube::Client) -> Value {
+    let map = Api::<ConfigMap>::namespaced(client.clone(), NS).get("acc-report").await.unwrap();
+    serde_json::from_str(&map.data.unwrap()["report.json"]).unwrap()
+}
+
+fn outcome(report: &Value, id: &str) -> String {
+    let checks = report["checks"].as_array().unwrap();
+    let c = checks.iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no {id} in {report:#}"));
+    c["outcome"].as_str().unwrap().to_owned()
+}
+
+/// GET the serving pod's `/metrics` until `until` holds for the text; the text.
+async fn scrape(client: &kube::Client, port: u16, until: impl Fn(&str) -> bool) -> String {
+    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+    let selector = ListParams::default().labels("app.kubernetes.io/component=acceptance-serve");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let ip = pods.list(&selector).await.unwrap().items.into_iter().find_map(|p| p.status?.pod_ip);
+        if let Some(ip) = ip
+            && let Ok(r) = reqwest::get(format!("http://{ip}:{port}/metrics")).await
+        {
+            let content_type = r.headers()["content-type"].to_str().unwrap().to_owned();
+            assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+            last = r.text().await.unwrap();
+            if until(&last) {
+                return last;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("the metrics never showed what was awaited:\n{last}\n{}", logs(client).await);
+}
+
+/// The rendered Job runs `osbx verify` in the image to completion: PASS (the pool's class has a
+/// handler containerd has), the report published with the revision the render names, the serving
+/// Deployment's metrics scraped; then a new revision (the pool moved to a class whose handler
+/// containerd lacks) re-runs the Job, which fails by its `podFailurePolicy` (exit 1, no retry),
+/// publishing the FAIL and a Warning Event per failed check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines, clippy::print_stderr)]
+async fn the_acceptance_job_and_server_run_in_the_osbx_image() {
+    let _turn = SERIAL.lock().await;
+    let node = NodePlane::get();
+    let client = node.client().await;
+    let image = osbx_image(node);
+    runc_class_on_a_kata_node(&client, node.var("NODE_NAME")).await;
+    apply(&client, &runtime_class("kata-clh-runtime-rs", "kata-clh-runtime-rs")).await;
+
+    // PASS.
+    let (objects, revision) = rendered(&with_acceptance(image, "runc"));
+    let started = Instant::now();
+    apply_layer(&client, node, &objects).await;
+    let (end, reason) = job_end(&client).await;
+    eprintln!("node-bench: acceptance job PASS {:.1}s", started.elapsed().as_secs_f64());
+    assert_eq!(end, "Complete", "{reason}: {}", logs(&client).await);
+    let r = report(&client).await;
+    assert_eq!((r["ready"].as_bool(), r["revision"].as_str()), (Some(true), Some(revision.as_str())), "{r:#}");
+    assert_eq!(outcome(&r, "nodes.ready"), "PASS");
+    assert_eq!(outcome(&r, "kata.runtimeclass"), "PASS");
+    let map = Api::<ConfigMap>::namespaced(client.clone(), NS).get("acc-report").await.unwrap().data.unwrap();
+    assert_eq!(map["revision"], revision);
+    assert!(map["junit.xml"].contains("<testcase") && map["junit.xml"].contains("nodes.ready"), "{}", map["junit.xml"]);
+
+    // The serving pod: its metrics from the Job's report at once, then from its own runs.
+    let serve = objects.iter().find(|o| o["kind"] == "Deployment").unwrap().clone();
+    apply(&client, &on_this_node(node, serve)).await;
+    let text = scrape(&client, 9464, |t| t.contains("osbx_acceptance_runs_total{result=\"ready\"} 2")).await;
+    for line in [
+        "osbx_acceptance_check{check=\"nodes.ready\",pool=\"\",state=\"pass\"} 1",
+        "osbx_acceptance_check{check=\"nodes.ready\",pool=\"\",state=\"fail\"} 0",
+        "osbx_acceptance_ready 1",
+        &format!("osbx_acceptance_info{{revision=\"{revision}\"}} 1"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+    }
+    let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS);
+    deployments.delete("acc", &DeleteParams::default()).await.unwrap();
+
+    // A new revision: the pool on a class whose handler containerd lacks. FAIL.
+    let (objects, broken) = rendered(&with_acceptance(image, "kata-clh-runtime-rs"));
+    assert_ne!(broken, revision);
+    let started = Instant::now();
+    apply_layer(&client, node, &objects).await;
+    let (end, reason) = job_end(&client).await;
+    eprintln!("node-bench: acceptance job FAIL {:.1}s", started.elapsed().as_secs_f64());
+    assert_eq!((end.as_str(), reason.as_str()), ("Failed", "PodFailurePolicy"), "{}", logs(&client).await);
+    let r = report(&client).await;
+    assert_eq!((r["ready"].as_bool(), r["revision"].as_str()), (Some(false), Some(broken.as_str())), "{r:#}");
+    assert_eq!(outcome(&r, "kata.runtimeclass"), "FAIL");
+    let events = Api::<Event>::namespaced(client.clone(), NS).list(&ListParams::default()).await.unwrap();
+    let failed: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("AcceptanceCheckFailed"))
+        .filter_map(|e| e.message.clone())
+        .collect();
+    assert!(failed.iter().any(|m| m.starts_with("kata.runtimeclass FAIL: ")), "{failed:#?}");
+    assert_eq!(
+        events
+            .items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("AcceptanceCheckFailed"))
+            .unwrap()
+            .involved_object
+            .name
+            .as_deref(),
+        Some("acc-report")
+    );
+    let _ =
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).delete(NS, &DeleteParams::default()).await;
+}
