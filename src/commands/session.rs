@@ -97,6 +97,9 @@ pub(super) async fn verify(
     output: Output,
     printer: Printer,
 ) -> anyhow::Result<ExitStatus> {
+    if let Some((report, _)) = &settings.publish {
+        publish::review(cluster, report).await?;
+    }
     let flux_objects = checked_flux_objects(prepared, settings.publish.is_some());
     let session = Session::start(cluster, &prepared.loaded.profile, flux_objects, settings.run.clone()).await?;
     if !session.swept.is_empty() {

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{CheckResult, Outcome, all_passed, report};
 use crate::cluster::operation::{Objects, Operation};
+use crate::cluster::preflight::{self, PreflightError};
 use crate::cluster::{Cluster, ClusterError};
 use crate::object::{KnownKind, ObjectRef};
 
@@ -65,6 +66,15 @@ pub(crate) fn operations(report: &ObjectRef) -> Vec<Operation> {
         Operation::Apply { object: report.clone(), creates: true },
         Operation::Create(KnownKind::EVENT.gvk(), report.namespace.clone()),
     ]
+}
+
+/// Whether this identity may publish to `report`, asked before a run starts (preflight names a
+/// missing permission).
+///
+/// # Errors
+/// [`PreflightError`] naming what is missing.
+pub(crate) async fn review(cluster: &Cluster, report: &ObjectRef) -> Result<(), PreflightError> {
+    preflight::review(cluster, &operations(report), "publishing the report").await
 }
 
 /// Publish `published` to the ConfigMap `report`, and an Event for each check that did not pass.

@@ -28,6 +28,9 @@ pub(crate) struct Serve {
 /// Why serving stopped before it was asked to.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ServeError {
+    /// This identity may not publish the report.
+    #[error(transparent)]
+    Preflight(#[from] crate::cluster::preflight::PreflightError),
     /// The address cannot be listened on.
     #[error("cannot serve metrics on {addr}: {source}")]
     Bind {
@@ -73,6 +76,7 @@ pub(crate) async fn serve(
     ended: &(dyn Fn(RunEnd<'_>) + Sync),
     stop: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    publish::review(runs.cluster, &runs.publish.0).await?;
     let listener = tokio::net::TcpListener::bind(serve.addr)
         .await
         .map_err(|source| ServeError::Bind { addr: serve.addr, source })?;

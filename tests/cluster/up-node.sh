@@ -127,7 +127,10 @@ state = '$ctrd/state'
 EOF
 # The shim is found on PATH, next to containerd.
 node_env=(env HOME="$dir/home" TMPDIR="$dir/tmp" PATH="$dir/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-detach "$dir/containerd.log" "$dir/containerd.pid" "${node_env[@]}" "$dir/bin/containerd" --config "$ctrd/config.toml"
+# containerd and the kubelet make what containers see (a snapshot's root, a pod's volumes): with
+# up's umask 077 a container's / would be 0700, which no non-root user traverses (the osbx image
+# runs as 65532). Both run with the umask of a real node's, 022 (their data stays under DIR, 0700).
+(umask 022; detach "$dir/containerd.log" "$dir/containerd.pid" "${node_env[@]}" "$dir/bin/containerd" --config "$ctrd/config.toml")
 ctr() { "$dir/bin/ctr" --address "$ctrd/containerd.sock" -n k8s.io "$@"; }
 until ctr version >/dev/null 2>>"$dir/containerd.log"; do
   alive "$(cat "$dir/containerd.pid")" || fail "$dir/containerd.log" "containerd exited during startup"
@@ -171,10 +174,10 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
 serializeImagePulls: false
 EOF
-detach "$dir/kubelet.log" "$dir/kubelet.pid" "${node_env[@]}" "$dir/bin/kubelet" \
+(umask 022; detach "$dir/kubelet.log" "$dir/kubelet.pid" "${node_env[@]}" "$dir/bin/kubelet" \
   --config="$kl/config.yaml" --kubeconfig="$dir/kubeconfig" --root-dir="$kl/root" --cert-dir="$kl/pki" \
   --hostname-override="$node_name" --node-ip="$node_ip" \
-  --node-labels=osbx.dev/test-node=true --v=1
+  --node-labels=osbx.dev/test-node=true --v=1)
 wait_http kubelet "http://127.0.0.1:$kubelet_health/healthz"
 until "$bin/kubectl" --kubeconfig="$dir/kubeconfig" get node "$node_name" \
   -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -q True; do

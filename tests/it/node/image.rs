@@ -75,6 +75,59 @@ async fn apply(client: &kube::Client, obj: &Value) {
     api.patch(&name, &PatchParams::apply("osbx-node-test").force(), &Patch::Apply(obj)).await.unwrap();
 }
 
+/// What `osbx status` in the pod reads with: the namespaces (`namespaces[0]` the pod's), its
+/// ServiceAccount `sa` bound to the roles `osbx rbac --for status --service-account` prints (which
+/// are returned), the profile in the ConfigMap `profile`; and the check that the pod's `ca.crt`
+/// will be the serving CA.
+async fn status_fixture(client: &kube::Client, node: &NodePlane, namespaces: &[&str; 4], sa: &str) -> Vec<Value> {
+    let ns = namespaces[0];
+    let profile = TestProfile::new("ndimg").pool("vm", "kata", [0, 1, 0, 1]).pool_set("vm", "runtimeClassName", "runc");
+    let dir = tempfile::tempdir().unwrap();
+    let path = profile.write_to(dir.path());
+    let mut cmd = osbx();
+    cmd.args(["rbac", "--for", "status", "--service-account", &format!("{ns}/{sa}"), "--profile"]).arg(&path);
+    let out = output_off_runtime(cmd).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "osbx rbac: {stderr}");
+    let roles: Vec<Value> = stdout.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
+    for name in namespaces {
+        apply(client, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await;
+    }
+    apply(client, &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}}))
+        .await;
+    for role in &roles {
+        apply(client, role).await;
+    }
+    let data = json!({"profile.yaml": profile.yaml()});
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "profile", "namespace": ns}, "data": data});
+    apply(client, &cm).await;
+    // kube-controller-manager publishes the serving CA in every namespace (the pod's ca.crt).
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let ca = crate::cluster::wait_for("kube-root-ca.crt", Duration::from_secs(30), || {
+        let cms = cms.clone();
+        async move { cms.get_opt("kube-root-ca.crt").await.ok()?.and_then(|c| c.data?.remove("ca.crt")) }
+    })
+    .await;
+    let serving_ca = std::fs::read_to_string(node.dir.join("serving-ca.crt")).unwrap();
+    assert_eq!(ca.trim(), serving_ca.trim(), "kube-root-ca.crt holds the API server's serving CA");
+    roles
+}
+
+/// Delete the cluster-wide roles of `roles` and the `namespaces` (with what is in them).
+async fn remove(client: &kube::Client, roles: &[Value], namespaces: &[&str]) {
+    for kind in ["ClusterRoleBinding", "ClusterRole"] {
+        for role in roles.iter().filter(|r| r["kind"] == kind) {
+            let (api, name) = crate::cluster::api_for(client, role).await;
+            api.delete(&name, &DeleteParams::default()).await.unwrap();
+        }
+    }
+    for name in namespaces {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        let (api, name) = crate::cluster::api_for(client, &obj).await;
+        api.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
+}
+
 /// The terminated state of a container (exit code, reason), once it has one.
 fn terminated(statuses: Option<&Vec<ContainerStatus>>, name: &str) -> Option<(i32, String)> {
     let s = statuses?.iter().find(|s| s.name == name)?;
@@ -103,41 +156,9 @@ async fn the_osbx_image_runs_in_a_pod_and_reaches_the_api_server() {
     crate::cluster::install_crds(&client, "opensandbox").await;
     super::runtime::runc_class_on_a_kata_node(&client, node.var("NODE_NAME")).await;
 
-    // The profile status reads, and the roles osbx prints for it, bound to the pod's ServiceAccount.
     let (ns, sa) = ("ndimg-run", "osbx");
-    let profile = TestProfile::new("ndimg").pool("vm", "kata", [0, 1, 0, 1]).pool_set("vm", "runtimeClassName", "runc");
-    let dir = tempfile::tempdir().unwrap();
-    let path = profile.write_to(dir.path());
-    let mut cmd = osbx();
-    cmd.args(["rbac", "--for", "status", "--service-account", &format!("{ns}/{sa}"), "--profile"]).arg(&path);
-    let out = output_off_runtime(cmd).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(0), "osbx rbac: {stderr}");
-    let roles: Vec<Value> = stdout.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
     let namespaces = [ns, "ndimg-flux", "ndimg-system", "ndimg-sbx"];
-    for name in namespaces {
-        apply(&client, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await;
-    }
-    apply(&client, &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}}))
-        .await;
-    for role in &roles {
-        apply(&client, role).await;
-    }
-    apply(
-        &client,
-        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "profile", "namespace": ns},
-                "data": {"profile.yaml": profile.yaml()}}),
-    )
-    .await;
-    // kube-controller-manager publishes the serving CA in every namespace (the pod's ca.crt).
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let ca = crate::cluster::wait_for("kube-root-ca.crt", Duration::from_secs(30), || {
-        let cms = cms.clone();
-        async move { cms.get_opt("kube-root-ca.crt").await.ok()?.and_then(|c| c.data?.remove("ca.crt")) }
-    })
-    .await;
-    let serving_ca = std::fs::read_to_string(node.dir.join("serving-ca.crt")).unwrap();
-    assert_eq!(ca.trim(), serving_ca.trim(), "kube-root-ca.crt holds the API server's serving CA");
+    let roles = status_fixture(&client, node, &namespaces, sa).await;
 
     let (sa_volume, sa_mount) = service_account_volume();
     // The status container runs as the acceptance Job's and Deployment's does (read-only root,
@@ -178,17 +199,7 @@ async fn the_osbx_image_runs_in_a_pod_and_reaches_the_api_server() {
     let main = terminated(done.container_statuses.as_ref(), "status");
 
     // The node is shared: what this test made goes before any assertion can stop it.
-    for kind in ["ClusterRoleBinding", "ClusterRole"] {
-        for role in roles.iter().filter(|r| r["kind"] == kind) {
-            let (api, name) = crate::cluster::api_for(&client, role).await;
-            api.delete(&name, &DeleteParams::default()).await.unwrap();
-        }
-    }
-    for name in namespaces {
-        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        let (api, name) = crate::cluster::api_for(&client, &obj).await;
-        api.delete(&name, &DeleteParams::default()).await.unwrap();
-    }
+    remove(&client, &roles, &namespaces).await;
 
     eprintln!("node-tier: the osbx image's init container: {init:?}\n{init_log}");
     eprintln!("node-tier: osbx status in the pod: {main:?}\n{status_log}");
