@@ -238,6 +238,31 @@ pub fn user_kubeconfig(kubeconfig: &std::path::Path, user: &str, out_dir: &std::
     path
 }
 
+/// A kubeconfig beside `kubeconfig` (same server and CA) that authenticates as the
+/// ServiceAccount `namespace/name` with a bound token (TokenRequest, one hour), as a pod of that
+/// ServiceAccount would; written to `out_dir`.
+pub async fn service_account_kubeconfig(
+    client: &Client,
+    kubeconfig: &std::path::Path,
+    (namespace, name): (&str, &str),
+    out_dir: &std::path::Path,
+) -> PathBuf {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() }),
+        ..TokenRequest::default()
+    };
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let issued = sas.create_token_request(name, &kube::api::PostParams::default(), &request).await.unwrap();
+    let token = issued.status.expect("a token").token;
+    let mut kc: Value = serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
+    kc["users"][0]["user"] = serde_json::json!({"token": token});
+    let path = out_dir.join(format!("{namespace}.{name}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_string(&kc).unwrap()).unwrap();
+    path
+}
+
 /// The Pools of a namespace.
 pub async fn pool_api_in(client: &Client, ns: &str) -> Api<DynamicObject> {
     let gvk = kube::core::GroupVersionKind::gvk("sandbox.opensandbox.io", "v1alpha1", "Pool");

@@ -15,6 +15,7 @@
 //! run one at a time even when the test harness runs tests in parallel: each plane with its
 //! controllers takes about 1 GB and most of a core while Flux installs the chart.
 
+mod acceptance;
 mod chart_failure;
 mod flux;
 mod full_loop;

@@ -5,11 +5,12 @@
 //! proven the same way against the real controllers, in `e2e::rollout`.)
 
 pub(crate) mod atoms;
+mod in_cluster;
 mod status;
 
 use std::path::PathBuf;
 
-use atoms::{Target, atoms, prove, settle, user_may_do, without};
+use atoms::{Target, args, atoms, prove, settle, user_may_do, without};
 use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,6 +32,8 @@ use crate::support::{osbx, output_off_runtime, outputs};
 const USER: &str = "rb-ci";
 const KEY: &str = "rb-test-key-7c41";
 const SMOKE_ID: &str = "spiffe://example.org/rb/smoke";
+/// The checks that need the real OpenSandbox server (tests/it/verify/lifecycle.rs), skipped here.
+const NEEDS_THE_SERVER: &str = "opensandbox.server,opensandbox.lifecycle,opensandbox.exec,opensandbox.reclaim";
 /// The bindings through which every authenticated user may discover the API, read the version
 /// and review its own access; removed, so that the printed roles must grant these too.
 pub(crate) const DEFAULT_BINDINGS: [&str; 3] = ["system:discovery", "system:public-info-viewer", "system:basic-user"];
@@ -52,7 +55,7 @@ fn profile(pools: &[&str]) -> TestProfile {
 /// A plane with the Flux, OpenSandbox and SPIRE CRDs, a Kata node, the stand-in controllers and
 /// kubelet, and the CI user's kubeconfig.
 struct World {
-    _plane: OwnPlane,
+    plane: OwnPlane,
     dir: tempfile::TempDir,
     client: kube::Client,
     user: PathBuf,
@@ -68,25 +71,26 @@ impl World {
             KataCluster::start("rb", Arc::new(Mutex::new(scenario))).await;
         let dir = tempfile::tempdir().unwrap();
         let user = cluster::user_kubeconfig(&plane.kubeconfig, USER, dir.path());
-        Self {
-            _plane: plane,
-            dir,
-            client,
-            user,
-            _controllers: controllers,
-            _opensandbox: opensandbox,
-            _kubelet: kubelet,
-        }
+        Self { plane, dir, client, user, _controllers: controllers, _opensandbox: opensandbox, _kubelet: kubelet }
     }
 
     /// Run osbx as the CI user (`OSBX_API_KEY` set with `key`).
     async fn osbx(&self, args: &[&str], key: bool) -> Output {
+        self.osbx_with(&self.user, args, key).await
+    }
+
+    /// Run osbx as the plane's admin (`OSBX_API_KEY` set with `key`).
+    async fn osbx_as_admin(&self, args: &[&str], key: bool) -> Output {
+        self.osbx_with(&self.plane.kubeconfig, args, key).await
+    }
+
+    async fn osbx_with(&self, kubeconfig: &std::path::Path, args: &[&str], key: bool) -> Output {
         let mut cmd = osbx();
         if key {
             cmd.env("OSBX_API_KEY", KEY);
         }
         cmd.current_dir(self.dir.path()).args(args);
-        cmd.arg("--profile").arg(self.dir.path().join("profile.yaml")).arg("--kubeconfig").arg(&self.user);
+        cmd.arg("--profile").arg(self.dir.path().join("profile.yaml")).arg("--kubeconfig").arg(kubeconfig);
         output_off_runtime(cmd).await
     }
 
@@ -121,20 +125,16 @@ async fn namespace_names(client: &kube::Client) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_printed_roles_are_enough_for_apply_diff_and_verify_and_each_permission_is_needed() {
-    let world = World::start().await;
-    let client = &world.client;
-    profile(&["pod-a", "pod-b", "vm-a", "vm-b"]).write_to(world.dir.path());
-    let objects = world.rbac(&["--for", "all"]).await;
-    for obj in &objects {
+/// Bind the CI user to `objects` (printed by `osbx rbac`) and to nothing else: the default
+/// bindings removed, and the authorizer seen to agree. The permissions, one by one.
+async fn grant_only(client: &kube::Client, objects: &[Value]) -> Vec<atoms::Atom> {
+    for obj in objects {
         apply(client, obj).await;
     }
     for name in DEFAULT_BINDINGS {
         Api::<ClusterRoleBinding>::all(client.clone()).delete(name, &DeleteParams::default()).await.unwrap();
     }
-    let discovery = Discovery::new(client.clone()).run_aggregated().await.unwrap();
-    let atoms = atoms(&objects);
+    let atoms = atoms(objects);
     // Wait until the authorizer sees the roles, and no longer the default bindings (which also
     // grant `/healthz`).
     for atom in &atoms {
@@ -152,11 +152,32 @@ async fn the_printed_roles_are_enough_for_apply_diff_and_verify_and_each_permiss
         assert!(start.elapsed() < Duration::from_secs(10), "the default bindings are still in effect");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    atoms
+}
+
+async fn discovery(client: &kube::Client) -> Discovery {
+    Discovery::new(client.clone()).run_aggregated().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_roles_are_enough_for_apply_diff_and_verify_and_each_permission_is_needed() {
+    let world = World::start().await;
+    let client = &world.client;
+    profile(&["pod-a", "pod-b", "vm-a", "vm-b"]).write_to(world.dir.path());
+    let objects = world.rbac(&["--for", "all"]).await;
+    let atoms = grant_only(client, &objects).await;
+    let discovery = discovery(client).await;
     let before = namespace_names(client).await;
 
     // Each permission alone.
     let start = Instant::now();
-    prove(&world, &discovery, &objects, &atoms).await;
+    prove(&world, &discovery, &objects, &atoms, |atom| {
+        // A dry run does not wait; what only the waits use (watch) is proven by an apply, which
+        // preflight stops before its first write all the same.
+        let apply: &[&str] = if atom.verb == "watch" { &["apply"] } else { &["apply", "--dry-run"] };
+        vec![(args(apply), true), (args(&["verify"]), false)]
+    })
+    .await;
     #[allow(clippy::print_stderr, reason = "the time the per-permission runs take")]
     let () = eprintln!("rbac: {} permissions each proven needed in {:.1}s", atoms.len(), start.elapsed().as_secs_f64());
     assert!(atoms.len() > 40, "{atoms:?}");
@@ -171,12 +192,7 @@ async fn the_printed_roles_are_enough_for_apply_diff_and_verify_and_each_permiss
     assert_eq!(out.status.code(), Some(0), "diff: {}{}", outputs(&out).0, outputs(&out).1);
     // The Lifecycle API checks need the real server (tests/it/verify/lifecycle.rs): the proxy
     // permissions are checked below with requests through the proxy instead.
-    let out = world
-        .osbx(
-            &["verify", "--skip", "opensandbox.server,opensandbox.lifecycle,opensandbox.exec,opensandbox.reclaim"],
-            false,
-        )
-        .await;
+    let out = world.osbx(&["verify", "--skip", NEEDS_THE_SERVER], false).await;
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "verify: {stdout}{stderr}");
     assert_eq!(stdout.lines().last(), Some("Ready"), "{stdout}");

@@ -1,0 +1,82 @@
+//! Least privilege in the cluster: the roles `osbx rbac --for verify --in-cluster` prints (the
+//! roles the acceptance layer binds its ServiceAccount to: one derivation, unit-tested in
+//! `rbac::tests`) let an identity holding nothing else run the layer's checks and publish their
+//! report; and without any single permission of them, verify's preflight stops before a check
+//! runs and names it. The identity here is a user bound to the printed roles (the real API server
+//! authorizes a ServiceAccount's requests through the same RBAC rules); the ServiceAccount itself
+//! runs the Job on the real node (`node::acceptance`).
+
+use super::*;
+
+const NS: &str = "rb-acc";
+const REPORT: &str = "rb-acc/rb-acceptance-report";
+
+/// The rb profile with an acceptance layer after the pools, which runs every check that does not
+/// need the real OpenSandbox server.
+fn with_acceptance() -> TestProfile {
+    profile(&["pod-a", "vm-a"])
+        .set(
+            "layers",
+            json!([
+                {"name": "opensandbox", "component": "opensandbox"},
+                {"name": "opensandbox-pools", "component": "pools", "dependsOn": ["opensandbox"]},
+                {"name": "acceptance", "component": "acceptance", "dependsOn": ["opensandbox-pools"]},
+            ]),
+        )
+        .set(
+            "acceptance",
+            json!({"image": "registry.example.org/osbx:test", "namespace": NS, "name": "rb-acceptance",
+                   "skip": NEEDS_THE_SERVER.split(',').collect::<Vec<_>>()}),
+        )
+}
+
+/// What the acceptance layer's Job runs (its `--skip` as the layer renders it), for `revision`.
+fn in_cluster_verify(revision: &str) -> Vec<String> {
+    args(&["verify", "--publish", REPORT, "--revision", revision, "--skip", NEEDS_THE_SERVER])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_cluster_roles_are_enough_to_verify_and_publish_and_each_permission_is_needed() {
+    let world = World::start().await;
+    let client = &world.client;
+    with_acceptance().write_to(world.dir.path());
+    // The platform, applied by its admin (Flux's part played by the stand-in controllers).
+    let out = world.osbx_as_admin(&["apply", "--timeout", "60s"], true).await;
+    assert_eq!(out.status.code(), Some(0), "apply: {}{}", outputs(&out).0, outputs(&out).1);
+
+    let objects = world.rbac(&["--for", "verify", "--in-cluster"]).await;
+    let role_names: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .collect();
+    assert!(role_names.iter().all(|n| *n == "osbx-rb-rb-acceptance"), "{role_names:?}");
+    let atoms = grant_only(client, &objects).await;
+    let publishes = |verb: &str, resource: &str| {
+        atoms.iter().any(|a| {
+            a.verb == verb
+                && matches!(&a.target, Target::Resource { resource: r, .. } if r == resource)
+                && objects[a.role]["metadata"]["namespace"] == NS
+        })
+    };
+    assert!(publishes("patch", "configmaps") && publishes("create", "events"), "{atoms:?}");
+
+    // Each permission alone: the in-cluster run stops in preflight, and publishes nothing.
+    prove(&world, &discovery(client).await, &objects, &atoms, |_| vec![(in_cluster_verify("r1"), false)]).await;
+    let reports = Api::<ConfigMap>::namespaced(client.clone(), NS);
+    assert!(reports.get_opt("rb-acceptance-report").await.unwrap().is_none(), "nothing published");
+
+    // With all of them: the run passes and publishes its report at its revision.
+    let args = in_cluster_verify("r1");
+    let out = world.osbx(&args.iter().map(String::as_str).collect::<Vec<_>>(), false).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "verify: {stdout}{stderr}");
+    assert_eq!(stdout.lines().last(), Some("Ready"), "{stdout}");
+    let report = reports.get("rb-acceptance-report").await.unwrap();
+    let data = report.data.unwrap_or_default();
+    let published: Value = serde_json::from_str(&data["report.json"]).unwrap();
+    assert_eq!((published["revision"].as_str(), published["ready"].as_bool()), (Some("r1"), Some(true)), "{published}");
+    let checks = published["checks"].as_array().unwrap();
+    assert!(checks.iter().any(|c| c["id"] == "opensandbox.pools"), "{published}");
+    assert!(checks.iter().all(|c| !c["id"].as_str().unwrap().starts_with("opensandbox.exec")), "{published}");
+}
