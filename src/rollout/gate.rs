@@ -38,8 +38,22 @@ impl Progress for Line<'_> {
 }
 
 /// One cluster's gate: Flux reconciles `sha`, then every selected check passes (and one passes,
-/// unless the fleet accepts a cluster whose checks all skip).
+/// unless the fleet accepts a cluster whose checks all skip). The report counts the requests the
+/// rollout made to the cluster.
 pub(super) async fn gate(
+    wave: &str,
+    target: &Target<'_>,
+    sha: &str,
+    fleet: &Fleet,
+    settings: &Settings,
+    progress: &dyn Progress,
+    interrupted: &Interrupt,
+) -> Result<ClusterReport, RolloutError> {
+    let report = checked(wave, target, sha, fleet, settings, progress, interrupted).await?;
+    Ok(ClusterReport { requests: target.cluster.as_ref().map(crate::cluster::Cluster::requests), ..report })
+}
+
+async fn checked(
     wave: &str,
     target: &Target<'_>,
     sha: &str,
@@ -58,13 +72,16 @@ pub(super) async fn gate(
     let profile = &target.member.profile;
     let reconciled = flux::reconciled(cluster, profile, &target.flux, sha, settings.timeout, &line).await;
     if let Some(acceptance) = &target.acceptance {
+        let reconciled_ms = millis(started.elapsed());
+        let reading = Instant::now();
         let report = in_cluster(&name, cluster, acceptance, sha, reconciled, fleet, settings).await?;
         let state = match &report.failure {
             None => ClusterState::Passed,
             Some(f) => ClusterState::Failed(format!("{}: {}", f.check, f.evidence)),
         };
         progress.cluster(wave, &name, &state);
-        return Ok(ClusterReport { reconciled_ms: Some(millis(started.elapsed())), ..report });
+        let (reconciled_ms, verify_ms) = (Some(reconciled_ms), Some(millis(reading.elapsed())));
+        return Ok(ClusterReport { reconciled_ms, verify_ms, ..report });
     }
     match reconciled {
         Ok(()) => {}
@@ -102,6 +119,7 @@ pub(super) async fn gate(
         outcome,
         reconciled_ms: Some(reconciled_ms),
         verify_ms: Some(millis(checking.elapsed())),
+        requests: None,
         failure,
         checks: results,
     })
@@ -151,6 +169,7 @@ async fn in_cluster(
         outcome,
         reconciled_ms: None,
         verify_ms: None,
+        requests: None,
         failure,
         checks,
     })

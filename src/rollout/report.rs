@@ -36,6 +36,9 @@ pub(crate) struct ClusterReport {
     pub reconciled_ms: Option<u64>,
     /// How long the checks took.
     pub verify_ms: Option<u64>,
+    /// The requests the rollout made to this cluster, through its gate (none: not reached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<crate::cluster::RequestCounts>,
     /// Why it did not pass: the first failing check and its evidence, or why Flux did not get
     /// there.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,6 +114,7 @@ impl ClusterReport {
             outcome: GateOutcome::Failed,
             reconciled_ms: None,
             verify_ms: None,
+            requests: None,
             failure: Some(Failure { check: check.to_owned(), evidence, diagnosis: None }),
             checks: Vec::new(),
         }

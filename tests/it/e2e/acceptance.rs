@@ -33,23 +33,23 @@ use crate::cluster::{self, wait_for};
 use crate::support::osbx;
 
 const S: &str = "acceptance";
-const NS: &str = "osbx-acceptance";
-const NAME: &str = "acc";
+pub(super) const NS: &str = "osbx-acceptance";
+pub(super) const NAME: &str = "acc";
 /// A second kwok node, cordoned while the first revision runs.
-const CORDONED: &str = "kwok-node-1";
+pub(super) const CORDONED: &str = "kwok-node-1";
 
 /// One run of the Job's pod, as the played kubelet saw it.
 #[derive(Debug, Clone)]
-struct Run {
-    job_uid: String,
-    revision: String,
-    code: i32,
-    output: String,
+pub(super) struct Run {
+    pub job_uid: String,
+    pub revision: String,
+    pub code: i32,
+    pub output: String,
 }
 
 /// The default profile with an acceptance layer after the pools that runs the checks this plane
 /// answers without the OpenSandbox server (Flux, the nodes, the Pools), with Flux's retries short.
-fn with_acceptance(p: &mut Value) {
+pub(super) fn with_acceptance(p: &mut Value) {
     p["layers"].as_array_mut().expect("layers").push(json!({
         "name": "acceptance", "component": "acceptance", "dependsOn": ["opensandbox-pools"],
         "timeout": "60s", "retryInterval": "5s"}));
@@ -160,7 +160,7 @@ async fn report(client: &Client) -> Option<Value> {
 }
 
 /// A kwok node, cordoned.
-async fn cordoned_node(client: &Client) {
+pub(super) async fn cordoned_node(client: &Client) {
     let node = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": CORDONED, "annotations": {"kwok.x-k8s.io/node": "fake"},
@@ -173,11 +173,29 @@ async fn cordoned_node(client: &Client) {
         .expect("create the cordoned node");
 }
 
-struct Aborted(tokio::task::JoinHandle<()>);
+/// The played kubelet of one plane (see the module docs), running until dropped.
+pub(super) struct Kubelet {
+    task: tokio::task::JoinHandle<()>,
+    runs: Arc<Mutex<Vec<Run>>>,
+}
 
-impl Drop for Aborted {
+impl Kubelet {
+    /// Start playing it on the plane of `client` (`kubeconfig`: its admin's), pods' files under `dir`.
+    pub(super) fn start(client: Client, kubeconfig: PathBuf, dir: PathBuf) -> Self {
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn(kubelet(client, kubeconfig, dir, runs.clone()));
+        Self { task, runs }
+    }
+
+    /// The runs so far, in order.
+    pub(super) fn runs(&self) -> Vec<Run> {
+        self.runs.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Kubelet {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
@@ -185,15 +203,9 @@ impl Drop for Aborted {
 async fn flux_holds_the_acceptance_layer_while_the_in_cluster_verify_fails_and_a_new_revision_reruns_it() {
     let mut world = World::scenario(S).profile(with_acceptance).start().await;
     cordoned_node(&world.client).await;
-    let runs = Arc::new(Mutex::new(Vec::new()));
     let dir = tempfile::tempdir().unwrap();
-    let _kubelet = Aborted(tokio::spawn(kubelet(
-        world.client.clone(),
-        world.plane.kubeconfig.clone(),
-        dir.path().to_path_buf(),
-        runs.clone(),
-    )));
-    let runs_now = || runs.lock().unwrap().clone();
+    let kubelet = Kubelet::start(world.client.clone(), world.plane.kubeconfig.clone(), dir.path().to_path_buf());
+    let runs_now = || kubelet.runs();
 
     // The first revision fails in the cluster: Flux holds the layer, naming the Job.
     let held = wait_for("Flux holding the acceptance layer on the failed Job", Duration::from_secs(600), || {

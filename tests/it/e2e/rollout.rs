@@ -48,7 +48,7 @@ const GATE: &str = "flux.layers,nodes.ready,opensandbox.pools";
 /// The CI user every rollout runs as.
 const USER: &str = "rollout-ci";
 /// How many scenarios share the world.
-const SCENARIOS: usize = 5;
+const SCENARIOS: usize = 6;
 
 /// Three planes, one Flux repository, the fleet file and its base profile.
 struct FleetWorld {
@@ -63,6 +63,8 @@ struct FleetWorld {
     accept_no_evidence: bool,
     /// Each cluster's kubeconfig of [`USER`].
     users: Vec<PathBuf>,
+    /// Whether the base profile written has an acceptance layer (reset for each scenario).
+    in_cluster: bool,
 }
 
 /// The shared world, and how many of the scenarios are still to run (the last one drops it).
@@ -139,7 +141,16 @@ impl FleetWorld {
             }
         }
         bench("rollout", "world_ready", started.elapsed().as_secs_f64());
-        Self { planes, flux, work, base, overrides: vec![Value::Null; 3], accept_no_evidence: false, users }
+        Self {
+            planes,
+            flux,
+            work,
+            base,
+            overrides: vec![Value::Null; 3],
+            accept_no_evidence: false,
+            users,
+            in_cluster: false,
+        }
     }
 
     fn fleet_path(&self) -> PathBuf {
@@ -148,7 +159,11 @@ impl FleetWorld {
 
     /// Write the fleet file and its base profile.
     fn write(&self) {
-        std::fs::write(self.work.path().join("base.yaml"), serde_saphyr::to_string(&self.base).unwrap()).unwrap();
+        let mut base = self.base.clone();
+        if self.in_cluster {
+            super::acceptance::with_acceptance(&mut base);
+        }
+        std::fs::write(self.work.path().join("base.yaml"), serde_saphyr::to_string(&base).unwrap()).unwrap();
         let clusters: Vec<Value> = CLUSTERS
             .iter()
             .zip(&self.users)
@@ -345,6 +360,12 @@ async fn world() -> (tokio::sync::MutexGuard<'static, ()>, tokio::sync::MutexGua
     if guard.is_none() {
         *guard = Some(FleetWorld::start().await);
     }
+    if let Some(w) = guard.as_mut() {
+        // What the in-cluster scenario sets, should it have failed: its layer, a second node.
+        w.in_cluster = false;
+        let client = cluster::client_for(&w.planes[0].kubeconfig).await;
+        let _ = Api::<Node>::all(client).delete(super::acceptance::CORDONED, &DeleteParams::default()).await;
+    }
     (turn, guard)
 }
 
@@ -376,6 +397,23 @@ fn states(report: &Value) -> Vec<(String, String)> {
         .iter()
         .map(|w| (w["name"].as_str().unwrap().to_owned(), w["state"].as_str().unwrap().to_owned()))
         .collect()
+}
+
+/// The gates' requests per cluster (`<gate>_reads`, `…_writes`, `…_reviews`, each the mean of the
+/// clusters') and their time after Flux had reconciled (`<gate>_gate_sum`), for the benchmark.
+#[allow(clippy::cast_precision_loss)]
+fn bench_requests(gate: &str, report: &Value) {
+    let clusters: Vec<&Value> =
+        report["waves"].as_array().unwrap().iter().flat_map(|w| w["results"].as_array().unwrap()).collect();
+    let n = clusters.len() as f64;
+    for kind in ["reads", "writes", "reviews"] {
+        let sum: u64 = clusters.iter().map(|c| c["requests"][kind].as_u64().expect("requests counted")).sum();
+        bench("rollout", &format!("{gate}_{kind}"), sum as f64 / n);
+    }
+    let gate_ms: u64 = clusters.iter().map(|c| c["verify_ms"].as_u64().unwrap_or(0)).sum();
+    bench("rollout", &format!("{gate}_gate_sum"), gate_ms as f64 / 1000.0);
+    let flux_ms: u64 = clusters.iter().map(|c| c["reconciled_ms"].as_u64().unwrap_or(0)).sum();
+    bench("rollout", &format!("{gate}_flux_sum"), flux_ms as f64 / 1000.0);
 }
 
 /// A change to every cluster: the runc pool's `poolMax`, a value no other scenario uses.
@@ -433,6 +471,7 @@ async fn a_healthy_rollout_goes_wave_by_wave() {
         .flat_map(|w| w["results"].as_array().unwrap().iter().map(|c| c["verify_ms"].as_u64().unwrap()))
         .sum();
     bench("rollout", "three_waves_wall", took.as_secs_f64());
+    bench_requests("remote", &r);
     #[allow(clippy::cast_precision_loss)]
     bench("rollout", "verify_sum", verify_ms as f64 / 1000.0);
     #[allow(clippy::cast_precision_loss)]
@@ -692,5 +731,64 @@ async fn the_printed_roles_are_enough_for_a_rollout_and_each_permission_is_neede
     assert!(notes.contains("refs/notes/osbx-rollout"), "the healthy rollout recorded its gates: {notes}");
     assert_eq!(records(), notes, "a refused rollout recorded a gate");
     assert_eq!(w.flux.dirty(), "", "a refused rollout wrote");
+    done(&mut guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing() {
+    let (_one_at_a_time, mut guard) = world().await;
+    let w = guard.as_mut().unwrap();
+    w.overrides = vec![Value::Null; 3];
+    w.cordon(0, false).await;
+    // Every cluster checks itself: an acceptance layer after the pools, its Job's pods run by
+    // the played kubelet (e2e::acceptance) on each plane.
+    w.in_cluster = true;
+    let work = tempfile::tempdir().unwrap();
+    let mut kubelets = Vec::new();
+    for (name, plane) in CLUSTERS.iter().zip(&w.planes) {
+        let client = cluster::client_for(&plane.kubeconfig).await;
+        let dir = work.path().join(name);
+        kubelets.push(super::acceptance::Kubelet::start(client, plane.kubeconfig.clone(), dir));
+    }
+    bump_pool(w, 16);
+    let started = Instant::now();
+    let out = w.rollout(&["-o", "json"]).await;
+    let took = started.elapsed();
+    let r = report_exited(&out, 0);
+    assert_eq!(
+        states(&r),
+        [("canary".into(), "passed".into()), ("second".into(), "passed".into()), ("rest".into(), "passed".into())]
+    );
+    w.assert_applied_their_waves().await;
+    for (k, wave) in r["waves"].as_array().unwrap().iter().enumerate() {
+        for c in wave["results"].as_array().unwrap() {
+            // The verdict is the cluster's own run, at the revision of this wave's render.
+            let runs = kubelets[k].runs();
+            let last = runs.last().unwrap_or_else(|| panic!("{c}: no in-cluster run"));
+            assert_eq!(last.code, 0, "{}", last.output);
+            let ids: Vec<&str> = c["checks"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+            assert_eq!(ids, ["flux.layers", "nodes.ready", "opensandbox.pools"], "{c}");
+            // Reads, and the one write that asks Flux to fetch: no probe, no sandbox.
+            assert!(c["requests"]["writes"].as_u64().unwrap() <= 1, "the gate wrote: {c}");
+        }
+    }
+    bench("rollout", "in_cluster_three_waves_wall", took.as_secs_f64());
+    bench_requests("in_cluster", &r);
+    // The canary's own run fails (a second node, cordoned: `nodes.ready`): its Job fails, Flux
+    // holds the layer, and the gate names the check from the cluster's report; nothing goes on.
+    let client = cluster::client_for(&w.planes[0].kubeconfig).await;
+    super::acceptance::cordoned_node(&client).await;
+    bump_pool(w, 17);
+    let out = w.rollout(&["-o", "json"]).await;
+    let r = report_exited(&out, 1);
+    assert_eq!(states(&r)[0], ("canary".into(), "failed".into()), "{r}");
+    let canary = &r["waves"][0]["results"][0];
+    assert_eq!(canary["failure"]["check"], "nodes.ready", "{canary}");
+    let evidence = canary["failure"]["evidence"].as_str().unwrap();
+    assert!(evidence.contains(super::acceptance::CORDONED), "{evidence}");
+    assert_eq!(kubelets[0].runs().last().map(|r| r.code), Some(1), "the canary's own run failed");
+    drop(kubelets);
+    w.in_cluster = false;
+    let _ = Api::<Node>::all(client).delete(super::acceptance::CORDONED, &DeleteParams::default()).await;
     done(&mut guard);
 }
