@@ -39,21 +39,8 @@ impl Progress for Line<'_> {
 
 /// One cluster's gate: Flux reconciles `sha`, then every selected check passes (and one passes,
 /// unless the fleet accepts a cluster whose checks all skip). The report counts the requests the
-/// rollout made to the cluster.
+/// rollout made to the cluster (its client's, which only this cluster's work uses).
 pub(super) async fn gate(
-    wave: &str,
-    target: &Target<'_>,
-    sha: &str,
-    fleet: &Fleet,
-    settings: &Settings,
-    progress: &dyn Progress,
-    interrupted: &Interrupt,
-) -> Result<ClusterReport, RolloutError> {
-    let report = checked(wave, target, sha, fleet, settings, progress, interrupted).await?;
-    Ok(ClusterReport { requests: target.cluster.as_ref().map(crate::cluster::Cluster::requests), ..report })
-}
-
-async fn checked(
     wave: &str,
     target: &Target<'_>,
     sha: &str,

@@ -252,7 +252,10 @@ pub(crate) async fn run(
             let sha = sha.clone();
             async move {
                 let result = match target {
-                    Some(t) => gate(&wave.name, t, &sha, fleet, settings, progress, interrupted).await?,
+                    Some(t) => {
+                        let gated = gate(&wave.name, t, &sha, fleet, settings, progress, interrupted).await?;
+                        ClusterReport { requests: t.cluster.as_ref().map(crate::cluster::Cluster::requests), ..gated }
+                    }
                     None => ClusterReport::failed(c, "flux.reconcile", "not in the fleet".into()),
                 };
                 records::record(root, &record(fleet, &wave.name, &sha, &result))?;

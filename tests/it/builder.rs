@@ -58,6 +58,16 @@ impl TestProfile {
         self
     }
 
+    /// Add an acceptance layer after the pools layer, with `section` as the `acceptance` section.
+    #[must_use]
+    pub fn acceptance(mut self, section: Value) -> Self {
+        if let Some(layers) = self.doc["layers"].as_array_mut() {
+            layers.push(json!({"name": "acceptance", "component": "acceptance", "dependsOn": ["opensandbox-pools"]}));
+        }
+        self.doc["acceptance"] = section;
+        self
+    }
+
     /// Set the field at a dotted path (`verify.probeDeadlineSeconds`), creating mappings on the
     /// way.
     #[must_use]

@@ -35,18 +35,8 @@ fn with_acceptance(image: &str, class: &str) -> TestProfile {
     profile()
         .pool("vm", "kata", [0, 1, 0, 1])
         .pool_set("vm", "runtimeClassName", class)
-        .set(
-            "layers",
-            json!([
-                {"name": "opensandbox", "component": "opensandbox"},
-                {"name": "opensandbox-pools", "component": "pools", "dependsOn": ["opensandbox"]},
-                {"name": "acceptance", "component": "acceptance", "dependsOn": ["opensandbox-pools"]},
-            ]),
-        )
-        .set(
-            "acceptance",
-            json!({"image": image, "namespace": NS, "name": "acc", "interval": "5s", "only": ["nodes.ready", "kata.runtimeclass"]}),
-        )
+        .acceptance(json!({"image": image, "namespace": NS, "name": "acc", "interval": "5s",
+                           "only": ["nodes.ready", "kata.runtimeclass"]}))
 }
 
 /// The acceptance layer's objects as rendered, and the revision its Job checks.

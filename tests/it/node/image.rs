@@ -6,7 +6,6 @@
 //! `tests/cluster/up-node.sh`; the node tier has no kube-proxy for the `kubernetes` Service).
 //! What an in-cluster acceptance run (a Job or Deployment of the osbx image) builds on.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -35,13 +34,7 @@ pub fn osbx_image(node: &NodePlane) -> &'static str {
             .output()
             .unwrap();
         assert!(out.status.success(), "tests/cluster/osbx-image: {}", String::from_utf8_lossy(&out.stderr));
-        let ctr = PathBuf::from(node.var("NODE_BIN")).join("ctr");
-        let out = std::process::Command::new(ctr)
-            .args(["--address", node.var("CONTAINERD_SOCKET"), "-n", "k8s.io", "images", "import"])
-            .arg(&tar)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "ctr images import: {}", String::from_utf8_lossy(&out.stderr));
+        node.import_image(&tar);
     });
     IMAGE
 }

@@ -79,6 +79,18 @@ impl NodePlane {
         self.env.get(key).unwrap_or_else(|| panic!("node.env has no {key}"))
     }
 
+    /// Import a docker-archive tarball into the node's containerd (`k8s.io` namespace), where
+    /// the kubelet finds its images without a registry.
+    pub fn import_image(&self, tar: &std::path::Path) {
+        let ctr = PathBuf::from(self.var("NODE_BIN")).join("ctr");
+        let out = std::process::Command::new(ctr)
+            .args(["--address", self.var("CONTAINERD_SOCKET"), "-n", "k8s.io", "images", "import"])
+            .arg(tar)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ctr images import: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// An admin client (one per test: a client belongs to its runtime).
     pub async fn client(&self) -> kube::Client {
         crate::cluster::client_for(&self.kubeconfig).await

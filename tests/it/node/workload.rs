@@ -31,13 +31,7 @@ fn import_image(node: &NodePlane) {
             .output()
             .unwrap();
         assert!(out.status.success(), "tests/cluster/image: {}", String::from_utf8_lossy(&out.stderr));
-        let ctr = PathBuf::from(node.var("NODE_BIN")).join("ctr");
-        let out = std::process::Command::new(ctr)
-            .args(["--address", node.var("CONTAINERD_SOCKET"), "-n", "k8s.io", "images", "import"])
-            .arg(&tar)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "ctr images import: {}", String::from_utf8_lossy(&out.stderr));
+        node.import_image(&tar);
     });
 }
 

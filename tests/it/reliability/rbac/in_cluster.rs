@@ -14,20 +14,9 @@ const REPORT: &str = "rb-acc/rb-acceptance-report";
 /// The rb profile with an acceptance layer after the pools, which runs every check that does not
 /// need the real OpenSandbox server.
 fn with_acceptance() -> TestProfile {
-    profile(&["pod-a", "vm-a"])
-        .set(
-            "layers",
-            json!([
-                {"name": "opensandbox", "component": "opensandbox"},
-                {"name": "opensandbox-pools", "component": "pools", "dependsOn": ["opensandbox"]},
-                {"name": "acceptance", "component": "acceptance", "dependsOn": ["opensandbox-pools"]},
-            ]),
-        )
-        .set(
-            "acceptance",
-            json!({"image": "registry.example.org/osbx:test", "namespace": NS, "name": "rb-acceptance",
-                   "skip": NEEDS_THE_SERVER.split(',').collect::<Vec<_>>()}),
-        )
+    profile(&["pod-a", "vm-a"]).acceptance(json!({
+        "image": "registry.example.org/osbx:test", "namespace": NS, "name": "rb-acceptance",
+        "skip": NEEDS_THE_SERVER.split(',').collect::<Vec<_>>()}))
 }
 
 /// What the acceptance layer's Job runs (its `--skip` as the layer renders it), for `revision`.
@@ -61,6 +50,8 @@ async fn the_in_cluster_roles_are_enough_to_verify_and_publish_and_each_permissi
         })
     };
     assert!(publishes("patch", "configmaps") && publishes("create", "events"), "{atoms:?}");
+    // Flux's objects, the nodes, the Pools, the API key's Secret, discovery and reviews: one by one.
+    assert!(atoms.len() > 15, "{atoms:?}");
 
     // Each permission alone: the in-cluster run stops in preflight, and publishes nothing.
     prove(&world, &discovery(client).await, &objects, &atoms, |_| vec![(in_cluster_verify("r1"), false)]).await;
