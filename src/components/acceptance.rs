@@ -256,6 +256,26 @@ mod tests {
         assert_eq!(revision(json!({"acceptance": {"interval": "5m"}})), base);
     }
 
+    /// A fleet writes a layer whose files differ between clusters to a directory of its own: the
+    /// same objects there are the same revision (what `osbx status` and `osbx rollout` expect
+    /// from a render of the profile alone).
+    #[test]
+    fn the_revision_is_of_the_objects_not_of_where_the_repository_keeps_them() {
+        let mut loaded = fresh(&json!({})).unwrap();
+        let a = loaded.profile.sections.acceptance.clone().unwrap();
+        let base = a.revision_in(layer(&loaded).iter()).unwrap();
+        for l in loaded.profile.layers.iter_mut().filter(|l| l.name != "acceptance") {
+            l.path = Some(format!("{}-lab-a", l.repo_path()));
+        }
+        let rendered = crate::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+        let moved = rendered.files.iter().filter(|f| f.path.contains("-lab-a/")).count();
+        assert!(moved > 5, "the layers moved: {:?}", rendered.files.iter().map(|f| &f.path).collect::<Vec<_>>());
+        assert_eq!(a.revision_in(layer(&loaded).iter()).unwrap(), base);
+        // What is in them still counts.
+        loaded.profile.sections.pools.items[0].capacity.pool_max += 1;
+        assert_ne!(a.revision_in(layer(&loaded).iter()).unwrap(), base);
+    }
+
     #[test]
     fn names_namespaces_and_scrape_kinds_follow_the_profile() {
         let loaded = fresh(

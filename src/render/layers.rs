@@ -1,6 +1,8 @@
 //! One layer's files: its Flux Kustomization and what its component's templates render, and
 //! what a layer rendered after the others adds to its view.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 use tera::Context;
 
@@ -81,14 +83,7 @@ pub(super) fn after_others(p: &Profile, others: &Rendered, roles: Option<Roles>)
             message: "this render cannot derive the roles of the acceptance layer's ServiceAccount".into(),
         });
     };
-    let mut digest = String::new();
-    for f in &others.files {
-        digest.push_str(&f.path);
-        digest.push('\0');
-        digest.push_str(&f.content);
-        digest.push('\0');
-    }
-    let revision = crate::hash::sha256_hex(digest.as_bytes())[..16].to_owned();
+    let revision = revision(p, others);
     let options = serde_saphyr::ser_options! { compact_list_indent: false, folded_wrap_chars: usize::MAX };
     let profile = serde_saphyr::to_string_with_options(p, options)
         .map_err(|e| RenderError::Template { name: "(profile)".into(), message: e.to_string() })?;
@@ -101,6 +96,40 @@ pub(super) fn after_others(p: &Profile, others: &Rendered, roles: Option<Roles>)
         .any(|o| crate::object::KnownKind::NAMESPACE.is(&o.id.gvk) && Some(o.id.name.as_str()) == namespace);
     Ok(json!({"revision": revision, "roles": roles(p, others), "profileData": {"profile.yaml": profile},
               "ownsNamespace": owns_namespace}))
+}
+
+/// The revision of what the other layers deploy: a digest of each file, named within its layer,
+/// and of its objects (its text when it holds none). Not of where the repository keeps them: a
+/// fleet writes a layer whose files differ between clusters to a directory of its own
+/// (`fleet::layout`), and the same objects there are the same revision, so the revision a render
+/// of the profile alone gives (`osbx status`, `osbx rollout`) is the one the fleet's commit holds.
+fn revision(p: &Profile, others: &Rendered) -> String {
+    let dirs: BTreeMap<&str, String> =
+        p.layers.iter().map(|l| (l.name.as_str(), format!("{}/", l.repo_path()))).collect();
+    let mut digest = String::new();
+    for f in &others.files {
+        let within = dirs.get(f.layer.as_str()).and_then(|d| f.path.strip_prefix(d.as_str()));
+        digest.push_str(&f.layer);
+        digest.push(':');
+        digest.push_str(within.unwrap_or(&f.path));
+        digest.push('\0');
+        if f.objects.is_empty() {
+            digest.push_str(&f.content);
+        }
+        for o in f.objects.iter() {
+            let mut value = o.value.clone();
+            // A layer's Kustomization says where its files are.
+            if crate::flux::KUSTOMIZATION.is(&o.id.gvk)
+                && let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut)
+            {
+                spec.remove("path");
+            }
+            digest.push_str(&value.to_string());
+            digest.push('\0');
+        }
+        digest.push('\0');
+    }
+    crate::hash::sha256_hex(digest.as_bytes())[..16].to_owned()
 }
 
 /// The layer's Flux health check for the kinds of `component` without a Ready condition, into

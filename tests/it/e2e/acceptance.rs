@@ -173,6 +173,47 @@ pub(super) async fn cordoned_node(client: &Client) {
         .expect("create the cordoned node");
 }
 
+/// What a failure message shows of the acceptance namespace: its Jobs (revision, conditions) and
+/// pods (revision, node, phase).
+pub(super) async fn state(client: &Client) -> String {
+    let jobs = Api::<Job>::namespaced(client.clone(), NS).list(&ListParams::default()).await.unwrap();
+    let pods = Api::<Pod>::namespaced(client.clone(), NS).list(&ListParams::default()).await.unwrap();
+    let revision = |m: &kube::api::ObjectMeta| m.annotations.as_ref().and_then(|a| a.get("osbx.dev/revision")).cloned();
+    let mut lines = Vec::new();
+    for j in jobs.items {
+        let conditions: Vec<String> = j
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| format!("{}={} {}", c.type_, c.status, c.message.unwrap_or_default()))
+            .collect();
+        let template = j.spec.and_then(|s| s.template.metadata);
+        lines.push(format!(
+            "Job {:?} revision {:?}: {conditions:?}",
+            j.metadata.name,
+            template.as_ref().and_then(revision)
+        ));
+    }
+    for p in pods.items {
+        let status = p.status.unwrap_or_default();
+        lines.push(format!(
+            "Pod {:?} revision {:?} on {:?}: {:?} {:?}",
+            p.metadata.name,
+            revision(&p.metadata),
+            p.spec.and_then(|s| s.node_name),
+            status.phase,
+            status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .map(|c| format!("{}={} {}", c.type_, c.status, c.message.clone().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        ));
+    }
+    lines.join("\n")
+}
+
 /// The played kubelet of one plane (see the module docs), running until dropped.
 pub(super) struct Kubelet {
     task: tokio::task::JoinHandle<()>,

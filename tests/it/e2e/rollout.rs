@@ -781,11 +781,15 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
     bump_pool(w, 17);
     let out = w.rollout(&["-o", "json"]).await;
     let r = report_exited(&out, 1);
-    assert_eq!(states(&r)[0], ("canary".into(), "failed".into()), "{r}");
+    assert_eq!(
+        states(&r),
+        [("canary".into(), "failed".into()), ("second".into(), "pending".into()), ("rest".into(), "pending".into())]
+    );
     let canary = &r["waves"][0]["results"][0];
-    assert_eq!(canary["failure"]["check"], "nodes.ready", "{canary}");
-    let evidence = canary["failure"]["evidence"].as_str().unwrap();
-    assert!(evidence.contains(super::acceptance::CORDONED), "{evidence}");
+    let seen = format!("{canary}\nruns: {:#?}\n{}", kubelets[0].runs(), super::acceptance::state(&client).await);
+    assert_eq!(canary["failure"]["check"], "nodes.ready", "{seen}");
+    let why = canary["failure"]["diagnosis"].as_str().unwrap_or_default();
+    assert!(why.contains(super::acceptance::CORDONED), "{seen}");
     assert_eq!(kubelets[0].runs().last().map(|r| r.code), Some(1), "the canary's own run failed");
     drop(kubelets);
     w.in_cluster = false;
