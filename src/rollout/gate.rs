@@ -57,8 +57,14 @@ pub(super) async fn gate(
     progress.cluster(wave, &name, &ClusterState::Reconciling(format!("commit {}", &sha[..sha.len().min(12)])));
     let started = Instant::now();
     let profile = &target.member.profile;
-    let reconciled = flux::reconciled(cluster, profile, &target.flux, sha, settings.timeout, &line).await;
+    let reconciled = flux::reconciled(cluster, profile, &target.flux, sha, settings.timeout, &line);
     if let Some(acceptance) = &target.acceptance {
+        // The cluster's own run publishes its verdict before its Job ends: a failed run is the
+        // gate's answer at once, while Flux waits out its health check on the failed Job.
+        let reconciled = tokio::select! {
+            r = reconciled => r,
+            () = failed_run(cluster, acceptance, fleet, settings) => Ok(()),
+        };
         let reconciled_ms = millis(started.elapsed());
         let reading = Instant::now();
         let report = in_cluster(&name, cluster, acceptance, sha, reconciled, fleet, settings).await?;
@@ -70,7 +76,7 @@ pub(super) async fn gate(
         let (reconciled_ms, verify_ms) = (Some(reconciled_ms), Some(millis(reading.elapsed())));
         return Ok(ClusterReport { reconciled_ms, verify_ms, ..report });
     }
-    match reconciled {
+    match reconciled.await {
         Ok(()) => {}
         Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name, source }),
         Err(e) => {
@@ -143,7 +149,7 @@ async fn in_cluster(
             return Ok(ClusterReport::failed(name, REPORT_CHECK, evidence));
         }
     };
-    let checks: Vec<_> = published.checks.into_iter().filter(|c| settings.verify.selection.selects(&c.id)).collect();
+    let checks = selected(published, settings);
     let (outcome, failure) = records::judge(&checks, fleet.accept_no_evidence);
     if failure.is_none()
         && let Some(f) = not_reconciled
@@ -161,6 +167,33 @@ async fn in_cluster(
         checks,
     })
 }
+
+/// Resolves once the report in the cluster is of `revision` and its selected checks fail (the
+/// run is over: it publishes before it exits); reads it every few seconds until then.
+async fn failed_run(
+    cluster: &crate::cluster::Cluster,
+    (report, revision): &(ObjectRef, String),
+    fleet: &Fleet,
+    settings: &Settings,
+) {
+    loop {
+        if let Ok(Some(published)) = publish::read(cluster, report).await
+            && published.revision == *revision
+            && records::judge(&selected(published, settings), fleet.accept_no_evidence).1.is_some()
+        {
+            return;
+        }
+        tokio::time::sleep(REPORT_INTERVAL).await;
+    }
+}
+
+/// The checks of a published run the rollout selects.
+fn selected(published: publish::Published, settings: &Settings) -> Vec<crate::verify::CheckResult> {
+    published.checks.into_iter().filter(|c| settings.verify.selection.selects(&c.id)).collect()
+}
+
+/// How often a gate reads the report while Flux reconciles.
+const REPORT_INTERVAL: Duration = Duration::from_secs(3);
 
 /// The check a gate names when a cluster's acceptance report is missing or of another revision.
 const REPORT_CHECK: &str = "acceptance.report";

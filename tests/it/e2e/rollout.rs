@@ -216,7 +216,8 @@ impl FleetWorld {
     async fn rollout(&self, extra: &[&str]) -> Output {
         self.grant().await;
         let only: &[&str] = if extra.contains(&"--only") { &[] } else { &["--only", GATE] };
-        self.run(&[only, &["--timeout", "60s"], extra].concat()).await
+        let timeout: &[&str] = if extra.contains(&"--timeout") { &[] } else { &["--timeout", "60s"] };
+        self.run(&[only, timeout, extra].concat()).await
     }
 
     /// `osbx rollout --push` with `args` and nothing granted; its output.
@@ -779,7 +780,17 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
     let client = cluster::client_for(&w.planes[0].kubeconfig).await;
     super::acceptance::cordoned_node(&client).await;
     bump_pool(w, 17);
-    let out = w.rollout(&["-o", "json"]).await;
+    // Flux waits out its health check on the failed Job (the layer's `timeout`); the gate reads
+    // the run's failure and answers before Flux gives up (with a limit longer than Flux's).
+    let started = Instant::now();
+    let out = w.rollout(&["-o", "json", "--timeout", "300s"]).await;
+    let took = started.elapsed();
+    let layer =
+        super::flux::get(&client, "kustomize.toolkit.fluxcd.io/v1", "Kustomization", "flux-system", "acceptance")
+            .await
+            .expect("the acceptance layer");
+    let ready = super::flux::condition(&layer, "Ready").expect("its Ready condition");
+    assert_eq!(ready["status"], "Unknown", "the gate waited for Flux to give up on the Job: {ready}");
     let r = report_exited(&out, 1);
     assert_eq!(
         states(&r),
@@ -791,6 +802,7 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
     let why = canary["failure"]["diagnosis"].as_str().unwrap_or_default();
     assert!(why.contains(super::acceptance::CORDONED), "{seen}");
     assert_eq!(kubelets[0].runs().last().map(|r| r.code), Some(1), "the canary's own run failed");
+    bench("rollout", "in_cluster_failed_canary_wall", took.as_secs_f64());
     drop(kubelets);
     w.in_cluster = false;
     let _ = Api::<Node>::all(client).delete(super::acceptance::CORDONED, &DeleteParams::default()).await;
