@@ -47,6 +47,9 @@ fn a_fleet_renders_deterministically_and_shares_identical_layers() {
     assert_eq!(
         dirs,
         [
+            "acceptance", // its profile and revision differ per cluster
+            "acceptance-lab-b",
+            "acceptance-lab-c",
             "kata",
             "kata-lab-c",  // lab-c pins another chart version
             "opensandbox", // identical everywhere: written once
@@ -202,7 +205,8 @@ fn rbac_prints_the_roles_of_one_cluster_of_a_fleet() {
     let dir = tempfile::tempdir().unwrap();
     let extra = json!({"name": "extra", "runtime": "runc",
                        "capacity": {"bufferMin": 1, "bufferMax": 1, "poolMin": 1, "poolMax": 2}});
-    let text = TestFleet::new("labs", "fresh-cluster")
+    // A base without an acceptance layer: the rollout verifies from outside, waiting for the Pools.
+    let text = TestFleet::new("labs", "runc-only")
         .cluster("lab-a", Value::Null)
         .cluster("lab-b", json!({"pools": {"items": [extra]}}))
         .yaml();
@@ -220,20 +224,20 @@ fn rbac_prints_the_roles_of_one_cluster_of_a_fleet() {
     let (code, b, stderr) = rbac("lab-b");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
-        b.starts_with("# osbx rbac --for rollout: what osbx needs for profile fresh-cluster on cluster lab-b.\n"),
+        b.starts_with("# osbx rbac --for rollout: what osbx needs for profile runc-only on cluster lab-b.\n"),
         "{b}"
     );
-    assert!(b.contains("name: osbx-fresh-cluster-lab-b-rollout"), "{b}");
+    assert!(b.contains("name: osbx-runc-only-lab-b-rollout"), "{b}");
     // lab-b's own pool, from its overrides, is waited for by name; lab-a has no such pool.
-    let pool_rule = |text: &str| {
+    let named = |text: &str, resource: &str| {
         let docs: Vec<Value> = text.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
         docs.iter()
             .filter(|d| d["kind"] == "Role")
             .flat_map(|d| d["rules"].as_array().unwrap().clone())
-            .find(|r| r["resources"] == json!(["pools"]) && r.get("resourceNames").is_some())
+            .find(|r| r["resources"] == json!([resource]) && r.get("resourceNames").is_some())
             .map(|r| r["resourceNames"].clone())
-            .unwrap()
     };
+    let pool_rule = |text: &str| named(text, "pools").unwrap();
     assert!(pool_rule(&b).as_array().unwrap().contains(&json!("extra")), "{b}");
     let (code, a, stderr) = rbac("lab-a");
     assert_eq!(code, Some(0), "{stderr}");
@@ -245,6 +249,17 @@ fn rbac_prints_the_roles_of_one_cluster_of_a_fleet() {
         dir.path().join("fleet.yaml").display()
     );
     assert_eq!(stderr.trim_end(), line);
+    // With an acceptance layer (fresh-cluster's), the rollout reads each cluster's own report
+    // instead: that ConfigMap by name, and no Pool to wait for.
+    let text = TestFleet::new("labs", "fresh-cluster")
+        .cluster("lab-a", Value::Null)
+        .cluster("lab-b", json!({"pools": {"items": [extra]}}))
+        .yaml();
+    std::fs::write(dir.path().join("fleet.yaml"), text).unwrap();
+    let (code, b, stderr) = rbac("lab-b");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(named(&b, "configmaps"), Some(json!(["osbx-acceptance-report"])), "{b}");
+    assert_eq!(named(&b, "pools"), None, "{b}");
 }
 
 /// `osbx status --fleet`: one line per cluster, read concurrently; a cluster that cannot be

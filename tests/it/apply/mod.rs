@@ -211,9 +211,15 @@ async fn the_fresh_cluster_profile_brings_every_layer_up_in_order() {
     }
     .spawn(client.clone());
     let dir = tempfile::tempdir().unwrap();
+    // Without its acceptance layer first: nothing here runs the Job's pod (see below).
+    let text = std::fs::read_to_string(crate::support::root().join("profiles/fresh-cluster.yaml")).unwrap();
+    let mut without: Value = serde_saphyr::from_str(&text).unwrap();
+    without["layers"].as_array_mut().unwrap().retain(|l| l["component"] != "acceptance");
+    without.as_object_mut().unwrap().remove("acceptance");
+    std::fs::write(dir.path().join("profile.yaml"), serde_saphyr::to_string(&without).unwrap()).unwrap();
     let mut cmd = osbx();
     cmd.current_dir(dir.path())
-        .args(["apply", "--profile", "fresh-cluster", "-o", "json", "--timeout", "90s", "--kubeconfig"])
+        .args(["apply", "--profile", "profile.yaml", "-o", "json", "--timeout", "90s", "--kubeconfig"])
         .arg(&plane.kubeconfig);
     let out = output_off_runtime(cmd).await;
     let (stdout, stderr) = outputs(&out);
@@ -230,4 +236,21 @@ async fn the_fresh_cluster_profile_brings_every_layer_up_in_order() {
     assert!(first("ClusterSPIFFEID/sandbox-spire-smoke") < first("HelmRelease/opensandbox-system/opensandbox"));
     assert!(first("HelmRelease/opensandbox-system/opensandbox") < first("Pool/opensandbox/vm"));
     assert_eq!(report["ready"], true);
+    // The whole profile: the acceptance layer comes last, and apply waits for its Job, the
+    // checks' verdict in the cluster; this plane has no kubelet to run it, so it is not ready
+    // in time, and apply names it (exit 1).
+    let mut cmd = osbx();
+    cmd.current_dir(dir.path())
+        .args(["apply", "--profile", "fresh-cluster", "-o", "json", "--timeout", "5s", "--kubeconfig"])
+        .arg(&plane.kubeconfig);
+    let out = output_off_runtime(cmd).await;
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let got = actions(&report);
+    let created: Vec<&str> = got.iter().filter(|(_, a)| a == "created").map(|(s, _)| s.as_str()).collect();
+    assert!(created.iter().any(|s| s.contains("Job/osbx-acceptance/osbx-acceptance")), "{got:?}");
+    assert!(created.iter().all(|s| s.contains("acceptance")), "only the acceptance layer is new: {created:?}");
+    assert_eq!(report["ready"], false);
+    assert!(format!("{stdout}{stderr}").contains("Job/osbx-acceptance/osbx-acceptance"), "{stdout}{stderr}");
 }
