@@ -210,11 +210,13 @@ fn namespace(change: &Change, sides: &Sides<'_>, out: &mut Vec<String>) {
     match change.action {
         Action::Deleted => {
             let gone = in_ns(&sides.before);
-            // Where the same objects reappear.
+            // Where the same objects reappear: new there (an object of that kind and name each
+            // namespace has, a Role of osbx's acceptance layer say, moves nowhere).
+            let before: BTreeSet<&crate::object::ObjectRef> = sides.before.iter().map(|o| &o.id).collect();
             let to: BTreeSet<&str> = sides
                 .after
                 .iter()
-                .filter(|o| gone.contains(&(o.id.kind().to_owned(), o.id.name.clone())))
+                .filter(|o| gone.contains(&(o.id.kind().to_owned(), o.id.name.clone())) && !before.contains(&o.id))
                 .filter_map(|o| o.id.namespace.as_deref())
                 .collect();
             if to.is_empty() {
@@ -392,5 +394,10 @@ mod tests {
             obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "new"}}));
         let n = noted(&change, &[&ns, &cm], &[&moved], (&[], &[]));
         assert!(n.starts_with("namespace gone moves to new"), "{n}");
+        // An object of that name every namespace has, there before as after, moves nowhere.
+        let kept =
+            obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "other"}}));
+        let n = noted(&change, &[&ns, &cm, &kept], &[&moved, &kept], (&[], &[]));
+        assert!(n.starts_with("namespace gone moves to new:"), "{n}");
     }
 }

@@ -53,7 +53,15 @@ fn the_schema_has_descriptions_enums_defaults_and_required_fields() {
     assert_eq!(defs["Pool"]["required"], serde_json::json!(["name", "runtime", "capacity"]));
     assert_eq!(
         defs["Component"]["enum"],
-        serde_json::json!(["opensandbox", "pools", "kata", "spire-agents", "spire-smoke", "sandbox-quota"])
+        serde_json::json!([
+            "opensandbox",
+            "pools",
+            "kata",
+            "spire-agents",
+            "spire-smoke",
+            "sandbox-quota",
+            "acceptance"
+        ])
     );
     let runtimes: Vec<&Value> = defs["Runtime"]["oneOf"].as_array().unwrap().iter().map(|v| &v["const"]).collect();
     assert_eq!(runtimes, [&serde_json::json!("runc"), &serde_json::json!("kata")], "each with its description");

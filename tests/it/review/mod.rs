@@ -234,9 +234,15 @@ fn a_pool_template_and_capacity_change_says_what_the_controller_does_and_writes_
             && l.trim_start_matches('+').trim() == "image: registry.example/code-interpreter:v1.2.0"),
         "{diff}"
     );
-    // Only the Pools change: no chart object, no other Flux object.
+    // Only the Pools change, and with them the acceptance layer's revision and profile (its
+    // checks re-run): no chart object, no other Flux object.
     let objects: Vec<&str> = r["changes"].as_array().unwrap().iter().map(|e| e["object"].as_str().unwrap()).collect();
-    assert_eq!(objects, ["Pool/opensandbox/pod", "Pool/opensandbox/vm"], "{}", summary(&r));
+    assert_eq!(
+        objects,
+        [&["Pool/opensandbox/pod", "Pool/opensandbox/vm"][..], &ACCEPTANCE[..]].concat(),
+        "{}",
+        summary(&r)
+    );
 
     // Once rendered and committed, there is nothing to review against the new commit.
     case.render();
@@ -245,7 +251,7 @@ fn a_pool_template_and_capacity_change_says_what_the_controller_does_and_writes_
     assert!(r["changes"].as_array().unwrap().is_empty(), "{}", summary(&r));
     // And the commit before it still shows the same change, from the work tree's render.
     let r = case.review_json("HEAD~1", &["--no-charts"], 1);
-    assert_eq!(r["changes"].as_array().unwrap().len(), 2, "{}", summary(&r));
+    assert_eq!(r["changes"].as_array().unwrap().len(), 2 + ACCEPTANCE.len(), "{}", summary(&r));
 }
 
 #[test]
@@ -446,8 +452,16 @@ fn a_base_that_holds_only_the_profile_is_rendered_as_that_commit_holds_it() {
     case.set_profile(&p);
     let r = case.review_json("HEAD", &["--no-charts"], 1);
     let objects: Vec<&str> = r["changes"].as_array().unwrap().iter().map(|e| e["object"].as_str().unwrap()).collect();
-    assert_eq!(objects, ["Pool/opensandbox/vm"], "{}", summary(&r));
+    assert_eq!(objects, [&["Pool/opensandbox/vm"][..], &ACCEPTANCE[..]].concat(), "{}", summary(&r));
 }
+
+/// What fresh-cluster's acceptance layer changes with any change to another layer: its profile,
+/// and the revision its Job and Deployment check.
+const ACCEPTANCE: [&str; 3] = [
+    "ConfigMap/osbx-acceptance/osbx-acceptance-profile",
+    "Deployment/osbx-acceptance/osbx-acceptance",
+    "Job/osbx-acceptance/osbx-acceptance",
+];
 
 #[test]
 fn a_git_chart_source_is_fetched_by_the_users_git_with_its_settings() {
