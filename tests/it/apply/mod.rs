@@ -217,14 +217,21 @@ async fn the_fresh_cluster_profile_brings_every_layer_up_in_order() {
     without["layers"].as_array_mut().unwrap().retain(|l| l["component"] != "acceptance");
     without.as_object_mut().unwrap().remove("acceptance");
     std::fs::write(dir.path().join("profile.yaml"), serde_saphyr::to_string(&without).unwrap()).unwrap();
-    let mut cmd = osbx();
-    cmd.current_dir(dir.path())
-        .args(["apply", "--profile", "profile.yaml", "-o", "json", "--timeout", "90s", "--kubeconfig"])
-        .arg(&plane.kubeconfig);
-    let out = output_off_runtime(cmd).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    // `osbx apply -o json` of `profile` within `timeout`: its exit code, report and output.
+    let apply = |profile: &str, timeout: &str| {
+        let mut cmd = osbx();
+        cmd.current_dir(dir.path())
+            .args(["apply", "--profile", profile, "-o", "json", "--timeout", timeout, "--kubeconfig"])
+            .arg(&plane.kubeconfig);
+        async move {
+            let out = output_off_runtime(cmd).await;
+            let (stdout, stderr) = outputs(&out);
+            let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}"));
+            (out.status.code(), report, format!("{stdout}{stderr}"))
+        }
+    };
+    let (code, report, said) = apply("profile.yaml", "90s").await;
+    assert_eq!(code, Some(0), "{said}");
     let got = actions(&report);
     assert!(got.iter().all(|(_, a)| a == "created"), "{got:?}");
     let first = |needle: &str| {
@@ -239,18 +246,12 @@ async fn the_fresh_cluster_profile_brings_every_layer_up_in_order() {
     // The whole profile: the acceptance layer comes last, and apply waits for its Job, the
     // checks' verdict in the cluster; this plane has no kubelet to run it, so it is not ready
     // in time, and apply names it (exit 1).
-    let mut cmd = osbx();
-    cmd.current_dir(dir.path())
-        .args(["apply", "--profile", "fresh-cluster", "-o", "json", "--timeout", "5s", "--kubeconfig"])
-        .arg(&plane.kubeconfig);
-    let out = output_off_runtime(cmd).await;
-    let (stdout, stderr) = outputs(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let (code, report, said) = apply("fresh-cluster", "5s").await;
+    assert_eq!(code, Some(1), "{said}");
     let got = actions(&report);
     let created: Vec<&str> = got.iter().filter(|(_, a)| a == "created").map(|(s, _)| s.as_str()).collect();
     assert!(created.iter().any(|s| s.contains("Job/osbx-acceptance/osbx-acceptance")), "{got:?}");
     assert!(created.iter().all(|s| s.contains("acceptance")), "only the acceptance layer is new: {created:?}");
     assert_eq!(report["ready"], false);
-    assert!(format!("{stdout}{stderr}").contains("Job/osbx-acceptance/osbx-acceptance"), "{stdout}{stderr}");
+    assert!(said.contains("Job/osbx-acceptance/osbx-acceptance"), "{said}");
 }
