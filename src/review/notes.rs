@@ -1,7 +1,9 @@
 //! What a change means for the sandboxes, as notes on the objects it changes: what the
 //! OpenSandbox controller does with a Pool whose template changes or that goes, what a CRD's
 //! removal deletes, what a RuntimeClass change does to pool pods, what a namespace move recreates,
-//! what a chart bump changes (images) and leaves dead (values the new chart does not read).
+//! what a chart bump changes (images) and leaves dead (values the new chart does not read), and
+//! that the acceptance checks run again in the cluster (docs/render.md: the acceptance layer's
+//! Job carries the revision it checks, and Flux re-creates it when that changes).
 //!
 //! The facts (`../shared/reference/opensandbox.md` §4, `real-controllers.md`, docs/verify.md):
 //! the controller labels each pool pod with the revision of the template it was made from and
@@ -47,10 +49,34 @@ pub(crate) fn notes(change: &Change, sides: &Sides<'_>) -> Vec<String> {
         "CustomResourceDefinition" => crd(change, before, after, sides, &mut out),
         "RuntimeClass" => runtime_class(change, before, after, sides, &mut out),
         "Namespace" => namespace(change, sides, &mut out),
+        "Job" => acceptance_run(before, after, &mut out),
         _ if crate::flux::HELM_RELEASE.is(&id.gvk) => release(id, sides, &mut out),
         _ => {}
     }
     out
+}
+
+/// A Job of an acceptance layer at a new revision: the checks run again. The revision is said
+/// only when it is one osbx renders (16 hex digits): the objects may come from a pull request.
+fn acceptance_run(before: Option<&Object>, after: Option<&Object>, out: &mut Vec<String>) {
+    let Some(new) = revision(after) else { return };
+    if revision(before) == Some(new) {
+        return;
+    }
+    let at = if new.len() == 16 && new.bytes().all(|b| b.is_ascii_hexdigit()) {
+        format!(" at revision {new}")
+    } else {
+        String::new()
+    };
+    out.push(format!(
+        "the acceptance checks run again in the cluster{at}: Flux re-creates this Job (its spec is immutable), and this layer, with every layer that dependsOn it, is Ready only once they pass"
+    ));
+}
+
+/// The revision an acceptance Job checks (its pod template's annotation).
+fn revision(job: Option<&Object>) -> Option<&str> {
+    job?.value["spec"]["template"]["metadata"]["annotations"][crate::components::acceptance::REVISION_ANNOTATION]
+        .as_str()
 }
 
 fn pool_max(pool: Option<&Object>) -> String {
@@ -399,5 +425,22 @@ mod tests {
             obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "other"}}));
         let n = noted(&change, &[&ns, &cm, &kept], &[&moved, &kept], (&[], &[]));
         assert!(n.starts_with("namespace gone moves to new:"), "{n}");
+    }
+
+    #[test]
+    fn an_acceptance_job_at_a_new_revision_says_the_checks_run_again() {
+        let job = |revision: &str| {
+            obj(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "acc", "namespace": "a"},
+                       "spec": {"template": {"metadata": {"annotations": {"osbx.dev/revision": revision}}}}}))
+        };
+        let (old, new) = (job("0123456789abcdef"), job("fedcba9876543210"));
+        let change = Change::new(new.id.clone(), Action::Configured);
+        let n = noted(&change, &[&old], &[&new], (&[], &[]));
+        assert!(n.starts_with("the acceptance checks run again in the cluster at revision fedcba9876543210:"), "{n}");
+        assert_eq!(noted(&change, &[&new], &[&new], (&[], &[])), "");
+        // Text a pull request put there is not repeated.
+        let forged = job("x\n### osbx diff: no changes");
+        let n = noted(&change, &[&old], &[&forged], (&[], &[]));
+        assert!(n.starts_with("the acceptance checks run again in the cluster:") && !n.contains("###"), "{n}");
     }
 }
