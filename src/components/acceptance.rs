@@ -36,6 +36,21 @@ pub(crate) static COMPONENT: Component = Component {
 /// the other layers it checks; what changes it re-creates the Job.
 pub const REVISION_ANNOTATION: &str = "osbx.dev/revision";
 
+/// How many hex digits of a SHA-256 a revision keeps.
+pub const REVISION_DIGITS: usize = 16;
+
+/// The revision a Job of an acceptance layer checks (its pod template's [`REVISION_ANNOTATION`]).
+#[must_use]
+pub fn job_revision(job: &crate::object::Object) -> Option<&str> {
+    job.value["spec"]["template"]["metadata"]["annotations"][REVISION_ANNOTATION].as_str()
+}
+
+/// Whether `text` has the shape of a revision osbx renders ([`REVISION_DIGITS`] hex digits).
+#[must_use]
+pub fn is_revision(text: &str) -> bool {
+    text.len() == REVISION_DIGITS && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// What scrapes the serving pod's metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum Scrape {
@@ -102,7 +117,7 @@ impl Acceptance {
             .find(|o| {
                 o.id.gvk.kind == "Job" && o.id.name == self.name && o.id.namespace.as_deref() == Some(&self.namespace)
             })
-            .and_then(|o| o.value["spec"]["template"]["metadata"]["annotations"][REVISION_ANNOTATION].as_str())
+            .and_then(job_revision)
             .map(str::to_owned)
     }
 

@@ -129,7 +129,7 @@ fn revision(p: &Profile, others: &Rendered) -> String {
         }
         digest.push('\0');
     }
-    crate::hash::sha256_hex(digest.as_bytes())[..16].to_owned()
+    crate::hash::sha256_hex(digest.as_bytes())[..crate::components::acceptance::REVISION_DIGITS].to_owned()
 }
 
 /// The layer's Flux health check for the kinds of `component` without a Ready condition, into

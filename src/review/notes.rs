@@ -59,24 +59,15 @@ pub(crate) fn notes(change: &Change, sides: &Sides<'_>) -> Vec<String> {
 /// A Job of an acceptance layer at a new revision: the checks run again. The revision is said
 /// only when it is one osbx renders (16 hex digits): the objects may come from a pull request.
 fn acceptance_run(before: Option<&Object>, after: Option<&Object>, out: &mut Vec<String>) {
-    let Some(new) = revision(after) else { return };
-    if revision(before) == Some(new) {
+    use crate::components::acceptance::{is_revision, job_revision};
+    let Some(new) = after.and_then(job_revision) else { return };
+    if before.and_then(job_revision) == Some(new) {
         return;
     }
-    let at = if new.len() == 16 && new.bytes().all(|b| b.is_ascii_hexdigit()) {
-        format!(" at revision {new}")
-    } else {
-        String::new()
-    };
+    let at = if is_revision(new) { format!(" at revision {new}") } else { String::new() };
     out.push(format!(
         "the acceptance checks run again in the cluster{at}: Flux re-creates this Job (its spec is immutable), and this layer, with every layer that dependsOn it, is Ready only once they pass"
     ));
-}
-
-/// The revision an acceptance Job checks (its pod template's annotation).
-fn revision(job: Option<&Object>) -> Option<&str> {
-    job?.value["spec"]["template"]["metadata"]["annotations"][crate::components::acceptance::REVISION_ANNOTATION]
-        .as_str()
 }
 
 fn pool_max(pool: Option<&Object>) -> String {

@@ -61,13 +61,13 @@ pub(super) async fn gate(
     if let Some(acceptance) = &target.acceptance {
         // The cluster's own run publishes its verdict before its Job ends: a failed run is the
         // gate's answer at once, while Flux waits out its health check on the failed Job.
-        let reconciled = tokio::select! {
-            r = reconciled => r,
-            () = failed_run(cluster, acceptance, fleet, settings) => Ok(()),
+        let waited = tokio::select! {
+            r = reconciled => Waited::Flux(r),
+            p = failed_run(cluster, acceptance, fleet, settings) => Waited::RunFailed(p),
         };
         let reconciled_ms = millis(started.elapsed());
         let reading = Instant::now();
-        let report = in_cluster(&name, cluster, acceptance, sha, reconciled, fleet, settings).await?;
+        let report = in_cluster(&name, cluster, acceptance, sha, waited, fleet, settings).await?;
         let state = match &report.failure {
             None => ClusterState::Passed,
             Some(f) => ClusterState::Failed(format!("{}: {}", f.check, f.evidence)),
@@ -118,6 +118,13 @@ pub(super) async fn gate(
     })
 }
 
+/// What an in-cluster gate waited for: Flux to reconcile (its result), or the cluster's own run
+/// at this revision to fail first (its report, as read).
+enum Waited {
+    Flux(Result<(), WaitError>),
+    RunFailed(publish::Published),
+}
+
 /// The gate of a cluster that checks itself (an acceptance layer): Flux reconciled `sha` (so the
 /// acceptance layer is Ready: its Job passed, as it publishes before it ends), and the report
 /// in the cluster is of the revision this render's Job checks, its selected checks passing. The
@@ -127,18 +134,22 @@ async fn in_cluster(
     cluster: &crate::cluster::Cluster,
     (report, revision): &(ObjectRef, String),
     sha: &str,
-    reconciled: Result<(), WaitError>,
+    waited: Waited,
     fleet: &Fleet,
     settings: &Settings,
 ) -> Result<ClusterReport, RolloutError> {
-    let not_reconciled = match reconciled {
-        Ok(()) => None,
-        Err(WaitError::Cluster(source)) => return Err(RolloutError::Cluster { cluster: name.to_owned(), source }),
-        Err(e) => Some(format!("Flux did not reconcile {sha}: {e}")),
+    let cluster_error = |source| RolloutError::Cluster { cluster: name.to_owned(), source };
+    let (not_reconciled, published) = match waited {
+        Waited::RunFailed(published) => (None, Some(published)),
+        Waited::Flux(reconciled) => {
+            let not_reconciled = match reconciled {
+                Ok(()) => None,
+                Err(WaitError::Cluster(source)) => return Err(cluster_error(source)),
+                Err(e) => Some(format!("Flux did not reconcile {sha}: {e}")),
+            };
+            (not_reconciled, publish::read(cluster, report).await.map_err(cluster_error)?)
+        }
     };
-    let published = publish::read(cluster, report)
-        .await
-        .map_err(|source| RolloutError::Cluster { cluster: name.to_owned(), source })?;
     let published = match published {
         Some(p) if p.revision == *revision => p,
         other => {
@@ -168,20 +179,20 @@ async fn in_cluster(
     })
 }
 
-/// Resolves once the report in the cluster is of `revision` and its selected checks fail (the
-/// run is over: it publishes before it exits); reads it every few seconds until then.
+/// The report in the cluster once it is of `revision` and its selected checks fail (the run is
+/// over: it publishes before it exits); reads it every few seconds until then.
 async fn failed_run(
     cluster: &crate::cluster::Cluster,
     (report, revision): &(ObjectRef, String),
     fleet: &Fleet,
     settings: &Settings,
-) {
+) -> publish::Published {
     loop {
         if let Ok(Some(published)) = publish::read(cluster, report).await
             && published.revision == *revision
-            && records::judge(&selected(published, settings), fleet.accept_no_evidence).1.is_some()
+            && records::judge(&selected(published.clone(), settings), fleet.accept_no_evidence).1.is_some()
         {
-            return;
+            return published;
         }
         tokio::time::sleep(REPORT_INTERVAL).await;
     }
