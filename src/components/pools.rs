@@ -174,6 +174,9 @@ pub struct Pool {
     /// kata layer gives its class `emptydir_mode = "block-plain"` (class `kata-<shim>-build`).
     #[serde(default)]
     pub builds: Option<bool>,
+    /// Kata settings of a Kata pool.
+    #[serde(default)]
+    pub kata: Option<PoolKata>,
     /// Warm-pool capacity.
     pub capacity: Capacity,
     /// Cap on not-ready pods while scaling.
@@ -230,6 +233,17 @@ pub struct Pool {
     /// Pod service account.
     #[serde(default)]
     pub service_account_name: Option<String>,
+}
+
+/// What a Kata pool's pods may ask of their VM.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolKata {
+    /// Hypervisor annotations (`io.katacontainers.config.hypervisor.<name>`) this pool's pods
+    /// may carry; every other `io.katacontainers.*` annotation is rejected by the kata layer's
+    /// admission policy. The class the pool runs on enables these names in its Kata
+    /// configuration, for every pod on that class: the policy keeps them to this pool.
+    pub allowed_annotations: Vec<String>,
 }
 
 /// Pool capacity. Signed so that a negative number gets a clear validation error.
@@ -403,12 +417,40 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
                 "only kata pools take `builds` (a runc pool's emptyDirs are on the node's disk already); remove it or set `runtime: kata`",
             );
         }
+        if let Some(k) = &pool.kata {
+            allowed_annotations(&at, pool.runtime, k, v);
+        }
         capacity(&at, pool.capacity, v);
         if pool.image.as_ref().or(s.pools.defaults.image.as_ref()).is_none_or(|s| s.trim().is_empty()) {
             v.push(format!("{at}.image"), "missing image (set it on the pool or in pools.defaults)");
         }
         if let Some(image) = written(pool.image.as_ref()) {
             v.image(&format!("{at}.image"), image);
+        }
+    }
+}
+
+/// `pools.items[].kata.allowedAnnotations`: a Kata pool's, each a hypervisor annotation named
+/// once.
+fn allowed_annotations(at: &str, runtime: Runtime, k: &PoolKata, v: &mut Violations) {
+    if runtime == Runtime::Runc {
+        v.push(format!("{at}.kata"), "only kata pools take `kata`; remove it or set `runtime: kata`");
+        return;
+    }
+    let mut seen = BTreeSet::new();
+    for (j, a) in k.allowed_annotations.iter().enumerate() {
+        let field = format!("{at}.kata.allowedAnnotations[{j}]");
+        let name = a.strip_prefix(kata::annotations::HYPERVISOR_PREFIX).unwrap_or_default();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+            v.push(
+                field,
+                format!(
+                    "{a:?} is not a hypervisor annotation: {}<name>, the name in lower case, digits and _ (only hypervisor annotations have a Kata gate, enable_annotations)",
+                    kata::annotations::HYPERVISOR_PREFIX
+                ),
+            );
+        } else if !seen.insert(a.as_str()) {
+            v.push(field, format!("{a} is listed twice"));
         }
     }
 }

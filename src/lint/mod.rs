@@ -4,6 +4,7 @@
 
 mod charts;
 mod images;
+mod kata;
 mod layers;
 mod pools;
 mod secrets;
@@ -134,6 +135,7 @@ pub(crate) fn lint(loaded: &LoadedProfile, rendered: &Rendered, inputs: Inputs<'
         secrets::in_git(&mut l, repo, inputs.identities);
     }
     pools::pools(&mut l, &objects, inputs.pool_crd);
+    kata::kata(&mut l);
     images::images(&mut l);
     spire::spire(&mut l);
     layers::duplicates(&mut l, &objects);

@@ -20,9 +20,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
 
+use super::pools::Pools;
 use super::{Component, Sections, Site};
 use crate::spec::Violations;
 
+pub mod annotations;
 pub mod shim;
 
 /// The table entry of this component.
@@ -202,13 +204,23 @@ impl Kata {
         self.build_shims(build_classes).into_iter().map(build_runtime_class).collect()
     }
 
-    /// The chart values osbx sets for `pools`, with `values` merged over them.
+    /// The chart values osbx sets for `pools`, with `values` merged over them: every enabled
+    /// shim and every build class gets a drop-in that enables no hypervisor annotation but those
+    /// the pools on it are allowed ([`annotations`]), and each shim its
+    /// `allowedHypervisorAnnotations` written out.
     #[must_use]
-    pub fn chart_values(&self, build_classes: &[String]) -> Value {
+    pub fn chart_values(&self, pools: &Pools) -> Value {
+        let build_classes = pools.build_classes();
+        let build_classes = build_classes.as_slice();
         let mut shims = serde_json::Map::new();
         shims.insert("disableAll".into(), json!(true));
         for s in &self.shims {
-            shims.insert(s.clone(), json!({"enabled": true}));
+            let allowed = annotations::allowed_on_class(pools, &runtime_class(s));
+            let mut shim = json!({"enabled": true, "allowedHypervisorAnnotations": allowed});
+            if let Some(drop_in) = annotations::drop_in(s, &allowed) {
+                shim["dropIn"] = json!(drop_in);
+            }
+            shims.insert(s.clone(), shim);
         }
         let mut values = json!({
             "deploymentMode": self.deployment_mode,
@@ -220,7 +232,7 @@ impl Kata {
         let builds = self.build_shims(build_classes);
         if !builds.is_empty() {
             let runtimes: serde_json::Map<String, Value> =
-                builds.into_iter().map(|shim| (build_runtime_class(shim), build_runtime(shim))).collect();
+                builds.into_iter().map(|shim| (build_runtime_class(shim), build_runtime(shim, pools))).collect();
             values["customRuntimes"] = json!({"enabled": true, "runtimes": runtimes});
         }
         if !self.node_selector.is_empty() {
@@ -235,14 +247,17 @@ impl Kata {
 
 /// The kata-deploy `customRuntimes` entry of a shim's build class: the shim's configuration
 /// (`baseConfig`; the chart adds the shim's overhead to the RuntimeClass) with
-/// [`BUILD_DROP_IN`], and a RuntimeClass of its own handler on the nodes Kata is installed on
-/// (the label kata-deploy's own classes select; the chart adds its instance gate).
-fn build_runtime(shim: &str) -> Value {
+/// [`BUILD_DROP_IN`] and the class's hypervisor annotations ([`annotations::drop_in`]), and a
+/// RuntimeClass of its own handler on the nodes Kata is installed on (the label kata-deploy's own
+/// classes select; the chart adds its instance gate).
+fn build_runtime(shim: &str, pools: &Pools) -> Value {
     let class = build_runtime_class(shim);
+    let allowed = annotations::allowed_on_class(pools, &class);
+    let drop_in = format!("{BUILD_DROP_IN}{}", annotations::drop_in(shim, &allowed).unwrap_or_default());
     let runtime_class = format!(
         "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {class}\n  labels:\n    app.kubernetes.io/managed-by: kata-deploy\nhandler: {class}\nscheduling:\n  nodeSelector:\n    katacontainers.io/kata-runtime: \"true\"\n"
     );
-    json!({"baseConfig": shim, "dropIn": BUILD_DROP_IN, "runtimeClass": runtime_class})
+    json!({"baseConfig": shim, "dropIn": drop_in, "runtimeClass": runtime_class})
 }
 
 /// A chart in an OCI registry (a Flux `OCIRepository`).
@@ -332,6 +347,26 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
                 ),
             );
         }
+        for (i, pool) in s.pools.effective().iter().enumerate() {
+            let allowed = annotations::allowed_of(pool);
+            for key in pool.template.annotations.iter().flatten().map(|(k, _)| k) {
+                if key.starts_with(annotations::PREFIX) && !allowed.contains(key) {
+                    let field = if pool.pool.annotations.is_some() {
+                        format!("pools.items[{i}].annotations")
+                    } else {
+                        "pools.defaults.annotations".to_owned()
+                    };
+                    v.push(
+                        field,
+                        format!(
+                            "pool {} would carry {key}: the kata layer's admission policy {} rejects its pods (list it in pools.items[{i}].kata.allowedAnnotations to allow it for this pool)",
+                            pool.pool.name,
+                            annotations::POLICY
+                        ),
+                    );
+                }
+            }
+        }
         let installed = k.runtime_classes(&s.pools.build_classes());
         for (i, pool) in s.pools.effective().iter().enumerate() {
             if let Some(rc) = &pool.runtime_class_name
@@ -361,7 +396,8 @@ fn view(s: &Sections, site: &Site<'_>, ctx: &mut Context) {
     ctx.insert("kataLayer", &site.layer_of(&COMPONENT).map(|(_, name)| name));
     if let Some(k) = &s.kata {
         let mut v = serde_json::to_value(k).unwrap_or(Value::Null);
-        v["chartValues"] = k.chart_values(&s.pools.build_classes());
+        v["chartValues"] = k.chart_values(&s.pools);
+        v["admissionPolicy"] = annotations::policy_view(&s.pools, &s.opensandbox.namespaces.sandbox);
         v["runtimeClasses"] = json!(k.runtime_classes(&s.pools.build_classes()));
         ctx.insert("kata", &v);
     }

@@ -125,6 +125,24 @@ impl Shim {
         }
     }
 
+    /// The table of its VMM in the Kata configuration (`[hypervisor.<table>]`), where
+    /// `enable_annotations` lists the hypervisor annotations a pod may set. The mapping is
+    /// kata-deploy 4.1.0's own (`get_hypervisor_name` in
+    /// `tools/packaging/kata-deploy/binary/src/artifacts/install.rs`: every `qemu*` shim `qemu`,
+    /// the `clh*` shims `clh`, `fc` `firecracker`, `openvmm-azure-runtime-rs` `openvmm`), and the
+    /// tables of Kata 4.1.0's `src/runtime/config/*.toml.in` and `src/runtime-rs/config/*.toml.in`.
+    #[must_use]
+    pub fn hypervisor_table(&self) -> &'static str {
+        match self.vmm {
+            Vmm::Qemu => "qemu",
+            Vmm::CloudHypervisor => "clh",
+            Vmm::Dragonball => "dragonball",
+            Vmm::Firecracker => "firecracker",
+            Vmm::OpenVmm => "openvmm",
+            Vmm::Remote => "remote",
+        }
+    }
+
     /// Why the node's KVM is not a thing to check for this shim, if it is not.
     #[must_use]
     pub fn host_kvm_not_applicable(&self) -> Option<String> {
@@ -219,5 +237,21 @@ mod tests {
         assert_eq!(of_class("kata-clh-runtime-rs-build"), Some(rs), "a build class runs its shim");
         assert_eq!(of_class(&super::super::build_runtime_class("qemu")), by_name("qemu"));
         assert!(of_class("kata-my-build").is_none());
+        let tables: Vec<(&str, &str)> =
+            ["clh-runtime-rs", "qemu-snp", "dragonball", "fc", "openvmm-azure-runtime-rs", "remote"]
+                .into_iter()
+                .map(|n| (n, by_name(n).unwrap().hypervisor_table()))
+                .collect();
+        assert_eq!(
+            tables,
+            [
+                ("clh-runtime-rs", "clh"),
+                ("qemu-snp", "qemu"),
+                ("dragonball", "dragonball"),
+                ("fc", "firecracker"),
+                ("openvmm-azure-runtime-rs", "openvmm"),
+                ("remote", "remote")
+            ]
+        );
     }
 }

@@ -30,6 +30,7 @@ pub(crate) fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>, selecti
         Box::new(kata::GuestKernel),
         Box::new(kata::HostKvm),
         Box::new(kata::VmmSharedMemory),
+        Box::new(kata::Annotations),
         Box::new(spiffe::Spiffe),
         Box::new(opensandbox::Server),
         Box::new(opensandbox::Pools),

@@ -1,10 +1,13 @@
 //! `kata.guest-kernel`, `kata.host-kvm`, `kata.vmm-shared-memory`: probes inside a Kata VM and on
-//! the Kata nodes themselves. Which VMM a pool's shim runs decides what there is to read
+//! the Kata nodes themselves; `kata.annotations`: the admission policy that keeps the sandbox
+//! pods from reconfiguring their VM. Which VMM a pool's shim runs decides what there is to read
 //! ([`crate::components::kata::shim`]).
 
+mod annotations;
 mod host_kvm;
 mod vmm_memory;
 
+pub(super) use annotations::Annotations;
 pub(super) use host_kvm::HostKvm;
 pub(super) use vmm_memory::VmmSharedMemory;
 
