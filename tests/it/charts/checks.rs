@@ -327,20 +327,30 @@ fn required_sources(volume: &Value) -> Vec<(&'static str, String)> {
     out.into_iter().collect()
 }
 
-/// The `emptydir_mode` a kata-deploy render gives each RuntimeClass's handler: kata-deploy's
-/// installer reads the ConfigMap it mounts at `/custom-configs/` (`custom-runtimes.list` lines
+/// The Kata configuration drop-in a kata-deploy render gives a RuntimeClass's handler.
+pub struct DropIn {
+    /// The shim whose configuration the handler runs (a custom runtime's `baseConfig`).
+    pub shim: String,
+    /// The drop-in's TOML, when there is one the installer reads.
+    pub text: Option<String>,
+    /// Where it comes from, for messages.
+    pub source: String,
+}
+
+/// The drop-in a kata-deploy render gives each RuntimeClass's handler: kata-deploy's installer
+/// reads the ConfigMap it mounts at `/custom-configs/` (`custom-runtimes.list` lines
 /// `handler:baseConfig:…`; `dropin-<handler>.toml` for a custom runtime, `dropin-<shim>.toml`
 /// for a shim's own handler `kata-<shim>`, installed into that handler's `config.d`), and only
-/// when its install pod says `CUSTOM_RUNTIMES_ENABLED=true` for the custom ones; no drop-in
-/// leaves Kata's default, `shared-fs`. Returns class → (mode, what set it), or why it cannot be
-/// told.
-pub fn empty_dir_modes(b: &Baseline, shims: &[String]) -> Result<BTreeMap<String, (String, String)>, String> {
-    let configs = b.of_kind("ConfigMap").find(|c| {
+/// when its install pod says `CUSTOM_RUNTIMES_ENABLED=true` for the custom ones. Returns class →
+/// drop-in, or why it cannot be told.
+pub fn drop_ins(objects: &[Value], shims: &[String]) -> Result<BTreeMap<String, DropIn>, String> {
+    let of_kind = |kind: &'static str| objects.iter().filter(move |o| o["kind"] == kind);
+    let configs = of_kind("ConfigMap").find(|c| {
         let name = c["metadata"]["name"].as_str().unwrap_or_default();
         name.starts_with("kata-deploy-custom-configs") || c["data"]["custom-runtimes.list"].is_string()
     });
     let data = configs.map_or(Value::Null, |c| c["data"].clone());
-    let installers = installer_pods(b);
+    let installers = installer_pods(objects);
     let mounted = |name: &str| {
         installers.iter().any(|pod| {
             let volume = pod["volumes"].as_array().into_iter().flatten().find(|v| v["configMap"]["name"] == name);
@@ -362,14 +372,8 @@ pub fn empty_dir_modes(b: &Baseline, shims: &[String]) -> Result<BTreeMap<String
                 .any(|e| e["name"] == "CUSTOM_RUNTIMES_ENABLED" && e["value"] == "true")
         })
     });
-    let configs_name = configs.and_then(|c| c["metadata"]["name"].as_str()).unwrap_or_default();
-    let read = configs.is_some() && mounted(configs_name);
-    let mode_of = |key: &str| -> Result<Option<String>, String> {
-        let Some(text) = data[key].as_str().filter(|_| read) else { return Ok(None) };
-        let table: toml::Value =
-            toml::from_str(text).map_err(|e| format!("{key} of ConfigMap {configs_name} is not TOML: {e}"))?;
-        Ok(table.get("runtime").and_then(|r| r.get("emptydir_mode")).and_then(|m| m.as_str()).map(str::to_owned))
-    };
+    let configs_name = configs.and_then(|c| c["metadata"]["name"].as_str()).unwrap_or_default().to_owned();
+    let read = configs.is_some() && mounted(&configs_name);
     let custom: BTreeMap<String, String> = data["custom-runtimes.list"]
         .as_str()
         .filter(|_| read && custom_enabled)
@@ -380,21 +384,25 @@ pub fn empty_dir_modes(b: &Baseline, shims: &[String]) -> Result<BTreeMap<String
         })
         .collect();
     let mut out = BTreeMap::new();
-    for class in b.of_kind("RuntimeClass") {
+    for class in of_kind("RuntimeClass") {
         let (Some(name), Some(handler)) = (class["metadata"]["name"].as_str(), class["handler"].as_str()) else {
             continue;
         };
-        let (key, base) = match custom.get(handler) {
+        let (key, shim, base) = match custom.get(handler) {
             Some(base) => {
                 if !shims.contains(base) {
                     return Err(format!(
                         "custom runtime {handler} is based on {base:?}, not an enabled shim {shims:?}"
                     ));
                 }
-                (format!("dropin-{handler}.toml"), format!("custom runtime {handler} (baseConfig {base})"))
+                (
+                    format!("dropin-{handler}.toml"),
+                    base.clone(),
+                    format!("custom runtime {handler} (baseConfig {base})"),
+                )
             }
             None => match handler.strip_prefix("kata-").filter(|s| shims.iter().any(|e| e == s)) {
-                Some(shim) => (format!("dropin-{shim}.toml"), format!("shim {shim}")),
+                Some(shim) => (format!("dropin-{shim}.toml"), shim.to_owned(), format!("shim {shim}")),
                 None => {
                     return Err(format!(
                         "RuntimeClass {name}: handler {handler} is neither a shim's nor a custom runtime's"
@@ -402,21 +410,139 @@ pub fn empty_dir_modes(b: &Baseline, shims: &[String]) -> Result<BTreeMap<String
                 }
             },
         };
-        let mode = mode_of(&key)?.map_or_else(
-            || ("shared-fs".to_owned(), format!("{base}: no drop-in sets it (Kata's default)")),
-            |m| (m, format!("{base}: {key} of ConfigMap {configs_name}")),
-        );
-        out.insert(name.to_owned(), mode);
+        let text = data[&key].as_str().filter(|_| read).map(str::to_owned);
+        let source = if text.is_some() { format!("{base}: {key} of ConfigMap {configs_name}") } else { base };
+        out.insert(name.to_owned(), DropIn { shim, text, source });
     }
     Ok(out)
+}
+
+/// A drop-in's TOML, or why it is not TOML.
+fn parse_drop_in(d: &DropIn) -> Result<Option<toml::Value>, String> {
+    d.text.as_deref().map(toml::from_str).transpose().map_err(|e| format!("{} is not TOML: {e}", d.source))
+}
+
+/// The `emptydir_mode` a kata-deploy render gives each RuntimeClass's handler ([`drop_ins`]); no
+/// drop-in leaves Kata's default, `shared-fs`. Returns class → (mode, what set it), or why it
+/// cannot be told.
+pub fn empty_dir_modes(b: &Baseline, shims: &[String]) -> Result<BTreeMap<String, (String, String)>, String> {
+    let mut out = BTreeMap::new();
+    for (class, d) in drop_ins(&b.objects, shims)? {
+        let mode = parse_drop_in(&d)?.and_then(|t| {
+            t.get("runtime").and_then(|r| r.get("emptydir_mode")).and_then(|m| m.as_str()).map(str::to_owned)
+        });
+        let mode = mode.map_or_else(
+            || ("shared-fs".to_owned(), format!("{}: no drop-in sets it (Kata's default)", d.source)),
+            |m| (m, d.source.clone()),
+        );
+        out.insert(class, mode);
+    }
+    Ok(out)
+}
+
+/// The hypervisor annotations a kata-deploy render lets pods set on each RuntimeClass, against
+/// what the profile allows the pools on it: every class's drop-in must set `enable_annotations`
+/// in its shim's `[hypervisor.<table>]` (the table kata-deploy 4.1.0 itself names, by its VMM)
+/// to exactly the names the pools on that class are allowed (none unless a pool is), and the
+/// installer must be told no `ALLOWED_HYPERVISOR_ANNOTATIONS` beyond them. Returns the problems
+/// and the (class, table) pairs checked.
+pub fn hypervisor_annotation_problems(
+    objects: &[Value],
+    profile: &osbx::profile::Profile,
+    chart: &str,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let shims = profile.sections.kata.as_ref().map(|k| k.shims.clone()).unwrap_or_default();
+    let drop_ins = match drop_ins(objects, &shims) {
+        Ok(d) => d,
+        Err(why) => return (vec![format!("chart {chart}: {why}")], Vec::new()),
+    };
+    let mut out = Vec::new();
+    let mut checked = Vec::new();
+    let allowed_on = |class: &str| -> BTreeSet<String> {
+        osbx::components::kata::annotations::allowed_on_class(&profile.sections.pools, class)
+    };
+    for (class, d) in &drop_ins {
+        let Some(table) = hypervisor_table(&d.shim) else {
+            out.push(format!("chart {}: RuntimeClass {class}: no hypervisor table known for shim {}", chart, d.shim));
+            continue;
+        };
+        let want: Vec<String> = allowed_on(class).into_iter().collect();
+        let got = match parse_drop_in(d) {
+            Ok(t) => t.and_then(|t| t.get("hypervisor")?.get(table)?.get("enable_annotations").cloned()),
+            Err(why) => {
+                out.push(format!("chart {}: {why}", chart));
+                continue;
+            }
+        };
+        let got: Option<Vec<String>> =
+            got.and_then(|v| v.as_array().map(|a| a.iter().map(|s| s.as_str().unwrap_or("?").to_owned()).collect()));
+        match got {
+            None => out.push(format!(
+                "chart {}: RuntimeClass {class} ({}) sets no [hypervisor.{table}] enable_annotations: the shim's defaults (kernel_params, …) stay enabled",
+                chart, d.source
+            )),
+            Some(mut got) => {
+                got.sort();
+                if got != want {
+                    out.push(format!(
+                        "chart {}: RuntimeClass {class} ({}) enables hypervisor annotations {got:?}, the profile allows the pools on it {want:?}",
+                        chart, d.source
+                    ));
+                }
+            }
+        }
+        checked.push((class.clone(), table.to_owned()));
+    }
+    for pod in installer_pods(objects) {
+        for c in pod["containers"].as_array().into_iter().flatten() {
+            for e in c["env"].as_array().into_iter().flatten() {
+                let name = e["name"].as_str().unwrap_or_default();
+                if !name.starts_with("ALLOWED_HYPERVISOR_ANNOTATIONS") {
+                    continue;
+                }
+                for entry in e["value"].as_str().unwrap_or_default().split_whitespace() {
+                    let (shim, names) = entry.split_once(':').unwrap_or(("", entry));
+                    let allowed = allowed_on(&format!("kata-{shim}"));
+                    let extra: Vec<&str> =
+                        names.split(',').filter(|n| shim.is_empty() || !allowed.contains(*n)).collect();
+                    if !extra.is_empty() {
+                        out.push(format!(
+                            "chart {}: the installer's {name} enables {extra:?} for {}",
+                            chart,
+                            if shim.is_empty() { "every shim".to_owned() } else { format!("shim {shim}") }
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    (out, checked)
+}
+
+/// The `[hypervisor.<table>]` of a shim's Kata configuration, as kata-deploy 4.1.0's installer
+/// names it (`get_hypervisor_name`, `tools/packaging/kata-deploy/binary/src/artifacts/install.rs`):
+/// read independently of osbx's own table, from the shim's name.
+fn hypervisor_table(shim: &str) -> Option<&'static str> {
+    if shim.starts_with("qemu") {
+        return Some("qemu");
+    }
+    match shim {
+        "clh" | "clh-azure" | "clh-runtime-rs" | "clh-azure-runtime-rs" => Some("clh"),
+        "dragonball" => Some("dragonball"),
+        "fc" | "firecracker" => Some("firecracker"),
+        "openvmm-azure-runtime-rs" => Some("openvmm"),
+        "remote" => Some("remote"),
+        _ => None,
+    }
 }
 
 /// The pod specs of kata-deploy's install workloads: a DaemonSet's, and the per-node install
 /// Job's of `deploymentMode: job`, which the chart keeps as YAML text in a ConfigMap for its
 /// dispatcher to create.
-fn installer_pods(b: &Baseline) -> Vec<Value> {
-    let mut out: Vec<Value> = b.of_kind("DaemonSet").map(|d| d["spec"]["template"]["spec"].clone()).collect();
-    for c in b.of_kind("ConfigMap") {
+fn installer_pods(objects: &[Value]) -> Vec<Value> {
+    let of_kind = |kind: &'static str| objects.iter().filter(move |o| o["kind"] == kind);
+    let mut out: Vec<Value> = of_kind("DaemonSet").map(|d| d["spec"]["template"]["spec"].clone()).collect();
+    for c in of_kind("ConfigMap") {
         for text in c["data"].as_object().into_iter().flatten().filter_map(|(_, v)| v.as_str()) {
             let Ok(docs): Result<Vec<Value>, _> = serde_saphyr::from_str_multiple(text) else { continue };
             out.extend(docs.into_iter().filter(|d| d["kind"] == "Job").map(|d| d["spec"]["template"]["spec"].clone()));

@@ -226,6 +226,104 @@ fn kata_deploy_gives_block_backed_empty_dirs_to_the_build_pools_classes_only() {
     assert!(through.contains(&(pools, 2)), "the build classes did not reach kata-deploy's drop-ins: {through:?}");
 }
 
+/// kata-deploy, with the values osbx renders, lets no pod set a hypervisor annotation its pool is
+/// not allowed (issue 52, item 4): every RuntimeClass's handler gets a drop-in whose
+/// `[hypervisor.<table>]` sets `enable_annotations` to exactly what the profile allows the pools
+/// on it (nothing, in every shipped profile), and the installer is told no
+/// `ALLOWED_HYPERVISOR_ANNOTATIONS`. fresh-cluster's "pools and classes" variant must have taken
+/// the path for both its shims' classes and build classes, so the test cannot pass by checking
+/// nothing.
+#[test]
+fn kata_deploy_enables_no_hypervisor_annotation_a_pool_is_not_allowed() {
+    let start = Instant::now();
+    let (baselines, mut findings) = baselines_of(&[chart::KATA]);
+    let mut through = Vec::new();
+    for b in baselines.iter().filter(|b| b.chart == chart::KATA) {
+        let subject = b.release.subject();
+        let (problems, checked) = checks::hypervisor_annotation_problems(&b.objects, &subject.profile, b.chart);
+        findings.extend(problems.into_iter().map(|w| b.release.finding(&w)));
+        through.push((subject.label.clone(), checked));
+    }
+    conclude("kata_deploy_enables_no_hypervisor_annotation_a_pool_is_not_allowed", start, findings);
+    let pools = "variant \"pools and classes\" of profile fresh-cluster";
+    let checked: Vec<(String, String)> =
+        through.iter().find(|(label, _)| label == pools).map(|(_, c)| c.clone()).unwrap_or_default();
+    for (class, table) in [
+        ("kata-clh-runtime-rs", "clh"),
+        ("kata-clh-runtime-rs-build", "clh"),
+        ("kata-qemu", "qemu"),
+        ("kata-qemu-build", "qemu"),
+    ] {
+        assert!(
+            checked.contains(&(class.to_owned(), table.to_owned())),
+            "{pools}: {class} ([hypervisor.{table}]) was not checked: {checked:?}"
+        );
+    }
+}
+
+/// The same through the real kata-deploy 4.1.0 chart for every shim it knows (one render with all
+/// of them enabled: every hypervisor table, `clh`, `qemu`, `dragonball`, `firecracker`, `openvmm`,
+/// `remote`), with a build pool on every shim osbx has facts on, and pools allowed named
+/// annotations (on a shim's class and on a build class): their classes enable exactly those
+/// names and no other class does.
+#[test]
+fn kata_deploy_closes_hypervisor_annotations_for_every_shim_it_knows() {
+    let start = Instant::now();
+    let (_, mut document) =
+        cases::shipped_documents().into_iter().find(|(n, _)| n == "fresh-cluster").expect("fresh-cluster");
+    let shims: Vec<&str> = osbx::components::kata::known_shims("4.1.0").expect("4.1.0").to_vec();
+    let capacity = serde_json::json!({"bufferMin": 0, "bufferMax": 1, "poolMin": 0, "poolMax": 1});
+    let memory = "io.katacontainers.config.hypervisor.default_memory";
+    let vcpus = "io.katacontainers.config.hypervisor.default_vcpus";
+    let mut items = vec![
+        serde_json::json!({"name": "vm", "runtime": "kata", "capacity": capacity,
+                           "kata": {"allowedAnnotations": [memory]}}),
+        serde_json::json!({"name": "vm-qemu-build", "runtime": "kata", "builds": true, "capacity": capacity,
+                           "runtimeClassName": "kata-qemu-build", "kata": {"allowedAnnotations": [vcpus, memory]}}),
+    ];
+    for shim in shims.iter().filter(|s| **s != "qemu") {
+        items.push(serde_json::json!({"name": format!("b-{shim}"), "runtime": "kata", "builds": true,
+            "capacity": capacity, "runtimeClassName": osbx::components::kata::build_runtime_class(shim)}));
+    }
+    document["kata"]["shims"] = serde_json::json!(shims);
+    document["pools"]["items"] = serde_json::json!(items);
+    let label = "fresh-cluster with every kata-deploy 4.1.0 shim";
+    let loaded = osbx::profile::from_value(label, &document).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let renderer = osbx::rbac::renderer(None).expect("templates");
+    let rendered = renderer.render(&loaded).unwrap_or_else(|e| panic!("{label}: render: {e}"));
+    let objects: Vec<serde_json::Value> = rendered.objects().into_iter().map(|o| o.object.value).collect();
+    let hr = objects
+        .iter()
+        .find(|o| o["kind"] == "HelmRelease" && o["metadata"]["name"] == "kata-deploy")
+        .expect("the kata-deploy HelmRelease");
+    let values_of = values::resolve(hr, &objects).expect("its values");
+    let ns = hr["metadata"]["namespace"].as_str().expect("namespace");
+    let run = helm::template(&helm::Job::new(chart::KATA, "kata-deploy", ns, &values_of));
+    assert!(run.ok, "helm template of kata-deploy 4.1.0 failed: {}", run.stderr);
+    let chart_objects = manifest::objects(&run).expect("helm's output");
+    let (problems, checked) = checks::hypervisor_annotation_problems(&chart_objects, &loaded.profile, chart::KATA);
+    eprintln!(
+        "charts::kata_deploy_closes_hypervisor_annotations_for_every_shim_it_knows: {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(problems.is_empty(), "{label}:\n{}", problems.join("\n"));
+    let tables: std::collections::BTreeSet<&str> = checked.iter().map(|(_, t)| t.as_str()).collect();
+    let classes: std::collections::BTreeSet<&str> = checked.iter().map(|(c, _)| c.as_str()).collect();
+    for shim in &shims {
+        let class = osbx::components::kata::runtime_class(shim);
+        assert!(classes.contains(class.as_str()), "{label}: {class} was not checked: {checked:?}");
+    }
+    for table in ["clh", "qemu", "dragonball", "firecracker", "openvmm", "remote"] {
+        assert!(tables.contains(table), "{label}: no class on [hypervisor.{table}] was checked: {tables:?}");
+    }
+    // The allowed names reached exactly their classes (the check above compares every class
+    // with the profile; here: the profile did allow something, so that comparison was not
+    // trivially empty).
+    let allowed =
+        osbx::components::kata::annotations::allowed_on_class(&loaded.profile.sections.pools, "kata-qemu-build");
+    assert_eq!(allowed.len(), 2, "{allowed:?}");
+}
+
 /// Every ConfigMap, Secret and projected source the SPIRE agent DaemonSet mounts is created by a
 /// chart render of the profile, by the osbx render, or is a ConfigMap the profile names as
 /// operator-provided ([`checks::operator_provided_config_maps`]); otherwise the agent pods never
