@@ -3,6 +3,7 @@
 //! SPIFFE Workload API) and the Flux controllers' status, through the API; the played OpenSandbox
 //! controller (`tests/played`) fills the Pools and allocates sandboxes.
 
+mod annotations;
 mod failures;
 mod interrupts;
 mod lifecycle;
