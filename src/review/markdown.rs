@@ -3,17 +3,67 @@
 //! changed object with its diff (Secret values masked, as everywhere). The text stays under
 //! `limit` characters (a GitHub comment holds 65,536): what does not fit is cut, and the comment
 //! says how much and how to see it all.
+//!
+//! GitHub does more with a comment's text than Markdown does: outside code it links bare URLs
+//! (`http://`, `https://`), `www.` names and email addresses (the GFM spec's autolinks extension),
+//! and turns `@user` and `@org/team` into mentions that notify them and `#1`, `GH-1` and
+//! `owner/repo#1` into references that link (and announce themselves on) that issue
+//! (docs.github.com, "Autolinked references and URLs", "Basic writing and formatting syntax").
+//! Those filters read the text after Markdown is parsed, so a backslash or an HTML entity does
+//! not stop them (`\@user` and `&#64;user` are still the text `@user`), and they run on the text
+//! of HTML elements too (the `<summary>` of an object). So every text from the change gets an
+//! invisible [`UNLINK`] (U+2060 WORD JOINER) where it would start one: after each `@` and `#`,
+//! between a scheme's `:` and `//`, between `www` and its `.`, after `GH-`. GitHub shows the text
+//! as the change wrote it (the joiner has no width) and links or notifies no one.
+//!
+//! The diffs are in fenced code blocks, and the cluster names of the base's lines in code spans:
+//! there GitHub formats and links nothing ("Basic writing and formatting syntax": text within
+//! backticks "will not be formatted"; a code block's content is literal text in CommonMark, and
+//! the GFM autolinks extension applies to inline text only). GitHub's docs say so of formatting
+//! and do not spell it out for mentions and references; that these are not made in code is how
+//! github.com behaves, not a documented promise, which is why only code is left as it is.
 
 use std::fmt::Write as _;
 
 use super::{Review, changed_counts};
 
+/// The invisible character that keeps GitHub from linking or mentioning (U+2060 WORD JOINER):
+/// it has no width, and no mention, reference or autolink runs through it.
+const UNLINK: char = '\u{2060}';
+
+/// Whether [`UNLINK`] goes before `c`, the character after `before` (what GitHub would start a
+/// mention, a reference or a link at: `@x`, `#x`, `GH-x`, `scheme://`, `www.`).
+fn unlink_before(before: &[char], c: char) -> bool {
+    let ends = |tail: &str| {
+        let n = tail.chars().count();
+        before.len() >= n && before[before.len() - n..].iter().copied().map(|c| c.to_ascii_lowercase()).eq(tail.chars())
+    };
+    match c {
+        '/' => ends(":"),
+        '.' => ends("www"),
+        _ => ends("@") || ends("#") || ends("gh-"),
+    }
+}
+
+/// `s` with [`UNLINK`] wherever GitHub would start a mention, a reference or a link.
+fn unlinked(s: &str) -> Vec<char> {
+    let mut out: Vec<char> = Vec::with_capacity(s.len());
+    for c in s.chars() {
+        if unlink_before(&out, c) {
+            out.push(UNLINK);
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Text from the change (a name, a note, an error) as literal Markdown on one line: the
 /// characters Markdown or HTML give a meaning to inline escaped, line breaks made spaces, so it
-/// can neither start a block nor open a link, an emphasis, a code span or a tag.
+/// can neither start a block nor open a link, an emphasis, a code span or a tag; and [`unlinked`],
+/// so that GitHub makes no mention, reference or link of it.
 fn text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    for c in unlinked(s) {
         match c {
             '\n' | '\r' => out.push(' '),
             '<' => out.push_str("&lt;"),
@@ -31,10 +81,11 @@ fn text(s: &str) -> String {
 }
 
 /// Text from the change inside an HTML element (the `<summary>` of an object): escaped for HTML,
-/// on one line (a blank line would end the HTML block).
+/// on one line (a blank line would end the HTML block), and [`unlinked`] (GitHub's mentions and
+/// references are made in HTML elements' text too).
 fn html(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    for c in unlinked(s) {
         match c {
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -340,6 +391,72 @@ mod tests {
         assert!(code[0].contains(hostile), "{:?}\n{md}", code[0]);
         let closing = structure.iter().filter(|s| s.trim_end() == "html </details>").count();
         assert_eq!(closing, 1, "only osbx's own </details> is HTML: {structure:?}");
+    }
+
+    /// What GitHub would link or notify in `md` outside code (its autolinks extension and its
+    /// reference filters, which read the text of every node but code): `@name` and `@org/team`
+    /// (and so an email address), a URL scheme's `://`, `www.`, `#1` and `GH-1`.
+    fn linkable(md: &str) -> Vec<String> {
+        use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+        let mut out = Vec::new();
+        let mut in_code = false;
+        for event in Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH) {
+            let text = match event {
+                Event::Start(Tag::CodeBlock(_)) => {
+                    in_code = true;
+                    continue;
+                }
+                Event::End(TagEnd::CodeBlock) => {
+                    in_code = false;
+                    continue;
+                }
+                Event::Text(t) | Event::Html(t) | Event::InlineHtml(t) if !in_code => t.into_string(),
+                _ => continue,
+            };
+            let lower = text.to_ascii_lowercase();
+            let bytes = lower.as_bytes();
+            for (i, window) in bytes.windows(2).enumerate() {
+                let linked = match window {
+                    [b'@', next] => next.is_ascii_alphanumeric(),
+                    // (`&#39;` is an entity, not a reference.)
+                    [b'#', next] => next.is_ascii_alphanumeric() && (i == 0 || bytes[i - 1] != b'&'),
+                    [b':', b'/'] => bytes.get(i + 2) == Some(&b'/'),
+                    _ => false,
+                } || bytes[i..].starts_with(b"www.")
+                    || (bytes[i..].starts_with(b"gh-") && bytes.get(i + 3).is_some_and(u8::is_ascii_digit));
+                if linked {
+                    out.push(text.clone());
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn text_from_the_change_notifies_no_one_and_links_nowhere() {
+        let hostile = "cc @octocat @github/security see https://evil.example/x, http://e.x www.evil.example mail admin@evil.example #1 GH-2 org/repo#3";
+        let mut r = review(1, &format!("-a: 1\n+a: {hostile}\n"));
+        r.changes[0].object = format!("ConfigMap/ns/{hostile}");
+        r.changes[0].layer = hostile.into();
+        r.changes[0].release = Some(hostile.into());
+        r.changes[0].notes = vec![hostile.into()];
+        r.changes[0].clusters = vec![hostile.into()];
+        r.summary[0].cluster = hostile.into();
+        r.summary[0].layer = hostile.into();
+        r.clusters = vec![hostile.into()];
+        r.base.label = hostile.into();
+        r.head.label = hostile.into();
+        r.helm = Some(hostile.into());
+        r.base.unrenderable = Some(hostile.into());
+        r.base.how.insert("c".into(), hostile.into());
+        let md = markdown(&r, 65_536);
+        let found = linkable(&md);
+        assert!(found.is_empty(), "GitHub would link or notify in: {found:#?}\n{md}");
+        // It still reads as the change wrote it, in every place (the neutraliser is invisible),
+        // and the diff, in its fence, is whole.
+        let shown: String = md.chars().filter(|c| !matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\\')).collect();
+        assert!(shown.matches(hostile).count() >= 10, "{shown}");
+        assert!(md.contains(&format!("+a: {hostile}\n")), "{md}");
     }
 
     #[test]
