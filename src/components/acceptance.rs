@@ -36,6 +36,9 @@ pub(crate) static COMPONENT: Component = Component {
 /// the other layers it checks; what changes it re-creates the Job.
 pub const REVISION_ANNOTATION: &str = "osbx.dev/revision";
 
+/// The kind of the layer's Job (`batch/v1` Job).
+pub const JOB: KnownKind = KnownKind::new("batch", "v1", "Job");
+
 /// How many hex digits of a SHA-256 a revision keeps.
 pub const REVISION_DIGITS: usize = 16;
 
@@ -119,6 +122,12 @@ impl Acceptance {
             })
             .and_then(job_revision)
             .map(str::to_owned)
+    }
+
+    /// The Job the layer renders (the checks at one revision).
+    #[must_use]
+    pub fn job(&self) -> ObjectRef {
+        JOB.object(Some(&self.namespace), &self.name)
     }
 
     /// The ServiceAccount the checks run as: namespace and name.

@@ -3,7 +3,10 @@
 //! removal deletes, what a RuntimeClass change does to pool pods, what a namespace move recreates,
 //! what a chart bump changes (images) and leaves dead (values the new chart does not read), and
 //! that the acceptance checks run again in the cluster (docs/render.md: the acceptance layer's
-//! Job carries the revision it checks, and Flux re-creates it when that changes).
+//! Job carries the revision it checks, and Flux re-creates it when that changes). That note is
+//! the acceptance layer's Job's own: the Job its Flux Kustomization applies (not a chart's) with
+//! the namespace and name the head's profile gives it ([`AcceptanceJob`]); a Job the change
+//! annotates the same way anywhere else is an ordinary Job.
 //!
 //! The facts (`../shared/reference/opensandbox.md` §4, `real-controllers.md`, docs/verify.md):
 //! the controller labels each pool pod with the revision of the template it was made from and
@@ -22,6 +25,48 @@ use crate::changeset::{Action, Change};
 use crate::components::pools::POOL;
 use crate::object::{Object, ObjectRef};
 
+/// The Job osbx's acceptance layer renders, as the head's profile names it: the layer (its Flux
+/// Kustomization) and the Job's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AcceptanceJob {
+    /// The acceptance layer's name.
+    pub layer: String,
+    /// `Job/<acceptance.namespace>/<acceptance.name>`.
+    pub job: ObjectRef,
+}
+
+impl AcceptanceJob {
+    /// The acceptance layer's Job of `profile` (`None`: it renders no acceptance layer).
+    pub(crate) fn of(profile: &crate::profile::Profile) -> Option<Self> {
+        use crate::components::acceptance::COMPONENT;
+        let acceptance = profile.sections.acceptance.as_ref()?;
+        let layer = profile.layers.iter().find(|l| !l.external && l.component == Some(&COMPONENT))?;
+        Some(Self { layer: layer.name.clone(), job: acceptance.job() })
+    }
+
+    /// Whether the change in `own`'s layer is this Job.
+    fn is(&self, id: &ObjectRef, own: &Own<'_>) -> bool {
+        !own.from_chart
+            && own.layer == self.layer
+            && crate::components::acceptance::JOB.is(&id.gvk)
+            && id.namespace == self.job.namespace
+            && id.name == self.job.name
+    }
+}
+
+/// The changed object as its own layer holds it on each side (another layer may hold an object
+/// of the same identity).
+pub(crate) struct Own<'a> {
+    /// The layer (its Flux Kustomization).
+    pub layer: &'a str,
+    /// The object before, in that layer.
+    pub before: Option<&'a Object>,
+    /// The object after, in that layer.
+    pub after: Option<&'a Object>,
+    /// Whether a chart renders it (a HelmRelease of the layer), not the layer's Flux objects.
+    pub from_chart: bool,
+}
+
 /// Both sides of one cluster, as the notes need them.
 pub(crate) struct Sides<'a> {
     /// Every object before (Flux's and the charts').
@@ -32,31 +77,29 @@ pub(crate) struct Sides<'a> {
     pub charts_before: &'a [(ObjectRef, Expansion)],
     /// The charts the head expands, by HelmRelease.
     pub charts_after: &'a [(ObjectRef, Expansion)],
+    /// The acceptance layer's Job, as the head's profile renders it (`None`: no such layer).
+    pub acceptance: Option<&'a AcceptanceJob>,
 }
 
-fn find<'a>(objects: &[&'a Object], id: &ObjectRef) -> Option<&'a Object> {
-    objects.iter().copied().find(|o| o.id == *id)
-}
-
-/// The notes on `change` (empty when it means nothing particular for sandboxes).
-pub(crate) fn notes(change: &Change, sides: &Sides<'_>) -> Vec<String> {
+/// The notes on `change`, an object of `own`'s layer (empty when it means nothing particular
+/// for sandboxes).
+pub(crate) fn notes(change: &Change, own: &Own<'_>, sides: &Sides<'_>) -> Vec<String> {
     let id = &change.id;
-    let before = find(&sides.before, id);
-    let after = find(&sides.after, id);
+    let (before, after) = (own.before, own.after);
     let mut out = Vec::new();
     match id.kind() {
         "Pool" if POOL.is(&id.gvk) => pool(change, before, after, sides, &mut out),
         "CustomResourceDefinition" => crd(change, before, after, sides, &mut out),
         "RuntimeClass" => runtime_class(change, before, after, sides, &mut out),
         "Namespace" => namespace(change, sides, &mut out),
-        "Job" => acceptance_run(before, after, &mut out),
+        "Job" if sides.acceptance.is_some_and(|a| a.is(id, own)) => acceptance_run(before, after, &mut out),
         _ if crate::flux::HELM_RELEASE.is(&id.gvk) => release(id, sides, &mut out),
         _ => {}
     }
     out
 }
 
-/// A Job of an acceptance layer at a new revision: the checks run again. The revision is said
+/// The acceptance layer's Job at a new revision: the checks run again. The revision is said
 /// only when it is one osbx renders (16 hex digits): the objects may come from a pull request.
 fn acceptance_run(before: Option<&Object>, after: Option<&Object>, out: &mut Vec<String>) {
     use crate::components::acceptance::{is_revision, job_revision};

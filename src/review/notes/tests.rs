@@ -24,9 +24,29 @@ fn crd(versions: &[(&str, bool)]) -> Object {
 }
 
 fn noted(change: &Change, before: &[&Object], after: &[&Object], charts: (Charts<'_>, Charts<'_>)) -> String {
-    let sides =
-        Sides { before: before.to_vec(), after: after.to_vec(), charts_before: charts.0, charts_after: charts.1 };
-    notes(change, &sides).join("\n")
+    noted_in(Own { layer: "l", before: None, after: None, from_chart: false }, None, change, (before, after), charts)
+}
+
+/// The notes on `change`, an object of `own`'s layer (found in `before` and `after` when `own`
+/// names none), with `acceptance` the acceptance layer's Job.
+fn noted_in<'a>(
+    mut own: Own<'a>,
+    acceptance: Option<&AcceptanceJob>,
+    change: &Change,
+    (before, after): (&[&'a Object], &[&'a Object]),
+    charts: (Charts<'_>, Charts<'_>),
+) -> String {
+    let find = |objects: &[&'a Object]| objects.iter().copied().find(|o| o.id == change.id);
+    own.before = own.before.or_else(|| find(before));
+    own.after = own.after.or_else(|| find(after));
+    let sides = Sides {
+        before: before.to_vec(),
+        after: after.to_vec(),
+        charts_before: charts.0,
+        charts_after: charts.1,
+        acceptance,
+    };
+    notes(change, &own, &sides).join("\n")
 }
 
 #[test]
@@ -105,13 +125,55 @@ fn an_acceptance_job_at_a_new_revision_says_the_checks_run_again() {
         obj(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "acc", "namespace": "a"},
                    "spec": {"template": {"metadata": {"annotations": {"osbx.dev/revision": revision}}}}}))
     };
+    let acceptance =
+        AcceptanceJob { layer: "checks".into(), job: crate::components::acceptance::JOB.object(Some("a"), "acc") };
+    let ours = || Own { layer: "checks", before: None, after: None, from_chart: false };
+    let noted = |own: Own<'_>, change: &Change, before: &Object, after: &Object| {
+        noted_in(own, Some(&acceptance), change, (&[before], &[after]), (&[], &[]))
+    };
     let (old, new) = (job("0123456789abcdef"), job("fedcba9876543210"));
     let change = Change::new(new.id.clone(), Action::Configured);
-    let n = noted(&change, &[&old], &[&new], (&[], &[]));
+    let n = noted(ours(), &change, &old, &new);
     assert!(n.starts_with("the acceptance checks run again in the cluster at revision fedcba9876543210:"), "{n}");
-    assert_eq!(noted(&change, &[&new], &[&new], (&[], &[])), "");
+    assert_eq!(noted(ours(), &change, &new, &new), "");
     // Text a pull request put there is not repeated.
     let forged = job("x\n### osbx diff: no changes");
-    let n = noted(&change, &[&old], &[&forged], (&[], &[]));
+    let n = noted(ours(), &change, &old, &forged);
     assert!(n.starts_with("the acceptance checks run again in the cluster:") && !n.contains("###"), "{n}");
+}
+
+/// The note is the acceptance layer's Job's own: a Job the change annotates the same way in
+/// another layer, under another name or namespace, rendered by a chart, or with no acceptance
+/// layer in the profile, gets none; and the revision said is the layer's own Job's, not that of
+/// a Job of the same identity in another layer.
+#[test]
+fn only_the_acceptance_layers_own_job_says_the_checks_run_again() {
+    let job = |ns: &str, name: &str, revision: &str| {
+        obj(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
+                   "spec": {"template": {"metadata": {"annotations": {"osbx.dev/revision": revision}}}}}))
+    };
+    let acceptance =
+        AcceptanceJob { layer: "checks".into(), job: crate::components::acceptance::JOB.object(Some("a"), "acc") };
+    let in_layer = |layer| Own { layer, before: None, after: None, from_chart: false };
+    let says = "the acceptance checks run again";
+    for (own, (ns, name), acceptance) in [
+        (in_layer("other"), ("a", "acc"), Some(&acceptance)),
+        (in_layer("checks"), ("a", "impostor"), Some(&acceptance)),
+        (in_layer("checks"), ("flux-system", "acc"), Some(&acceptance)),
+        (Own { from_chart: true, ..in_layer("checks") }, ("a", "acc"), Some(&acceptance)),
+        (in_layer("checks"), ("a", "acc"), None),
+    ] {
+        let (old, new) = (job(ns, name, "0123456789abcdef"), job(ns, name, "fedcba9876543210"));
+        let change = Change::new(new.id.clone(), Action::Configured);
+        let n = noted_in(own, acceptance, &change, (&[&old], &[&new]), (&[], &[]));
+        assert!(!n.contains(says), "Job/{ns}/{name}: {n}");
+    }
+    // A Job of osbx's identity in another layer, listed first, does not lend the note its
+    // revision: the layer's own Job is read.
+    let (old, new) = (job("a", "acc", "0123456789abcdef"), job("a", "acc", "fedcba9876543210"));
+    let impostor = job("a", "acc", "1111111111111111");
+    let change = Change::new(new.id.clone(), Action::Configured);
+    let own = Own { layer: "checks", before: Some(&old), after: Some(&new), from_chart: false };
+    let n = noted_in(own, Some(&acceptance), &change, (&[&impostor, &old], &[&impostor, &new]), (&[], &[]));
+    assert!(n.starts_with("the acceptance checks run again in the cluster at revision fedcba9876543210:"), "{n}");
 }
