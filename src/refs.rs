@@ -53,6 +53,25 @@ pub(crate) fn chart_name(value: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A Helm release name, by Helm's own rule (`helm install` and helm-controller refuse any
+/// other): a DNS-1123 subdomain (lower-case letters, digits, `-` and `.`, each part starting and
+/// ending with a letter or digit) of at most 53 characters.
+pub(crate) fn release_name(value: &str) -> Result<(), Refusal> {
+    plain(value)?;
+    if value.len() > 53 {
+        return Err("a release name is at most 53 characters (Helm's limit)".into());
+    }
+    crate::spec::syntax::check_dns_subdomain(value)
+        .map_err(|_| "a release name is a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', each part starting and ending with a letter or digit (Helm's rule)".into())
+}
+
+/// A Kubernetes namespace: a DNS-1123 label (lower-case letters, digits and `-`, starting and
+/// ending with a letter or digit, at most 63 characters).
+pub(crate) fn namespace(value: &str) -> Result<(), Refusal> {
+    plain(value)?;
+    crate::spec::syntax::check_dns_label(value).map_err(|why| format!("a namespace is a DNS-1123 label: {why}"))
+}
+
 /// A chart version or a semver range (`0.30.0`, `>=1.0.0 <2.0.0`, `4.x`): no path separator, no
 /// `..`, no leading `-`.
 pub(crate) fn version(value: &str) -> Result<(), Refusal> {
@@ -251,6 +270,33 @@ mod tests {
     }
 
     #[test]
+    fn release_names_and_namespaces_are_helms_and_kubernetes_names() {
+        for ok in ["opensandbox", "kata-deploy", "a.b-c", "x", &"a".repeat(53)] {
+            assert!(release_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "--post-renderer=/tmp/x",
+            "-x",
+            "",
+            "A",
+            "a_b",
+            "a/b",
+            "a..b",
+            "a-",
+            "a b",
+            "a\nb",
+            &"a".repeat(54),
+            "--kubeconfig=/etc/shadow",
+        ] {
+            assert!(release_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(namespace("sandbox-system").is_ok());
+        for bad in ["", "--namespace=x", "-x", "a.b", "A", &"a".repeat(64)] {
+            assert!(namespace(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn oci_and_git_references_follow_their_grammars() {
         assert!(oci_tag("4.1.0").is_ok() && oci_tag("_x").is_ok() && oci_tag("latest").is_ok());
         for bad in ["", "../x", ".x", "-x", "a/b", "x --untardir=/tmp", &"a".repeat(129)] {
@@ -265,6 +311,19 @@ mod tests {
             assert!(git_ref(bad).is_err(), "{bad:?}");
         }
         assert!(commit("1a2b3c4").is_ok() && commit("xyz1").is_err() && commit("--x").is_err());
+    }
+
+    #[test]
+    fn urls_have_their_sources_schemes_and_no_whitespace() {
+        let git = ["http://", "https://", "ssh://"];
+        for ok in ["https://github.com/a/b.git", "ssh://git@h/a.git", "http://127.0.0.1:9/x"] {
+            assert!(url(ok, &git).is_ok(), "{ok}");
+        }
+        for bad in ["", "--upload-pack=touch /tmp/x", "-x", "file:///etc", "ext::sh -c x", "https://h/a b", "oci://h/c"]
+        {
+            assert!(url(bad, &git).is_err(), "{bad:?}");
+        }
+        assert!(url("oci://h/c", &["oci://"]).is_ok() && url("https://h/c", &["oci://"]).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub(crate) mod release;
 pub(crate) mod source;
+pub(crate) mod versions;
 
 use crate::object::{Gvk, KnownKind};
 

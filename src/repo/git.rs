@@ -431,6 +431,7 @@ pub(crate) fn push_ref(root: &Path, remote: &str, reference: &str) -> Result<(),
     user_git(Command::new("git").arg("-C").arg(root).args([
         "push",
         "--quiet",
+        "--",
         remote,
         &format!("{reference}:{reference}"),
     ]))
@@ -451,6 +452,7 @@ pub(crate) fn fetch_ref(root: &Path, remote: &str, reference: &str, into: &str) 
         "--quiet",
         "--no-tags",
         "--prune",
+        "--",
         remote,
         &format!("+{reference}*:{into}*"),
     ]))

@@ -91,12 +91,16 @@ pub(crate) fn objects(text: &str) -> Result<Vec<Object>, String> {
 /// The kustomize fields [`build`] honours.
 const BUILT: [&str; 5] = ["apiVersion", "kind", "metadata", "resources", "namespace"];
 
-/// The objects kustomize-controller builds from the directory `dir` of `tree`.
+/// The file of the repository each object of a side was read from (for messages that name it).
+pub(crate) type Files = std::collections::BTreeMap<crate::object::ObjectRef, String>;
+
+/// The objects kustomize-controller builds from the directory `dir` of `tree`, each with the file
+/// it was read from.
 ///
 /// # Errors
 /// [`FluxError`]: a file that does not parse, a kustomize feature the review does not build, a
 /// resource that is not there.
-pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<Object>, FluxError> {
+pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<(Object, String)>, FluxError> {
     let dir = dir.trim_start_matches("./").trim_end_matches('/');
     let kustomization = ["kustomization.yaml", "kustomization.yml", "Kustomization"]
         .into_iter()
@@ -106,7 +110,7 @@ pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<Object>, FluxError
         // Flux generates a kustomization of every manifest under the path.
         let mut out = Vec::new();
         for (path, bytes) in tree.under(dir) {
-            out.extend(parse(path, bytes)?);
+            out.extend(parse(path, bytes)?.into_iter().map(|o| (o, path.to_owned())));
         }
         return Ok(out);
     };
@@ -120,7 +124,7 @@ pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<Object>, FluxError
     for resource in doc["resources"].as_array().into_iter().flatten().filter_map(Value::as_str) {
         let target = join(dir, resource);
         if let Some(bytes) = tree.read(&target) {
-            out.extend(parse(&target, bytes)?);
+            out.extend(parse(&target, bytes)?.into_iter().map(|o| (o, target.clone())));
         } else if tree.has_dir(&target) {
             out.extend(build(tree, &target)?);
         } else {
@@ -128,7 +132,7 @@ pub(crate) fn build(tree: &Snapshot, dir: &str) -> Result<Vec<Object>, FluxError
         }
     }
     if let Some(ns) = doc["namespace"].as_str() {
-        for o in &mut out {
+        for (o, _) in &mut out {
             if namespaced(&o.value, &[]) {
                 o.value["metadata"]["namespace"] = Value::String(ns.to_owned());
                 o.id.namespace = Some(ns.to_owned());
@@ -204,7 +208,8 @@ pub(crate) struct Repository<'a> {
 }
 
 /// Refuse a Kustomization that the review would not follow as Flux does: one that transforms
-/// its build, or applies a source other than `repository`.
+/// its build, is suspended (`spec.suspend: true`: nothing applied), applies to another cluster
+/// (`spec.kubeConfig`), or applies a source other than `repository`.
 fn followable(k: &Object, repository: Repository<'_>) -> Result<(), FluxError> {
     let spec = &k.value["spec"];
     let shown = format!("{}/{}", k.id.namespace.as_deref().unwrap_or_default(), k.id.name);
@@ -214,6 +219,28 @@ fn followable(k: &Object, repository: Repository<'_>) -> Result<(), FluxError> {
         if !spec[field].is_null() {
             return Err(unfollowed(&format!("spec.{field}"), format!("Flux would apply it: {does}")));
         }
+    }
+    // kustomize-controller applies (and prunes) nothing of a suspended Kustomization: what the
+    // cluster holds of it stays as last applied, which git does not say. A value other than
+    // `false` is refused too (the API server would refuse it; the review does not guess).
+    if !matches!(spec["suspend"], Value::Null | Value::Bool(false)) {
+        return Err(unfollowed(
+            "spec.suspend",
+            "suspended: kustomize-controller applies nothing of it, nor prunes, until it is resumed, and what the cluster holds of it is not in git".to_owned(),
+        ));
+    }
+    // A kubeConfig applies the build to another cluster, not this one.
+    let remote = &spec["kubeConfig"];
+    if !remote.is_null() {
+        let holder = [("secretRef", "Secret"), ("configMapRef", "ConfigMap")].into_iter().find_map(|(field, kind)| {
+            remote[field]["name"].as_str().map(|name| {
+                format!(" (the kubeconfig of {kind} {}/{name})", k.id.namespace.as_deref().unwrap_or_default())
+            })
+        });
+        return Err(unfollowed(
+            "spec.kubeConfig",
+            format!("it applies to another cluster{}, not the one under review", holder.unwrap_or_default()),
+        ));
     }
     let source = &spec["sourceRef"];
     let kind = source["kind"].as_str().unwrap_or_default();
@@ -236,10 +263,25 @@ fn followable(k: &Object, repository: Repository<'_>) -> Result<(), FluxError> {
 /// the order they are found; the directory's other objects form a layer named after it.
 ///
 /// # Errors
-/// [`FluxError`] as [`build`] refuses a path; a Kustomization that transforms its build or applies
-/// another source than `repository` ([`FluxError::Unfollowed`]).
-pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str, repository: Repository<'_>) -> Result<Vec<Layer>, FluxError> {
-    let root = build(tree, cluster_dir)?;
+/// [`FluxError`] as [`build`] refuses a path; a Kustomization that transforms its build, is
+/// suspended, applies to another cluster or applies another source than `repository`
+/// ([`FluxError::Unfollowed`]).
+pub(crate) fn layers(
+    tree: &Snapshot,
+    cluster_dir: &str,
+    repository: Repository<'_>,
+) -> Result<(Vec<Layer>, Files), FluxError> {
+    let mut files = Files::new();
+    let mut read = |dir: &str| -> Result<Vec<Object>, FluxError> {
+        Ok(build(tree, dir)?
+            .into_iter()
+            .map(|(o, file)| {
+                files.entry(o.id.clone()).or_insert(file);
+                o
+            })
+            .collect())
+    };
+    let root = read(cluster_dir)?;
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
     let mut pending: Vec<Object> = Vec::new();
@@ -258,7 +300,7 @@ pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str, repository: Repository<
         let path = k.value["spec"]["path"].as_str().unwrap_or_default().to_owned();
         let mut objects = vec![k.clone()];
         if tree.has_dir(&path) || tree.read(&path).is_some() {
-            for o in build(tree, &path)? {
+            for o in read(&path)? {
                 if crate::flux::KUSTOMIZATION.is(&o.id.gvk) {
                     pending.push(o.clone());
                 }
@@ -267,7 +309,7 @@ pub(crate) fn layers(tree: &Snapshot, cluster_dir: &str, repository: Repository<
         }
         out.push(layer(k.id.name.clone(), objects));
     }
-    Ok(out)
+    Ok((out, files))
 }
 
 fn layer(name: String, mut objects: Vec<Object>) -> Layer {
@@ -303,7 +345,12 @@ mod tests {
                 "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: ns}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n",
             ),
         ]);
-        let layers = layers(&t, "clusters/c", REPO).unwrap();
+        let (layers, files) = layers(&t, "clusters/c", REPO).unwrap();
+        assert_eq!(
+            files.iter().find(|(id, _)| id.name == "x").map(|(_, f)| f.as_str()),
+            Some("platform/a/x.yaml"),
+            "each object knows its file"
+        );
         assert_eq!(layers.len(), 1);
         assert_eq!(layers[0].name, "a");
         let ids: Vec<String> = layers[0].objects.iter().map(|o| o.id.to_string()).collect();
@@ -322,8 +369,9 @@ mod tests {
             ("q/kustomization.yaml", "resources: [../p]\npatches: []\n"),
         ]);
         let objs = build(&t, "p").unwrap();
-        assert_eq!(objs[0].id.namespace.as_deref(), Some("z"));
-        assert_eq!(objs[1].id.namespace, None);
+        assert_eq!(objs[0].0.id.namespace.as_deref(), Some("z"));
+        assert_eq!(objs[1].0.id.namespace, None);
+        assert_eq!(objs[0].1, "p/a.yaml");
         let e = build(&t, "q").unwrap_err().to_string();
         assert!(e.contains("q/kustomization.yaml: kustomize's patches is not built"), "{e}");
     }
@@ -364,5 +412,60 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// kustomize-controller applies nothing of a suspended Kustomization (and prunes nothing), and
+    /// applies a `kubeConfig` one to another cluster: neither is reviewed as applied here.
+    #[test]
+    fn a_suspended_or_remote_kustomization_is_refused_by_name() {
+        let cluster = |spec: &str| {
+            tree(&[
+                (
+                    "clusters/c/a.yaml",
+                    &format!(
+                        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {{name: a, namespace: flux-system}}\nspec: {{path: ./p, sourceRef: {{kind: GitRepository, name: flux-system}}{spec}}}\n"
+                    ),
+                ),
+                ("p/x.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: ns}\n"),
+            ])
+        };
+        // Not suspended: followed, as before.
+        for spec in ["", ", suspend: false"] {
+            let (l, _) = layers(&cluster(spec), "clusters/c", REPO).unwrap();
+            assert_eq!(l[0].objects.len(), 2, "{spec}: {:?}", l[0].objects);
+        }
+        for (spec, field, why) in [
+            (", suspend: true", "spec.suspend", "suspended: kustomize-controller applies nothing of it"),
+            (", suspend: 'true'", "spec.suspend", "suspended: kustomize-controller applies nothing of it"),
+            (
+                ", kubeConfig: {secretRef: {name: remote}}",
+                "spec.kubeConfig",
+                "it applies to another cluster (the kubeconfig of Secret flux-system/remote)",
+            ),
+            (
+                ", kubeConfig: {configMapRef: {name: remote}}",
+                "spec.kubeConfig",
+                "it applies to another cluster (the kubeconfig of ConfigMap flux-system/remote)",
+            ),
+        ] {
+            let e = layers(&cluster(spec), "clusters/c", REPO).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("Kustomization flux-system/a: {field} is not applied by the offline review")),
+                "{e}"
+            );
+            assert!(e.contains(why), "{spec}: {e}");
+        }
+        // A Kustomization reached through a layer is held to the same.
+        let mut files = vec![(
+            "clusters/c/a.yaml".to_owned(),
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: a, namespace: flux-system}\nspec: {path: ./p, sourceRef: {kind: GitRepository, name: flux-system}}\n".to_owned(),
+        )];
+        files.push((
+            "p/b.yaml".to_owned(),
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: b, namespace: flux-system}\nspec: {path: ./q, suspend: true, sourceRef: {kind: GitRepository, name: flux-system}}\n".to_owned(),
+        ));
+        let t = Snapshot::of(files.into_iter().map(|(p, t)| (p, t.into_bytes())));
+        let e = layers(&t, "clusters/c", REPO).unwrap_err().to_string();
+        assert!(e.starts_with("Kustomization flux-system/b: spec.suspend is not applied"), "{e}");
     }
 }

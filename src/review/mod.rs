@@ -58,7 +58,7 @@ pub(crate) enum ChartMode {
     /// fetch).
     Expand {
         /// The chart cache.
-        cache: PathBuf,
+        cache: charts::CacheRoot,
         /// Read only from the cache.
         air_gapped: bool,
     },
@@ -109,13 +109,15 @@ pub(crate) enum ReviewError {
         source: FluxError,
     },
     /// A chart cannot be expanded.
-    #[error("{side}: {source}")]
+    #[error("{side}: {}{source}", file.as_deref().map_or_else(String::new, |f| format!("{f}: ")))]
     Chart {
         /// `base` or `head`.
         side: &'static str,
+        /// The file of the repository that holds the HelmRelease, when one does.
+        file: Option<String>,
         /// Why.
         #[source]
-        source: ChartError,
+        source: Box<ChartError>,
     },
 }
 
@@ -238,15 +240,24 @@ pub(crate) fn review(settings: &Settings, progress: &dyn Progress) -> Result<Rev
     let (base_trees, base_how, unrenderable) = bases.trees(&committed, &dirs);
     let head_how: BTreeMap<String, String> =
         dirs.keys().map(|c| (c.clone(), "rendered from the work tree".to_owned())).collect();
+    // A private cache of this run's own (no home to keep one in) lives until the review ends.
+    let mut _private_cache = None;
     let charts = match &settings.charts {
         ChartMode::Off => None,
         ChartMode::Expand { cache, air_gapped } => {
+            let (cache, private) = cache.open().map_err(|source| ReviewError::Chart {
+                side: "head",
+                file: None,
+                source: Box::new(source),
+            })?;
+            _private_cache = private;
             let found =
                 finding.map_or_else(charts::Helm::find, |f| f.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-            let helm = found.map_err(|source| ReviewError::Chart { side: "head", source })?;
+            let helm =
+                found.map_err(|source| ReviewError::Chart { side: "head", file: None, source: Box::new(source) })?;
             // Every cluster of one run renders for its own Kubernetes version; charts are
             // keyed by it.
-            Some((helm, cache.clone(), *air_gapped))
+            Some((helm, cache, *air_gapped))
         }
     };
     let helm = charts.as_ref().map(|(h, _, _)| format!("helm {}", h.version));
@@ -267,10 +278,10 @@ pub(crate) fn review(settings: &Settings, progress: &dyn Progress) -> Result<Rev
             if tree.has_dir(dir) {
                 flux::layers(tree, dir, repository).map_err(|source| ReviewError::Flux { side, source })
             } else {
-                Ok(Vec::new())
+                Ok((Vec::new(), flux::Files::new()))
             }
         };
-        let (before, after) = (read(base_tree, "base")?, read(&head_tree, "head")?);
+        let ((before, base_files), (after, head_files)) = (read(base_tree, "base")?, read(&head_tree, "head")?);
         let kube_version = head.profiles.get(cluster).map_or_else(
             || crate::spec::KUBERNETES_VERSION.to_owned(),
             |p| p.profile.cluster.kubernetes_version.clone(),
@@ -288,10 +299,11 @@ pub(crate) fn review(settings: &Settings, progress: &dyn Progress) -> Result<Rev
                 let expander = expanders
                     .entry(kube_version.clone())
                     .or_insert_with(|| Charts::new(helm.clone(), cache.clone(), *air_gapped, kube_version));
-                (expand(expander, "base", before)?, expand(expander, "head", after)?)
+                (expand(expander, "base", before, &base_files)?, expand(expander, "head", after, &head_files)?)
             }
         };
-        compare_cluster(cluster, &before, &after, &mut counts, &mut entries);
+        let acceptance = head.profiles.get(cluster).and_then(|p| notes::AcceptanceJob::of(&p.profile));
+        compare_cluster(cluster, (&before, &after), acceptance.as_ref(), &mut counts, &mut entries);
     }
     let clusters: Vec<String> = dirs.keys().cloned().collect();
     Ok(Review {

@@ -207,7 +207,12 @@ pub(super) struct ClusterSide {
 }
 
 /// Expand every HelmRelease of `layers` (in parallel, on every core).
-pub(super) fn expand(charts: &Charts, side: &'static str, layers: Vec<Layer>) -> Result<ClusterSide, ReviewError> {
+pub(super) fn expand(
+    charts: &Charts,
+    side: &'static str,
+    layers: Vec<Layer>,
+    files: &super::flux::Files,
+) -> Result<ClusterSide, ReviewError> {
     let all: Vec<&Object> = layers.iter().flat_map(|l| &l.objects).collect();
     let releases: Vec<(usize, &Object)> = layers
         .iter()
@@ -221,7 +226,11 @@ pub(super) fn expand(charts: &Charts, side: &'static str, layers: Vec<Layer>) ->
     let releases: Vec<(usize, ObjectRef)> = releases.into_iter().map(|(i, r)| (i, r.id.clone())).collect();
     let mut out = ClusterSide { layers, ..ClusterSide::default() };
     for ((i, release), expansion) in releases.into_iter().zip(expanded) {
-        let expansion = expansion.map_err(|source| ReviewError::Chart { side, source })?;
+        let expansion = expansion.map_err(|source| ReviewError::Chart {
+            side,
+            file: files.get(&release).cloned(),
+            source: Box::new(source),
+        })?;
         let layer = &mut out.layers[i];
         for (o, _) in &expansion.objects {
             out.origin.insert((layer.name.clone(), o.id.clone()), release.clone());

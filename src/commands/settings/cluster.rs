@@ -82,7 +82,10 @@ impl TryFrom<&DiffArgs> for DiffSettings {
             (_, true) => crate::review::ChartMode::Off,
             (Some(dir), false) => {
                 anyhow::ensure!(dir.is_dir(), "--charts {}: no such directory", dir.display());
-                crate::review::ChartMode::Expand { cache: dir.clone(), air_gapped: true }
+                crate::review::ChartMode::Expand {
+                    cache: crate::review::charts::CacheRoot::Dir(dir.clone()),
+                    air_gapped: true,
+                }
             }
             (None, false) => {
                 crate::review::ChartMode::Expand { cache: crate::review::charts::default_cache(), air_gapped: false }

@@ -9,15 +9,32 @@ use super::{ChartError, Charts, Fetch};
 use crate::flux::source::{GitRef, OciRef};
 
 impl Fetch {
-    /// Its directory in the cache, one per source and pin: `git/<url>@<ref>`,
-    /// `helm/<url>/<chart>-<version>`, `oci/<url>-<ref>`.
+    /// Its directory in the cache, one per source and pin: a readable name (`git/<url>@<ref>`,
+    /// `helm/<url>/<chart>-<version>`, `oci/<url>-<ref>`, each made a path by [`slug`]) and, next
+    /// to it, a digest of the source's kind and the whole pin ([`Fetch::identity`]): two sources
+    /// whose readable names are alike (`http://` and `https://`, `a/b` and `a_b`, an OCI and an
+    /// HTTP repository on the same path) never share an entry.
     pub(super) fn entry(&self) -> String {
+        let digest = &crate::hash::sha256_hex(self.identity().as_bytes())[..16];
         match self {
-            Fetch::Git { url, reference, .. } => format!("git/{}@{}", slug(url), slug(&reference.to_string())),
+            Fetch::Git { url, reference, .. } => format!("git/{}@{}-{digest}", slug(url), slug(&reference.to_string())),
             Fetch::Repo { url, chart, version, .. } => {
-                format!("helm/{}/{chart}-{}", slug(url), slug(version.asked().unwrap_or("latest")))
+                format!("helm/{}/{chart}-{}-{digest}", slug(url), slug(version.asked().unwrap_or("latest")))
             }
-            Fetch::Oci { url, reference, .. } => format!("oci/{}-{}", slug(url), slug(&reference.to_string())),
+            Fetch::Oci { url, reference, .. } => format!("oci/{}-{}-{digest}", slug(url), slug(&reference.to_string())),
+        }
+    }
+
+    /// Everything that decides what is fetched, unabridged: the source's kind, its whole URL and
+    /// transport, the chart and the pin (one field per line; none of them holds a line break).
+    fn identity(&self) -> String {
+        match self {
+            Fetch::Git { url, reference, path } => format!("git\n{url}\n{reference}\n{path}"),
+            Fetch::Repo { url, chart, version, oci, plain_http } => {
+                let kind = if *oci { "helm-oci" } else { "helm" };
+                format!("{kind}\n{url}\n{chart}\n{}\n{plain_http}", version.asked().unwrap_or("*"))
+            }
+            Fetch::Oci { url, reference, plain_http } => format!("oci\n{url}\n{reference}\n{plain_http}"),
         }
     }
 
@@ -92,7 +109,9 @@ impl Charts {
             return Ok((dir.clone(), dir.join(path)));
         }
         let other = |e: git2::Error| GitFailure::Other(e.message().to_owned());
-        let bare = in_cache(&self.cache, &format!("git/{}.git", slug(url)))?;
+        // One bare repository per whole URL (its readable name and a digest of the URL).
+        let url_digest = &crate::hash::sha256_hex(url.as_bytes())[..16];
+        let bare = in_cache(&self.cache, &format!("git/{}-{url_digest}.git", slug(url)))?;
         std::fs::create_dir_all(&bare).map_err(|e| GitFailure::Other(format!("{}: {e}", bare.display())))?;
         let repo = git2::Repository::open_bare(&bare).or_else(|_| git2::Repository::init_bare(&bare)).map_err(other)?;
         let refspecs: Vec<String> = match reference {
@@ -145,30 +164,34 @@ impl Charts {
     /// A chart of a Helm or OCI repository, pulled by helm into the cache.
     pub(super) fn pull(&self, release: &str, fetch: &Fetch) -> Result<(PathBuf, PathBuf), GitFailure> {
         let (rel, chart) = (fetch.entry(), fetch.chart_dir());
-        let mut args = match fetch {
+        // Options in their `--name=value` form; the chart reference, the one positional, after
+        // `--`, so that nothing the change names is read as an option.
+        let (mut options, chart_ref) = match fetch {
             Fetch::Repo { url, chart, version, oci, plain_http } => {
-                let mut args = if *oci {
-                    vec![format!("{}/{chart}", url.trim_end_matches('/'))]
+                let (mut options, chart_ref) = if *oci {
+                    (Vec::new(), format!("{}/{chart}", url.trim_end_matches('/')))
                 } else {
-                    vec![chart.clone(), format!("--repo={url}")]
+                    (vec![format!("--repo={url}")], chart.clone())
                 };
                 if let Some(version) = version.asked() {
-                    args.push(format!("--version={version}"));
+                    options.push(format!("--version={version}"));
                 }
                 if *plain_http {
-                    args.push("--plain-http".into());
+                    options.push("--plain-http".into());
                 }
-                args
+                (options, chart_ref)
             }
             Fetch::Oci { url, reference, plain_http } => {
-                let mut args = match reference {
-                    OciRef::Digest(digest) => vec![format!("{url}@{digest}")],
-                    OciRef::Semver(version) | OciRef::Tag(version) => vec![url.clone(), format!("--version={version}")],
+                let (mut options, chart_ref) = match reference {
+                    OciRef::Digest(digest) => (Vec::new(), format!("{url}@{digest}")),
+                    OciRef::Semver(version) | OciRef::Tag(version) => {
+                        (vec![format!("--version={version}")], url.clone())
+                    }
                 };
                 if *plain_http {
-                    args.push("--plain-http".into());
+                    options.push("--plain-http".into());
                 }
-                args
+                (options, chart_ref)
             }
             Fetch::Git { .. } => unreachable!("git sources are fetched with git"),
         };
@@ -180,9 +203,19 @@ impl Charts {
         let staging = in_cache(&self.cache, &format!("{rel}.tmp{}", std::process::id()))?;
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging).map_err(|e| GitFailure::Other(format!("{}: {e}", staging.display())))?;
-        args.splice(0..0, ["pull".to_owned()]);
-        args.extend(["--untar".into(), format!("--untardir={}", staging.display())]);
-        let out = self.helm.command().args(&args).output().map_err(|e| GitFailure::Other(format!("helm pull: {e}")))?;
+        options.push("--untar".into());
+        let mut untardir = std::ffi::OsString::from("--untardir=");
+        untardir.push(&staging);
+        let out = self
+            .helm
+            .command()
+            .arg("pull")
+            .args(&options)
+            .arg(untardir)
+            .arg("--")
+            .arg(chart_ref)
+            .output()
+            .map_err(|e| GitFailure::Other(format!("helm pull: {e}")))?;
         if !out.status.success() {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(GitFailure::Other(format!("helm pull: {}", String::from_utf8_lossy(&out.stderr).trim())));
@@ -257,7 +290,7 @@ impl Charts {
                 want: format!("{} with its dependencies built", dir.display()),
             });
         }
-        let run = |verb: &str| self.helm.command().args(["dependency", verb, "--skip-refresh"]).arg(dir).output();
+        let run = |verb: &str| self.helm.command().args(["dependency", verb, "--skip-refresh", "--"]).arg(dir).output();
         let fail = |step: &str, message: String| ChartError::Helm {
             release: release.to_owned(),
             step: format!("dependency {step}"),
@@ -303,16 +336,15 @@ pub(super) enum GitFailure {
     Other(String),
 }
 
-/// The highest tag of `repo` whose version matches `range` (Flux's `spec.ref.semver`).
+/// The tag of `repo` Flux resolves the range to (`spec.ref.semver`, with Flux's rules:
+/// [`crate::flux::versions`]).
 pub(super) fn highest_tag(repo: &git2::Repository, range: &str) -> Result<String, git2::Error> {
-    let req = semver::VersionReq::parse(range).map_err(|e| git2::Error::from_str(&format!("semver {range}: {e}")))?;
+    let constraint = crate::flux::versions::Constraint::parse(range)
+        .map_err(|e| git2::Error::from_str(&format!("semver {range}: {e}")))?;
     let tags = repo.tag_names(None)?;
-    tags.iter()
-        .filter_map(|t| t.ok().flatten())
-        .filter_map(|t| semver::Version::parse(t.trim_start_matches('v')).ok().map(|v| (v, t.to_owned())))
-        .filter(|(v, _)| req.matches(v))
-        .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, t)| t)
+    let names: Vec<&str> = tags.iter().filter_map(|t| t.ok().flatten()).collect();
+    crate::flux::versions::highest(&constraint, names)
+        .map(str::to_owned)
         .ok_or_else(|| git2::Error::from_str(&format!("no tag matches semver {range}")))
 }
 

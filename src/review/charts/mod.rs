@@ -92,6 +92,14 @@ pub(crate) enum ChartError {
         /// Why.
         reason: String,
     },
+    /// The chart cache cannot be used.
+    #[error("the chart cache {dir}: {reason}")]
+    Cache {
+        /// The directory.
+        dir: String,
+        /// Why.
+        reason: String,
+    },
     /// helm refused the chart.
     #[error("{release}: helm {step} of chart {chart} failed: {message}")]
     Helm {
@@ -186,18 +194,71 @@ pub(crate) struct Charts {
     templated: Memo<String>,
 }
 
-/// The default chart cache: `$OSBX_CHART_CACHE`, `$XDG_CACHE_HOME/osbx/charts`, `~/.cache/osbx/charts`.
+/// Where the chart cache lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CacheRoot {
+    /// A directory kept between runs (`--charts DIR`, `$OSBX_CHART_CACHE`, the user's cache).
+    Dir(PathBuf),
+    /// No home to keep a cache in: a private directory made new for the run (mode 0700, owned by
+    /// the user, checked; a random name, never a predictable path in a shared temporary
+    /// directory), deleted when the review ends.
+    Private,
+}
+
+/// The default chart cache: `$OSBX_CHART_CACHE`, `$XDG_CACHE_HOME/osbx/charts`,
+/// `~/.cache/osbx/charts`; without any of them, [`CacheRoot::Private`].
 #[must_use]
-pub(crate) fn default_cache() -> PathBuf {
+pub(crate) fn default_cache() -> CacheRoot {
     if let Some(dir) = std::env::var_os("OSBX_CHART_CACHE").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
+        return CacheRoot::Dir(PathBuf::from(dir));
     }
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("osbx").join("charts")
+        .or_else(|| std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache")))
+        .map_or(CacheRoot::Private, |base| CacheRoot::Dir(base.join("osbx").join("charts")))
+}
+
+impl CacheRoot {
+    /// The cache's directory, and for a private one the handle that deletes it when dropped.
+    ///
+    /// # Errors
+    /// [`ChartError::Cache`]: a private directory that cannot be made, or is not private.
+    pub(crate) fn open(&self) -> Result<(PathBuf, Option<tempfile::TempDir>), ChartError> {
+        match self {
+            Self::Dir(dir) => Ok((dir.clone(), None)),
+            Self::Private => {
+                let fail = |dir: &std::path::Path, reason: String| ChartError::Cache {
+                    dir: dir.display().to_string(),
+                    reason,
+                };
+                let scratch = tempfile::Builder::new()
+                    .prefix("osbx-charts-")
+                    .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                    .tempdir()
+                    .map_err(|e| fail(&std::env::temp_dir(), e.to_string()))?;
+                private(scratch.path()).map_err(|why| fail(scratch.path(), why))?;
+                Ok((scratch.path().to_path_buf(), Some(scratch)))
+            }
+        }
+    }
+}
+
+/// Whether `dir` is a directory (not a link) that only its owner, this user, can enter.
+fn private(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    if !meta.file_type().is_dir() {
+        return Err("it is not a directory".into());
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!("its mode is {:o}, not 0700", meta.permissions().mode() & 0o777));
+    }
+    #[cfg(target_os = "linux")]
+    if meta.uid() != rustix::process::geteuid().as_raw() {
+        return Err(format!("it is owned by uid {}, not this user", meta.uid()));
+    }
+    Ok(())
 }
 
 impl Charts {
@@ -223,6 +284,9 @@ impl Charts {
     /// missing, helm refuses the chart.
     pub(crate) fn expand(&self, release: &Object, side: &[&Object]) -> Result<Expansion, ChartError> {
         let id = release.id.to_string();
+        // The release's name and namespace are checked first: nothing is fetched for a release
+        // helm could not be given.
+        let (name, namespace) = release_identity(&id, &release.value)?;
         let (fetch, source) = locate(&id, &release.value, side)?;
         let dir = self.fetched(&id, &fetch, &source)?;
         let meta: Value = std::fs::read_to_string(dir.join("Chart.yaml"))
@@ -243,8 +307,6 @@ impl Charts {
             });
         }
         let unread = Chart::load(&dir).map(|c| c.unread(&values)).unwrap_or_default();
-        let name = release_name(&release.value);
-        let namespace = release_namespace(&release.value);
         let tests = release.value["spec"]["test"]["enable"] == true;
         let text = self.template(&id, &dir, &name, &namespace, &values, tests)?;
         let objects = split(&text, &namespace, side).map_err(|message| ChartError::Helm {
@@ -256,6 +318,29 @@ impl Charts {
         let upgrade_crds = release.value["spec"]["upgrade"]["crds"].as_str().unwrap_or("Skip").to_owned();
         Ok(Expansion { chart, objects, unread, upgrade_crds })
     }
+}
+
+/// The release name and namespace helm-controller would use for `release`, each checked by its
+/// kind's rule before it becomes an argument of helm ([`crate::refs::release_name`],
+/// [`crate::refs::namespace`]); a refusal names the field the value came from.
+fn release_identity(id: &str, release: &Value) -> Result<(String, String), ChartError> {
+    let spec = &release["spec"];
+    let set = |field: &str| spec[field].as_str().is_some_and(|v| !v.is_empty());
+    let refused =
+        |field: &str, reason: String| ChartError::Refused { object: id.to_owned(), field: field.to_owned(), reason };
+    let name = release_name(release);
+    let name_field = if set("releaseName") {
+        "spec.releaseName"
+    } else if set("targetNamespace") {
+        "the release name helm-controller derives from spec.targetNamespace and metadata.name"
+    } else {
+        "the release name helm-controller derives from metadata.name"
+    };
+    crate::refs::release_name(&name).map_err(|why| refused(name_field, why))?;
+    let namespace = release_namespace(release);
+    let namespace_field = if set("targetNamespace") { "spec.targetNamespace" } else { "metadata.namespace" };
+    crate::refs::namespace(&namespace).map_err(|why| refused(namespace_field, why))?;
+    Ok((name, namespace))
 }
 
 #[cfg(test)]
@@ -317,6 +402,110 @@ mod tests {
                 assert_eq!(got.unwrap(), dir, "{fetch:?} is pinned");
             }
         }
+    }
+
+    /// A release name or namespace from the change becomes an argument of helm only when it is of
+    /// its kind; a refusal names the field it came from.
+    #[test]
+    fn release_names_and_namespaces_are_checked_before_helm_sees_them() {
+        let hr = |spec: Value| json!({"metadata": {"name": "r", "namespace": "flux-system"}, "spec": spec});
+        let refused = |spec: Value| match release_identity("HelmRelease/flux-system/r", &hr(spec)) {
+            Err(ChartError::Refused { field, .. }) => field,
+            other => panic!("not refused: {other:?}"),
+        };
+        assert_eq!(
+            release_identity("x", &hr(json!({"targetNamespace": "t"}))).unwrap(),
+            ("t-r".to_owned(), "t".to_owned())
+        );
+        assert_eq!(refused(json!({"releaseName": "--post-renderer=/tmp/x"})), "spec.releaseName");
+        assert_eq!(refused(json!({"releaseName": "Upper"})), "spec.releaseName");
+        assert!(refused(json!({"targetNamespace": "--post-renderer=x"})).contains("spec.targetNamespace"));
+        let bad = json!({"metadata": {"name": "--post-renderer=x", "namespace": "flux-system"}, "spec": {}});
+        assert!(matches!(
+            release_identity("x", &bad),
+            Err(ChartError::Refused { field, .. }) if field.contains("derives from metadata.name")
+        ));
+        let bad_ns = json!({"metadata": {"name": "r", "namespace": "--kubeconfig=/x"}, "spec": {"releaseName": "r"}});
+        assert!(matches!(
+            release_identity("x", &bad_ns),
+            Err(ChartError::Refused { field, .. }) if field == "metadata.namespace"
+        ));
+    }
+
+    /// Without a home, the cache is a directory of the run's own: made new, private, checked, and
+    /// gone afterwards.
+    #[test]
+    fn without_a_home_the_cache_is_private_to_the_run() {
+        let (dir, scratch) = CacheRoot::Private.open().unwrap();
+        assert!(scratch.is_some());
+        private(&dir).unwrap();
+        let again = CacheRoot::Private.open().unwrap();
+        assert_ne!(dir, again.0, "a new name each run");
+        drop(scratch);
+        assert!(!dir.exists(), "deleted when the review ends");
+        let open = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(open.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        assert!(private(open.path()).unwrap_err().contains("755"));
+        let link = open.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(private(&link).is_err(), "a link is no private directory");
+        assert_eq!(
+            CacheRoot::Dir(PathBuf::from("/c")).open().unwrap().0,
+            PathBuf::from("/c"),
+            "a directory named is used as it is"
+        );
+    }
+
+    /// Sources whose readable names are alike are different entries: the whole URL, its scheme
+    /// and the kind of source are in each entry's digest.
+    #[test]
+    fn cache_entries_are_keyed_by_the_whole_source() {
+        use crate::flux::source::{ChartVersion, OciRef};
+        let version = ChartVersion::of(&json!({"spec": {"chart": {"spec": {"version": "1.0.0"}}}}));
+        let repo = |url: &str, oci: bool| Fetch::Repo {
+            url: url.into(),
+            chart: "c".into(),
+            version: version.clone(),
+            oci,
+            plain_http: false,
+        };
+        let oci = |url: &str| Fetch::Oci { url: url.into(), reference: OciRef::Tag("1.0.0".into()), plain_http: false };
+        let entries = [
+            repo("http://h/a/b", false).entry(),
+            repo("https://h/a/b", false).entry(),
+            repo("http://h/a_b", false).entry(),
+            repo("oci://h/a/b", true).entry(),
+            oci("oci://h/a/b/c").entry(),
+            Fetch::Oci { url: "oci://h/a/b/c".into(), reference: OciRef::Tag("1.0.0".into()), plain_http: true }
+                .entry(),
+        ];
+        for (i, a) in entries.iter().enumerate() {
+            for b in &entries[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // The same source is the same entry, in every run.
+        assert_eq!(repo("http://h/a/b", false).entry(), entries[0]);
+        assert!(entries[0].starts_with("helm/h_a_b/c-1.0.0-"), "readable: {}", entries[0]);
+    }
+
+    /// A chart's `file://` dependency that climbs out of what was fetched is refused before helm
+    /// reads it.
+    #[test]
+    fn a_file_dependency_outside_the_fetched_source_is_refused() {
+        let cache = tempfile::tempdir().unwrap();
+        let helm = Helm { program: PathBuf::from("/nonexistent/helm"), version: "v3.20.0".into() };
+        let charts = Charts::new(helm, cache.path().to_path_buf(), false, "1.33.0".into());
+        let root = cache.path().join("entry");
+        let dir = root.join("charts/c");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("Chart.yaml"),
+            "apiVersion: v2\nname: c\nversion: 0.1.0\ndependencies: [{name: d, version: 0.1.0, repository: 'file://../../../victim'}]\n",
+        )
+        .unwrap();
+        let e = charts.dependencies("HelmRelease/n/r", &root, &dir).unwrap_err().to_string();
+        assert!(e.contains("dependencies[].repository is refused") && e.contains("points outside"), "{e}");
     }
 
     #[test]

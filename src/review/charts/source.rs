@@ -86,6 +86,10 @@ pub(super) fn locate(release: &str, hr: &Value, side: &[&Object]) -> Result<(Fet
             };
             let field = format!("spec.ref.{}", reference.field());
             rule(reference.value()).map_err(|why| refused(&shown, &field, why))?;
+            if let GitRef::Semver(range) = &reference {
+                crate::flux::versions::Constraint::parse(range)
+                    .map_err(|why| refused(&shown, &field, format!("{why} (a semver constraint as Flux reads it)")))?;
+            }
             if matches!(&reference, GitRef::Name(n) if !n.starts_with("refs/")) {
                 return Err(refused(&shown, &field, "a reference name starts with refs/".into()));
             }

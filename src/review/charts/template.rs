@@ -1,7 +1,7 @@
 //! `helm template`: a fetched chart with the values helm-controller would pass, split into the
 //! objects helm-controller would install.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -30,17 +30,25 @@ impl Charts {
                 chart: dir.display().to_string(),
                 message,
             };
-            let file = tempfile_in(&self.cache, &values.to_string()).map_err(|e| fail(e.to_string()))?;
+            // The values may hold decrypted Secrets: a private file (0600, a random name made new,
+            // never through a link), deleted when dropped.
+            let file = values_file(&self.cache, &values.to_string()).map_err(|e| fail(e.to_string()))?;
             let mut cmd = self.helm.command();
+            // Every option in its `--name=value` form, then `--`: the release name and the chart
+            // directory are positionals helm never reads as options, whatever they hold.
             cmd.arg("template")
-                .arg(name)
-                .arg(dir)
-                .args(["--namespace", namespace, "--kube-version", &self.kube_version, "--include-crds"])
-                .arg("--values")
-                .arg(file.path());
+                .arg(format!("--namespace={namespace}"))
+                .arg(format!("--kube-version={}", self.kube_version))
+                .arg("--include-crds")
+                .arg({
+                    let mut arg = std::ffi::OsString::from("--values=");
+                    arg.push(file.path());
+                    arg
+                });
             if !tests {
                 cmd.arg("--skip-tests");
             }
+            cmd.arg("--").arg(name).arg(dir);
             let out = cmd.output().map_err(|e| fail(e.to_string()))?;
             if !out.status.success() {
                 return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_owned()));
@@ -51,28 +59,14 @@ impl Charts {
     }
 }
 
-/// A file holding `text`, deleted when dropped.
-pub(super) fn tempfile_in(dir: &Path, text: &str) -> std::io::Result<TempFile> {
-    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// A new private file in `dir` holding `text` (mode 0600, an unpredictable name, created with
+/// `O_EXCL` so no link in its place is followed), deleted when dropped.
+pub(super) fn values_file(dir: &Path, text: &str) -> std::io::Result<tempfile::NamedTempFile> {
     std::fs::create_dir_all(dir)?;
-    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = dir.join(format!(".values-{}-{n}.json", std::process::id()));
-    std::fs::write(&path, text)?;
-    Ok(TempFile(path))
-}
-
-pub(super) struct TempFile(PathBuf);
-
-impl TempFile {
-    pub(super) fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+    let mut file = tempfile::Builder::new().prefix(".values-").suffix(".json").tempfile_in(dir)?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    std::io::Write::flush(&mut file)?;
+    Ok(file)
 }
 
 /// helm's output as objects: each document's `# Source:` says whether it comes from `crds/`;
@@ -103,4 +97,28 @@ pub(super) fn split(text: &str, namespace: &str, side: &[&Object]) -> Result<Vec
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    /// The values handed to helm can hold decrypted Secrets: a private file with a name nobody
+    /// can guess, never written through a link someone placed.
+    #[test]
+    fn the_values_file_is_private_and_unpredictable() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = super::values_file(dir.path(), "{\"secret\": 1}").unwrap();
+        let b = super::values_file(dir.path(), "{}").unwrap();
+        assert_ne!(a.path(), b.path());
+        let meta = std::fs::symlink_metadata(a.path()).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{:o}", meta.permissions().mode());
+        assert_eq!(std::fs::read_to_string(a.path()).unwrap(), "{\"secret\": 1}");
+        let name = a.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with(".values-") && name.len() > ".values-.json".len() + 5, "{name}");
+        let path = a.path().to_path_buf();
+        drop(a);
+        assert!(!path.exists(), "deleted when dropped");
+    }
 }

@@ -73,6 +73,9 @@ async fn the_workload_probe_runs_as_a_real_container() {
         assert!(check(&checks, "workload.bench.ci")["measurements"]["kata_runc_ratio"].as_f64().unwrap() > 0.0);
     } else {
         assert_eq!(docker["outcome"], "FAIL", "the kubelet's directory is on {fs}: {docker:#}");
+        crate::support::not_proven(&format!(
+            "node::workload::the_workload_probe_runs_as_a_real_container: the kubelet's directory is on {fs}, not ext4 or xfs, so Docker's overlay2 build in a real container (workload.docker PASS) and the benchmark's ratio were not proven here, only their FAIL"
+        ));
     }
     // kind's preconditions in a runc container are this machine's: cgroup v2 or not.
     let kind = check(&checks, "workload.kind.ci");
@@ -80,6 +83,9 @@ async fn the_workload_probe_runs_as_a_real_container() {
         assert!(kind["evidence"].as_str().unwrap().contains("/dev/kmsg present"), "{kind:#}");
     } else {
         assert_check(&checks, "workload.kind.ci", "FAIL", &["not cgroup v2", "systemd.unified_cgroup_hierarchy=1"]);
+        crate::support::not_proven(
+            "node::workload::the_workload_probe_runs_as_a_real_container: this machine is on cgroup v1, so kind's preconditions passing in a real container (workload.kind PASS) were not proven here, only their FAIL",
+        );
     }
     assert!(matches!(code, Some(0 | 1)), "{stderr}");
 }

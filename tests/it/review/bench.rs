@@ -57,7 +57,7 @@ fn bench_a_review_costs_little_beyond_helm() {
     std::fs::write(
         &shim,
         format!(
-            "#!/bin/sh\nn=$(date +%s%N)-$$\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > {log}/$n.args\nprev=\nfor a in \"$@\"; do [ \"$prev\" = --values ] && cp \"$a\" {log}/$n.values; prev=$a; done\nexec {helm} \"$@\"\n",
+            "#!/bin/sh\nn=$(date +%s%N)-$$\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > {log}/$n.args\nfor a in \"$@\"; do case \"$a\" in --values=*) cp \"${{a#--values=}}\" {log}/$n.values;; esac; done\nexec {helm} \"$@\"\n",
             log = log.display(),
             helm = crate::charts::helm::helm().display()
         ),
@@ -90,8 +90,8 @@ fn bench_a_review_costs_little_beyond_helm() {
             let started = Instant::now();
             for (args, values) in &runs {
                 let mut args = args.clone();
-                if let (Some(i), Some(values)) = (args.iter().position(|a| a == "--values"), values) {
-                    args[i + 1] = values.display().to_string();
+                if let (Some(i), Some(values)) = (args.iter().position(|a| a.starts_with("--values=")), values) {
+                    args[i] = format!("--values={}", values.display());
                 }
                 let out = helm_command(case.scratch()).args(&args).output().unwrap();
                 assert!(out.status.success(), "helm {args:?}: {:?}", outputs(&out));
