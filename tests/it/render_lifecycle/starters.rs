@@ -14,7 +14,11 @@ fn renders_and_lints_clean(dir: &Path, flag: &str, file: &str) {
     let out = osbx().current_dir(dir).args(["lint", flag, file]).output().unwrap();
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(stdout.ends_with("0 error(s), 0 warning(s)\n"), "{stdout}");
+    // The one warning a starter may carry: kata.advisory, on a kata layer pinning kata-deploy
+    // below 4.3.0 (issue 52, item 4: it stays until osbx knows 4.3.0; the layer closes the hole), once per
+    // cluster of a fleet; every other warning still fails.
+    let advisories = stdout.lines().filter(|l| l.contains("warning[kata.advisory]")).count();
+    assert!(stdout.ends_with(&format!("0 error(s), {advisories} warning(s)\n")), "{stdout}");
     let out = osbx().current_dir(dir).args(["render", flag, file, "--out", "repo"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", outputs(&out).1);
 }
