@@ -136,7 +136,7 @@ fn enable_annotations(text: &str, table: &str) -> Option<Vec<String>> {
     let mut found = None;
     for line in text.lines().map(str::trim) {
         if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            current = name.trim().to_owned();
+            name.trim().clone_into(&mut current);
             continue;
         }
         let Some((key, value)) = line.split_once('=') else { continue };

@@ -347,26 +347,7 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
                 ),
             );
         }
-        for (i, pool) in s.pools.effective().iter().enumerate() {
-            let allowed = annotations::allowed_of(pool);
-            for key in pool.template.annotations.iter().flatten().map(|(k, _)| k) {
-                if key.starts_with(annotations::PREFIX) && !allowed.contains(key) {
-                    let field = if pool.pool.annotations.is_some() {
-                        format!("pools.items[{i}].annotations")
-                    } else {
-                        "pools.defaults.annotations".to_owned()
-                    };
-                    v.push(
-                        field,
-                        format!(
-                            "pool {} would carry {key}: the kata layer's admission policy {} rejects its pods (list it in pools.items[{i}].kata.allowedAnnotations to allow it for this pool)",
-                            pool.pool.name,
-                            annotations::POLICY
-                        ),
-                    );
-                }
-            }
-        }
+        pool_annotations(s, v);
         let installed = k.runtime_classes(&s.pools.build_classes());
         for (i, pool) in s.pools.effective().iter().enumerate() {
             if let Some(rc) = &pool.runtime_class_name
@@ -385,6 +366,31 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
                         installed.join(", ")
                     ),
                 );
+            }
+        }
+    }
+}
+
+/// A pool whose own annotations carry an `io.katacontainers.*` key it is not allowed: the kata
+/// layer's admission policy would reject every pod of it.
+fn pool_annotations(s: &Sections, v: &mut Violations) {
+    for (i, pool) in s.pools.effective().iter().enumerate() {
+        let allowed = annotations::allowed_of(pool);
+        for key in pool.template.annotations.iter().flatten().map(|(k, _)| k) {
+            if key.starts_with(annotations::PREFIX) && !allowed.contains(key) {
+                let field = if pool.pool.annotations.is_some() {
+                    format!("pools.items[{i}].annotations")
+                } else {
+                    "pools.defaults.annotations".to_owned()
+                };
+                v.push(
+                        field,
+                        format!(
+                            "pool {} would carry {key}: the kata layer's admission policy {} rejects its pods (list it in pools.items[{i}].kata.allowedAnnotations to allow it for this pool)",
+                            pool.pool.name,
+                            annotations::POLICY
+                        ),
+                    );
             }
         }
     }

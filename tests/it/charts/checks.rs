@@ -470,7 +470,7 @@ pub fn hypervisor_annotation_problems(
         let got = match parse_drop_in(d) {
             Ok(t) => t.and_then(|t| t.get("hypervisor")?.get(table)?.get("enable_annotations").cloned()),
             Err(why) => {
-                out.push(format!("chart {}: {why}", chart));
+                out.push(format!("chart {chart}: {why}"));
                 continue;
             }
         };

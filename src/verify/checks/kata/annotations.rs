@@ -112,16 +112,14 @@ async fn pool_verdict(ctx: &Ctx, pool: &EffectivePool<'_>) -> Result<String, Ver
     let annotated = pod_of(ctx, &live, ns, name, Some(key));
     let what = format!("pool {name}'s pod (in {ns}) with {key}");
     match dry_run_create(ctx, ns, &annotated).await {
-        Ok(()) => {
-            return Err(Verdict::fail(
+        Ok(()) => Err(Verdict::fail(
                 format!("the API server admitted {what} (a dry run: nothing was created)"),
                 format!(
                     "no admission policy rejects io.katacontainers.* annotations in {ns}: a sandbox pod can reconfigure its Kata VM (kata-deploy below {} forwards them to the shim)",
                     annotations::FIXED_IN
                 ),
             )
-            .with_fix(fix()));
-        }
+            .with_fix(fix())),
         Err(Denial::Refused(message)) if message.contains(annotations::POLICY) => {
             let evidence = format!("{what} denied: {message}");
             match dry_run_create(ctx, ns, &own).await {
@@ -131,9 +129,7 @@ async fn pool_verdict(ctx: &Ctx, pool: &EffectivePool<'_>) -> Result<String, Ver
                     format!("the pool's own pods cannot be created, so pool {name} never fills"),
                 )
                 .with_fix(if m.contains(annotations::POLICY) {
-                    format!(
-                        "the pool's template carries an io.katacontainers.* annotation: remove it, or allow it for this pool in its kata.allowedAnnotations"
-                    )
+                    "the pool's template carries an io.katacontainers.* annotation: remove it, or allow it for this pool in its kata.allowedAnnotations".to_owned()
                 } else {
                     "see the message".to_owned()
                 })),
