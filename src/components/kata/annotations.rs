@@ -155,7 +155,7 @@ pub fn policy_view(pools: &Pools, namespace: &str) -> Value {
         label = cel(POOL_LABEL)
     );
     let denied = format!(
-        "has(object.metadata.annotations) ? object.metadata.annotations.filter(k, k.startsWith({prefix}) && !(variables.pool in variables.allowed && k in variables.allowed[variables.pool])) : []",
+        "has(object.metadata.annotations) ? object.metadata.annotations.filter(k, k.startsWith({prefix}) && !(variables.pool in variables.allowed && k in variables.allowed[variables.pool]) && !(oldObject != null && has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k])) : []",
         prefix = cel(PREFIX)
     );
     let message = format!(

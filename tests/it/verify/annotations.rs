@@ -109,6 +109,17 @@ async fn the_policy_denies_annotated_sandbox_pods_and_kata_annotations_proves_it
     assert!(c["evidence"].as_str().unwrap().contains(KERNEL), "{c}");
     assert!(c["fix"].as_str().unwrap().contains(POLICY) && c["fix"].as_str().unwrap().contains("kata layer"), "{c}");
 
+    // Pods that exist before the policy: one carrying an annotation, one without.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ka-sbx");
+    for (name, annotations) in [("early", json!({KERNEL: "x"})), ("plain", json!({}))] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"sandbox.opensandbox.io/pool-name": "vm"}, "annotations": annotations},
+            "spec": {"runtimeClassName": "kata-clh-runtime-rs", "containers": [{"name": "sandbox", "image": "example.com/sandbox:v1"}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+
     for o in policy.iter().chain(&bindings) {
         apply(&client, o).await;
     }
@@ -135,6 +146,35 @@ async fn the_policy_denies_annotated_sandbox_pods_and_kata_annotations_proves_it
     .await;
     let probe = dry_run(&client, "osbx-verify-probe", "vm-big", json!({MEMORY: "8192"})).await.unwrap_err();
     assert!(probe.contains(POLICY), "verify's probe namespaces are covered: {probe}");
+
+    // Updates: a pod made before the policy stays updatable with the annotation it has (a
+    // controller removing a finalizer, say); adding or changing one is denied.
+    let merge = |patch: Value| Patch::Merge(patch);
+    pods.patch("early", &PatchParams::default(), &merge(json!({"metadata": {"labels": {"touched": "yes"}}})))
+        .await
+        .expect("an annotation the pod already had does not block its updates");
+    let changed = pods
+        .patch("early", &PatchParams::default(), &merge(json!({"metadata": {"annotations": {KERNEL: "y"}}})))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(changed.contains(POLICY), "a changed annotation is denied: {changed}");
+    let added = pods
+        .patch("plain", &PatchParams::default(), &merge(json!({"metadata": {"annotations": {KERNEL: "x"}}})))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(added.contains(POLICY), "an added annotation is denied: {added}");
+    for name in ["early", "plain"] {
+        pods.delete(name, &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+            .await
+            .unwrap();
+    }
+    let start = Instant::now();
+    while !pods.list(&ListParams::default()).await.unwrap().items.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(30), "the test's pods were never deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let (code, c) = verify(dir.path(), &plane.kubeconfig).await;
     assert_eq!((code, c["outcome"].as_str()), (Some(0), Some("PASS")), "{c}");
