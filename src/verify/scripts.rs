@@ -33,6 +33,14 @@ const VMM_MEMORY: &str = include_str!("scripts/vmm_memory.py");
 /// the direct-volume entries naming them, whose names are the base64 of the volume's path).
 const RECLAIM: &str = include_str!("scripts/reclaim.py");
 
+/// On the host, read-only: for each class, the Kata configuration its handler loads (the file
+/// containerd's `ConfigPath` names, then every file of its `config.d/` in name order, each table
+/// merged key by key, any other value (a list too) replaced whole, as the Go runtime's
+/// `decodeDropIns` and runtime-rs's `drop_in.rs` merge them), and the effective
+/// `enable_annotations` of its `[hypervisor.<table>]`, with the files read and the last that set
+/// it.
+const KATA_CONFIG: &str = include_str!("scripts/kata_config.py");
+
 pub(super) fn base_spec(run: &Run, containers: &Value) -> Value {
     json!({
         "restartPolicy": "Never",
@@ -87,6 +95,29 @@ pub(super) fn host_kvm(run: &Run, node: &str, image: &str) -> Value {
         json!([{"name": "kvm", "mountPath": "/dev/kvm"}]),
         json!([]),
     )
+}
+
+/// The Kata configuration host probe, pinned to `node`: kata-deploy's configuration tree
+/// ([`CONFIG_ROOT`](crate::components::kata::shim::CONFIG_ROOT)) mounted read-only, nothing else
+/// of the host; not privileged, no capabilities. `configs`: `{class, path, table}` per class.
+#[must_use]
+pub(super) fn kata_config(run: &Run, node: &str, image: &str, configs: &Value) -> Value {
+    let root = crate::components::kata::shim::CONFIG_ROOT;
+    let mut spec = host_spec(
+        run,
+        node,
+        image,
+        KATA_CONFIG,
+        json!([{"name": "kata-config", "hostPath": {"path": root, "type": "Directory"}}]),
+        json!([{"name": "kata-config", "mountPath": root, "readOnly": true}]),
+        json!([{"name": "CONFIGS", "value": configs.to_string()}]),
+    );
+    spec["containers"][0]["securityContext"] = json!({
+        "privileged": false,
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+    });
+    spec
 }
 
 /// Where the VMM-memory host probe looks, for one container of a Kata sandbox.

@@ -150,6 +150,35 @@ impl Shim {
     }
 }
 
+/// Where kata-deploy 4.1.0 installs the Kata configuration on a node (its default prefix
+/// `/opt/kata`; osbx sets no `INSTALLATION_PREFIX` or `multiInstallSuffix`, which would move it):
+/// every handler's configuration file and its `config.d/` are under it.
+pub const CONFIG_ROOT: &str = "/opt/kata/share/defaults/kata-containers";
+
+/// The configuration file the handler of RuntimeClass `class` loads (containerd's
+/// `options.ConfigPath` for it), as kata-deploy 4.1.0 installs it: for a shim's own class
+/// `kata-<shim>`, `<root>/runtimes/<shim>/configuration-<shim>.toml` (Go shims) or
+/// `<root>/runtime-rs/runtimes/<shim>/…` (Rust shims), a copy of the shipped file with
+/// `allowedHypervisorAnnotations` appended to its `enable_annotations`, the shim's `dropIn` as
+/// `config.d/50-user-overrides.toml` (`binary/src/artifacts/install.rs` `setup_runtime_directory`,
+/// `configure_hypervisor_annotations`, `install_default_runtime_drop_in`; `utils/system.rs`
+/// `get_kata_containers_config_path`; `runtime/containerd.rs`); for a build class (a
+/// `customRuntimes` entry whose handler is the class), `<root>/custom-runtimes/<handler>/
+/// configuration-<baseConfig>.toml`, a copy of the shim's file as kata-deploy modified it, its
+/// `dropIn` as `config.d/50-overrides.toml` (`install_custom_runtime_configs`,
+/// `configure_custom_containerd_runtime`). Both runtimes then merge every file of `config.d/` in
+/// name order over it. `None` for a class that is not `kata-<shim>` or `kata-<shim>-build`.
+#[must_use]
+pub fn config_file(class: &str) -> Option<(String, &'static Shim)> {
+    let shim = of_class(class)?;
+    let file = format!("configuration-{}.toml", shim.name);
+    if class == super::build_runtime_class(shim.name) {
+        return Some((format!("{CONFIG_ROOT}/custom-runtimes/{class}/{file}"), shim));
+    }
+    let runtime = if shim.runtime == Runtime::Rust { "runtime-rs/" } else { "" };
+    Some((format!("{CONFIG_ROOT}/{runtime}runtimes/{}/{file}", shim.name), shim))
+}
+
 /// The host's shared directories of the sandboxes (`<dir>/<sandbox id>/{shared,mounts}` for the
 /// Go runtime, `{ro,rw}` for runtime-rs), removed when a sandbox stops.
 pub(crate) const SHARED_SANDBOXES: &str = "/run/kata-containers/shared/sandboxes";
@@ -237,6 +266,20 @@ mod tests {
         assert_eq!(of_class("kata-clh-runtime-rs-build"), Some(rs), "a build class runs its shim");
         assert_eq!(of_class(&super::super::build_runtime_class("qemu")), by_name("qemu"));
         assert!(of_class("kata-my-build").is_none());
+        let files: Vec<String> = ["kata-clh-runtime-rs", "kata-qemu", "kata-qemu-build", "kata-dragonball"]
+            .into_iter()
+            .map(|c| config_file(c).unwrap().0)
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "/opt/kata/share/defaults/kata-containers/runtime-rs/runtimes/clh-runtime-rs/configuration-clh-runtime-rs.toml",
+                "/opt/kata/share/defaults/kata-containers/runtimes/qemu/configuration-qemu.toml",
+                "/opt/kata/share/defaults/kata-containers/custom-runtimes/kata-qemu-build/configuration-qemu.toml",
+                "/opt/kata/share/defaults/kata-containers/runtime-rs/runtimes/dragonball/configuration-dragonball.toml",
+            ]
+        );
+        assert!(config_file("my-kata").is_none());
         let tables: Vec<(&str, &str)> =
             ["clh-runtime-rs", "qemu-snp", "dragonball", "fc", "openvmm-azure-runtime-rs", "remote"]
                 .into_iter()

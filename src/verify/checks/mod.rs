@@ -31,6 +31,7 @@ pub(crate) fn catalogue(profile: &Profile, flux_objects: Vec<ObjectRef>, selecti
         Box::new(kata::HostKvm),
         Box::new(kata::VmmSharedMemory),
         Box::new(kata::Annotations),
+        Box::new(kata::AnnotationsConfig { classes: profile.sections.pools.kata_classes() }),
         Box::new(spiffe::Spiffe),
         Box::new(opensandbox::Server),
         Box::new(opensandbox::Pools),

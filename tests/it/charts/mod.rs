@@ -445,3 +445,44 @@ fn variants_no_chart_can_honour_are_refused_by_lint_at_the_field() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The value of the first env entry `name` anywhere in `v`.
+fn env(v: &serde_json::Value, name: &str) -> Option<String> {
+    match v {
+        serde_json::Value::Object(m) if m.get("name").and_then(|n| n.as_str()) == Some(name) => {
+            m.get("value").and_then(|x| x.as_str()).map(str::to_owned)
+        }
+        serde_json::Value::Object(m) => m.values().find_map(|x| env(x, name)),
+        serde_json::Value::Array(a) => a.iter().find_map(|x| env(x, name)),
+        _ => None,
+    }
+}
+
+/// Class → (shim, drop-in text), as [`kata_deploy_install`] reads them.
+pub(crate) type KataDropIns = BTreeMap<String, (String, Option<String>)>;
+
+/// What the real kata-deploy 4.1.0 chart, given the values osbx renders for the profile document
+/// `document`, tells its installer for each RuntimeClass: class → (the shim whose configuration
+/// the handler runs, the drop-in text the installer copies into its `config.d`, if any), and the
+/// installer's `ALLOWED_HYPERVISOR_ANNOTATIONS_X86_64` (what it appends to every enabled shim's
+/// base `enable_annotations`), if set. For tests that prepare a node as kata-deploy leaves it.
+pub(crate) fn kata_deploy_install(document: &serde_json::Value) -> (KataDropIns, Option<String>) {
+    let label = "a kata tier profile";
+    let loaded = osbx::profile::from_value(label, document).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let renderer = osbx::rbac::renderer(None).expect("templates");
+    let rendered = renderer.render(&loaded).unwrap_or_else(|e| panic!("{label}: render: {e}"));
+    let objects: Vec<serde_json::Value> = rendered.objects().into_iter().map(|o| o.object.value).collect();
+    let hr = objects
+        .iter()
+        .find(|o| o["kind"] == "HelmRelease" && o["metadata"]["name"] == "kata-deploy")
+        .expect("the kata-deploy HelmRelease");
+    let values_of = values::resolve(hr, &objects).expect("its values");
+    let ns = hr["metadata"]["namespace"].as_str().expect("namespace");
+    let run = helm::template(&helm::Job::new(chart::KATA, "kata-deploy", ns, &values_of));
+    assert!(run.ok, "helm template of kata-deploy 4.1.0 failed: {}", run.stderr);
+    let chart_objects = manifest::objects(&run).expect("helm's output");
+    let shims = loaded.profile.sections.kata.as_ref().map(|k| k.shims.clone()).unwrap_or_default();
+    let drop_ins = checks::drop_ins(&chart_objects, &shims).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let allowed = chart_objects.iter().find_map(|o| env(o, "ALLOWED_HYPERVISOR_ANNOTATIONS_X86_64"));
+    (drop_ins.into_iter().map(|(class, d)| (class, (d.shim, d.text))).collect(), allowed)
+}

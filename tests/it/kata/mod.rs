@@ -118,6 +118,7 @@ fn assert_check(checks: &[Value], id: &str, outcome: &str, fragments: &[&str]) {
     crate::node::assert_check(checks, id, outcome, fragments);
 }
 
+mod config;
 mod guest;
 mod host;
 mod memory;

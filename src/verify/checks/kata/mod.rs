@@ -1,13 +1,16 @@
 //! `kata.guest-kernel`, `kata.host-kvm`, `kata.vmm-shared-memory`: probes inside a Kata VM and on
 //! the Kata nodes themselves; `kata.annotations`: the admission policy that keeps the sandbox
-//! pods from reconfiguring their VM. Which VMM a pool's shim runs decides what there is to read
+//! pods from reconfiguring their VM, and `kata.annotations.<class>`: the Kata configuration each
+//! class's handler loads on the nodes enables no hypervisor annotation the profile does not allow. Which VMM a pool's shim runs decides what there is to read
 //! ([`crate::components::kata::shim`]).
 
 mod annotations;
+mod config;
 mod host_kvm;
 mod vmm_memory;
 
 pub(super) use annotations::Annotations;
+pub(super) use config::Config as AnnotationsConfig;
 pub(super) use host_kvm::HostKvm;
 pub(super) use vmm_memory::VmmSharedMemory;
 

@@ -10,6 +10,10 @@
 //! them). The hostPath type check the kubelet makes before starting the probe reads the same
 //! view ([`HostView::path`]).
 //!
+//! A view may also hold a Kata configuration tree ([`HostView::install`]), shown at kata-deploy's
+//! `/opt/kata/share/defaults/kata-containers` (read-only, over a tmpfs on `/opt` in the
+//! namespace: this machine's `/opt` is not seen, nor written to), for the configuration probe.
+//!
 //! What it cannot show: the view's `/dev/kvm` is the kernel's KVM device, so it answers only if
 //! this machine has a KVM (of any kind: `kvm_intel`, `kvm_amd` or `kvm_pvm`); on a machine without
 //! one it exists but does not open, and the verdicts that need `KVM_CREATE_VM` to work are not
@@ -55,6 +59,9 @@ pub struct Host {
     /// `/dev/vhost-vsock` is a character device.
     pub vhost_vsock: bool,
 }
+
+/// kata-deploy 4.1.0's configuration tree on a node (`osbx::components::kata::shim::CONFIG_ROOT`).
+pub const KATA_CONFIG: &str = osbx::components::kata::shim::CONFIG_ROOT;
 
 /// The modules whose directories the KVM probe and its tests care about.
 const MODULES: [&str; 5] = ["kvm", "kvm_intel", "kvm_amd", "kvm_pvm", "vhost_vsock"];
@@ -213,9 +220,24 @@ impl HostView {
         view
     }
 
-    /// Where a host path is inside the view (`/dev/…` and `/sys/module/…`; others unchanged).
+    /// Put `text` at `path` (a host path under kata-deploy's configuration tree,
+    /// [`KATA_CONFIG`]) in the view, as kata-deploy's installer leaves it on a node.
+    pub fn install(&self, path: &str, text: &str) {
+        let rest = path.strip_prefix(KATA_CONFIG).and_then(|r| r.strip_prefix('/')).expect("a path in the Kata tree");
+        let at = self.dir.path().join("kata-config").join(rest);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, text).unwrap();
+    }
+
+    /// Where a host path is inside the view (`/dev/…`, `/sys/module/…` and, with
+    /// [`HostView::install`], the Kata tree; others unchanged).
     pub fn path(&self, path: &str) -> PathBuf {
-        if let Some(rest) = path.strip_prefix("/dev/") {
+        let kata = self.dir.path().join("kata-config");
+        if let Some(rest) =
+            path.strip_prefix(KATA_CONFIG).filter(|r| kata.is_dir() && (r.is_empty() || r.starts_with('/')))
+        {
+            kata.join(rest.trim_start_matches('/'))
+        } else if let Some(rest) = path.strip_prefix("/dev/") {
             self.dir.path().join("dev").join(rest)
         } else if let Some(rest) = path.strip_prefix("/sys/module/") {
             self.dir.path().join("sys-module").join(rest)
@@ -228,7 +250,9 @@ impl HostView {
     pub fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new("unshare");
         cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-            .arg(r#"mount --bind "$0/sys-module" /sys/module && mount --bind "$0/dev" /dev && exec "$@""#)
+            .arg(format!(
+                r#"mount --bind "$0/sys-module" /sys/module && mount --bind "$0/dev" /dev && if [ -d "$0/kata-config" ]; then mount -t tmpfs osbx-host-opt /opt && mkdir -p {KATA_CONFIG} && mount --bind "$0/kata-config" {KATA_CONFIG} && mount -o remount,bind,ro {KATA_CONFIG}; fi && exec "$@""#
+            ))
             .arg(self.dir.path())
             .arg(program);
         cmd

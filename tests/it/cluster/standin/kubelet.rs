@@ -297,7 +297,7 @@ impl Kubelet {
         }
         let kata_or_host = matches!(
             probe.as_str(),
-            "guest-kernel" | "host-kvm" | "kata-target" | "vm-info" | "reclaim-find" | "reclaim"
+            "guest-kernel" | "host-kvm" | "kata-config" | "kata-target" | "vm-info" | "reclaim-find" | "reclaim"
         ) || (probe == "workload"
             && spec.runtime_class_name.as_deref().is_some_and(|c| c.starts_with("kata")));
         if kata_or_host && let Some((reason, message)) = &s.sandbox_failure {
