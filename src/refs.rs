@@ -53,6 +53,37 @@ pub(crate) fn chart_name(value: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Check a DNS-1123 label (namespaces, most object names).
+///
+/// # Errors
+/// A short reason when `s` is not a label.
+pub(crate) fn check_dns_label(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > 63 {
+        return Err("must be at most 63 characters".into());
+    }
+    if !s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        return Err("use only lower-case letters, digits and '-' (DNS-1123 label)".into());
+    }
+    if s.starts_with('-') || s.ends_with('-') {
+        return Err("must start and end with a letter or digit (DNS-1123 label)".into());
+    }
+    Ok(())
+}
+
+/// Check a DNS-1123 subdomain (ConfigMap and Secret names).
+///
+/// # Errors
+/// A short reason when `s` is not a subdomain.
+pub(crate) fn check_dns_subdomain(s: &str) -> Result<(), String> {
+    if s.len() > 253 {
+        return Err(format!("{s:?} is longer than 253 characters"));
+    }
+    s.split('.').try_for_each(check_dns_label).map_err(|why| format!("{s:?} is not a valid name: {why}"))
+}
+
 /// A Helm release name, by Helm's own rule (`helm install` and helm-controller refuse any
 /// other): a DNS-1123 subdomain (lower-case letters, digits, `-` and `.`, each part starting and
 /// ending with a letter or digit) of at most 53 characters.
@@ -61,7 +92,7 @@ pub(crate) fn release_name(value: &str) -> Result<(), Refusal> {
     if value.len() > 53 {
         return Err("a release name is at most 53 characters (Helm's limit)".into());
     }
-    crate::spec::syntax::check_dns_subdomain(value)
+    check_dns_subdomain(value)
         .map_err(|_| "a release name is a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', each part starting and ending with a letter or digit (Helm's rule)".into())
 }
 
@@ -69,7 +100,7 @@ pub(crate) fn release_name(value: &str) -> Result<(), Refusal> {
 /// ending with a letter or digit, at most 63 characters).
 pub(crate) fn namespace(value: &str) -> Result<(), Refusal> {
     plain(value)?;
-    crate::spec::syntax::check_dns_label(value).map_err(|why| format!("a namespace is a DNS-1123 label: {why}"))
+    check_dns_label(value).map_err(|why| format!("a namespace is a DNS-1123 label: {why}"))
 }
 
 /// A chart version or a semver range (`0.30.0`, `>=1.0.0 <2.0.0`, `4.x`): no path separator, no

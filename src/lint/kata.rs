@@ -53,9 +53,10 @@ fn advisory(l: &mut Linter<'_>, version: &str) {
 fn reopened(l: &mut Linter<'_>, k: &kata::Kata) {
     let Some(extra) = k.values.clone() else { return };
     let p = &l.loaded.profile;
-    let values = k.chart_values(&p.sections.pools);
+    let demands = p.sections.pools.kata_demands();
+    let values = k.chart_values(&demands);
     let mut found: Vec<(String, String)> = Vec::new();
-    let pools_allowed = |class: &str| annotations::allowed_on_class(&p.sections.pools, class);
+    let pools_allowed = |class: &str| demands.allowed_on(class);
     for (name, shim_values) in values["shims"].as_object().into_iter().flatten() {
         if name == "disableAll" || shim_values["enabled"] != true {
             continue;
@@ -163,7 +164,7 @@ fn allowed(l: &mut Linter<'_>) {
     let mut found = Vec::new();
     for (i, pool) in p.sections.pools.effective().iter().enumerate() {
         let class = pool.runtime_class_name.clone().unwrap_or_default();
-        for (j, key) in annotations::allowed_of(pool).iter().enumerate() {
+        for (j, key) in pool.allowed_annotations().iter().enumerate() {
             let name = key.strip_prefix(annotations::HYPERVISOR_PREFIX).unwrap_or(key);
             found.push((
                 format!("pools.items[{i}].kata.allowedAnnotations[{j}]"),

@@ -6,36 +6,8 @@ pub(crate) const FLUX_UNITS: &[&str] = &["ms", "s", "m", "h"];
 /// The units Flux accepts for a Git timeout.
 pub(crate) const GIT_TIMEOUT_UNITS: &[&str] = &["ms", "s", "m"];
 
-/// Check a DNS-1123 label (namespaces, most object names).
-///
-/// # Errors
-/// A short reason when `s` is not a label.
-pub(crate) fn check_dns_label(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if s.len() > 63 {
-        return Err("must be at most 63 characters".into());
-    }
-    if !s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
-        return Err("use only lower-case letters, digits and '-' (DNS-1123 label)".into());
-    }
-    if s.starts_with('-') || s.ends_with('-') {
-        return Err("must start and end with a letter or digit (DNS-1123 label)".into());
-    }
-    Ok(())
-}
-
-/// Check a DNS-1123 subdomain (ConfigMap and Secret names).
-///
-/// # Errors
-/// A short reason when `s` is not a subdomain.
-pub(crate) fn check_dns_subdomain(s: &str) -> Result<(), String> {
-    if s.len() > 253 {
-        return Err(format!("{s:?} is longer than 253 characters"));
-    }
-    s.split('.').try_for_each(check_dns_label).map_err(|why| format!("{s:?} is not a valid name: {why}"))
-}
+// The DNS-1123 names are stated with the other names' shapes, in `refs`.
+pub(crate) use crate::refs::{check_dns_label, check_dns_subdomain};
 
 /// Whether `s` is a Go/Flux duration made only of the given units (`1h30m`, `90s`, `1.5h`).
 #[must_use]

@@ -325,13 +325,19 @@ fn a_build_pool_renders_on_the_build_class_the_kata_layer_installs() {
     assert_eq!(runtimes.keys().collect::<Vec<_>>(), ["kata-clh-runtime-rs-build"]);
     let runtime = &runtimes["kata-clh-runtime-rs-build"];
     assert_eq!(runtime["baseConfig"], "clh-runtime-rs");
-    assert_eq!(runtime["dropIn"], "[runtime]\nemptydir_mode = \"block-plain\"\n");
+    // block-plain, and (issue 52) no hypervisor annotation enabled.
+    assert_eq!(
+        runtime["dropIn"],
+        "[runtime]\nemptydir_mode = \"block-plain\"\n[hypervisor.clh]\nenable_annotations = []\n"
+    );
     let class_object: serde_json::Value = serde_saphyr::from_str(runtime["runtimeClass"].as_str().unwrap()).unwrap();
     assert_eq!(
         (&class_object["metadata"]["name"], &class_object["handler"]),
         (&serde_json::json!("kata-clh-runtime-rs-build"), &serde_json::json!("kata-clh-runtime-rs-build"))
     );
-    assert!(values["shims"]["clh-runtime-rs"].get("dropIn").is_none(), "the shim's own class keeps shared-fs");
+    let shim_drop_in = values["shims"]["clh-runtime-rs"]["dropIn"].as_str().unwrap_or_default();
+    assert!(!shim_drop_in.contains("emptydir_mode"), "the shim's own class keeps shared-fs: {shim_drop_in}");
+    assert_eq!(shim_drop_in, "[hypervisor.clh]\nenable_annotations = []\n");
 }
 
 /// `osbx` run with `HOME` at `home`, no `KUBECONFIG` and not in a pod, in `home`: its exit code

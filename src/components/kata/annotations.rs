@@ -38,34 +38,33 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 
 use super::shim;
-use crate::components::pools::{EffectivePool, Pools};
 
 /// What every Kata annotation starts with.
-pub const PREFIX: &str = "io.katacontainers.";
+pub(crate) const PREFIX: &str = "io.katacontainers.";
 
 /// What a hypervisor annotation starts with; the rest is its name in `enable_annotations`.
-pub const HYPERVISOR_PREFIX: &str = "io.katacontainers.config.hypervisor.";
+pub(crate) const HYPERVISOR_PREFIX: &str = "io.katacontainers.config.hypervisor.";
 
 /// The annotation `kata.annotations` puts on a pool's pod to prove the policy rejects it.
-pub const PROBE_ANNOTATION: &str = "io.katacontainers.config.hypervisor.kernel_params";
+pub(crate) const PROBE_ANNOTATION: &str = "io.katacontainers.config.hypervisor.kernel_params";
 
 /// The name of the admission policy, and of its binding for the pools' namespace.
-pub const POLICY: &str = "osbx-kata-annotations";
+pub(crate) const POLICY: &str = "osbx-kata-annotations";
 
 /// The binding of [`POLICY`] for `osbx verify`'s probe namespaces.
-pub const PROBE_BINDING: &str = "osbx-kata-annotations-verify";
+pub(crate) const PROBE_BINDING: &str = "osbx-kata-annotations-verify";
 
 /// The label the OpenSandbox controller puts on a pool's pods, naming the pool.
-pub const POOL_LABEL: &str = "sandbox.opensandbox.io/pool-name";
+pub(crate) const POOL_LABEL: &str = "sandbox.opensandbox.io/pool-name";
 
 /// The label of `osbx verify`'s probe namespaces (`app.kubernetes.io/managed-by`, its value).
-pub const PROBE_NAMESPACE_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "osbx-verify");
+pub(crate) const PROBE_NAMESPACE_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "osbx-verify");
 
 /// The first kata-deploy that registers runtimes without `io.katacontainers.*`.
-pub const FIXED_IN: &str = "4.3.0";
+pub(crate) const FIXED_IN: &str = "4.3.0";
 
 /// The advisory, in words (for lint and docs).
-pub const ADVISORY: &str = "the kata-deploy 4.3.0 security advisory (CVSS 7.9): kata-deploy up to 4.2 registers every runtime with pod_annotations = [\"io.katacontainers.*\"] and runtime-rs enables kernel_params, default_vcpus, default_memory, enable_iommu and kernel_verity_params by default, so whoever can annotate a sandbox pod changes the guest kernel's command line";
+pub(crate) const ADVISORY: &str = "the kata-deploy 4.3.0 security advisory (CVSS 7.9): kata-deploy up to 4.2 registers every runtime with pod_annotations = [\"io.katacontainers.*\"] and runtime-rs enables kernel_params, default_vcpus, default_memory, enable_iommu and kernel_verity_params by default, so whoever can annotate a sandbox pod changes the guest kernel's command line";
 
 /// What each hypervisor annotation a pool may be allowed opens, by name; a name not here is
 /// still one Kata knows or ignores, said as such.
@@ -96,7 +95,7 @@ const OPENS: &[(&str, &str)] = &[
 
 /// What allowing hypervisor annotation `name` opens, in words.
 #[must_use]
-pub fn opens(name: &str) -> String {
+pub(crate) fn opens(name: &str) -> String {
     OPENS.iter().find(|(n, _)| *n == name).map_or_else(
         || format!("whatever the hypervisor setting {name} controls (osbx has no note on it)"),
         |(_, what)| (*what).to_owned(),
@@ -106,28 +105,10 @@ pub fn opens(name: &str) -> String {
 /// The drop-in of a class on `shim` that enables exactly `allowed` (names without
 /// [`HYPERVISOR_PREFIX`]) in its hypervisor table; `None` for a shim osbx has no facts on.
 #[must_use]
-pub fn drop_in(shim: &str, allowed: &BTreeSet<String>) -> Option<String> {
+pub(crate) fn drop_in(shim: &str, allowed: &BTreeSet<String>) -> Option<String> {
     let table = shim::by_name(shim)?.hypervisor_table();
     let names: Vec<String> = allowed.iter().map(|n| format!("{n:?}")).collect();
     Some(format!("[hypervisor.{table}]\nenable_annotations = [{}]\n", names.join(", ")))
-}
-
-/// The hypervisor annotation names (without [`HYPERVISOR_PREFIX`]) the Kata pools on `class`
-/// are allowed, together.
-#[must_use]
-pub fn allowed_on_class(pools: &Pools, class: &str) -> BTreeSet<String> {
-    pools
-        .effective()
-        .iter()
-        .filter(|p| p.runtime_class_name.as_deref() == Some(class))
-        .flat_map(|p| allowed_of(p).into_iter().filter_map(|a| a.strip_prefix(HYPERVISOR_PREFIX).map(str::to_owned)))
-        .collect()
-}
-
-/// The annotations (full keys) a pool is allowed.
-#[must_use]
-pub fn allowed_of(pool: &EffectivePool<'_>) -> Vec<String> {
-    pool.pool.kata.as_ref().map(|k| k.allowed_annotations.clone()).unwrap_or_default()
 }
 
 /// A CEL string literal.
@@ -136,16 +117,15 @@ fn cel(s: &str) -> String {
 }
 
 /// The policy's view for the templates: its name, the bindings' namespaces and the CEL of its
-/// variables (the allowed annotations of each pool, as a map `namespace/pool → [keys]`).
+/// variables (the allowed annotations of each pool, `by_pool`, as a map `namespace/pool →
+/// [keys]`).
 #[must_use]
-pub fn policy_view(pools: &Pools, namespace: &str) -> Value {
-    let mut allowed: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for p in pools.effective() {
-        let keys = allowed_of(&p);
-        if !keys.is_empty() {
-            allowed.insert(format!("{namespace}/{}", p.pool.name), keys);
-        }
-    }
+pub(crate) fn policy_view(by_pool: &BTreeMap<String, Vec<String>>, namespace: &str) -> Value {
+    let allowed: BTreeMap<String, &Vec<String>> = by_pool
+        .iter()
+        .filter(|(_, keys)| !keys.is_empty())
+        .map(|(pool, keys)| (format!("{namespace}/{pool}"), keys))
+        .collect();
     let map: Vec<String> = allowed
         .iter()
         .map(|(k, keys)| format!("{}: [{}]", cel(k), keys.iter().map(|a| cel(a)).collect::<Vec<_>>().join(", ")))

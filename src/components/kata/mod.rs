@@ -13,14 +13,13 @@
 //! `dropIn`, which every pod on the shim's class would get. kata-deploy 4.1.0 has no value of
 //! its own for the mode.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tera::Context;
 
-use super::pools::Pools;
 use super::{Component, Sections, Site};
 use crate::spec::Violations;
 
@@ -181,6 +180,27 @@ impl Default for Kata {
     }
 }
 
+/// What the pools ask of the Kata installation (the pools component states it:
+/// `Pools::kata_demands`): the build classes they run on, and the hypervisor annotations they are
+/// allowed, per class (names without [`annotations::HYPERVISOR_PREFIX`]) and per pool (full keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolDemands {
+    /// The build classes the build pools use.
+    pub(crate) build_classes: Vec<String>,
+    /// RuntimeClass → the annotation names the pools on it are allowed, together.
+    pub(crate) allowed_on_class: BTreeMap<String, BTreeSet<String>>,
+    /// Pool name → the annotation keys it is allowed.
+    pub(crate) allowed_by_pool: BTreeMap<String, Vec<String>>,
+}
+
+impl PoolDemands {
+    /// The annotation names the pools on `class` are allowed.
+    #[must_use]
+    pub fn allowed_on(&self, class: &str) -> BTreeSet<String> {
+        self.allowed_on_class.get(class).cloned().unwrap_or_default()
+    }
+}
+
 impl Kata {
     /// The RuntimeClasses this installation creates for `pools`: one per enabled shim, and the
     /// build class of each enabled shim a build pool runs on.
@@ -209,13 +229,12 @@ impl Kata {
     /// the pools on it are allowed ([`annotations`]), and each shim its
     /// `allowedHypervisorAnnotations` written out.
     #[must_use]
-    pub fn chart_values(&self, pools: &Pools) -> Value {
-        let build_classes = pools.build_classes();
-        let build_classes = build_classes.as_slice();
+    pub(crate) fn chart_values(&self, demands: &PoolDemands) -> Value {
+        let build_classes = demands.build_classes.as_slice();
         let mut shims = serde_json::Map::new();
         shims.insert("disableAll".into(), json!(true));
         for s in &self.shims {
-            let allowed = annotations::allowed_on_class(pools, &runtime_class(s));
+            let allowed = demands.allowed_on(&runtime_class(s));
             let mut shim = json!({"enabled": true, "allowedHypervisorAnnotations": allowed});
             if let Some(drop_in) = annotations::drop_in(s, &allowed) {
                 shim["dropIn"] = json!(drop_in);
@@ -232,7 +251,7 @@ impl Kata {
         let builds = self.build_shims(build_classes);
         if !builds.is_empty() {
             let runtimes: serde_json::Map<String, Value> =
-                builds.into_iter().map(|shim| (build_runtime_class(shim), build_runtime(shim, pools))).collect();
+                builds.into_iter().map(|shim| (build_runtime_class(shim), build_runtime(shim, demands))).collect();
             values["customRuntimes"] = json!({"enabled": true, "runtimes": runtimes});
         }
         if !self.node_selector.is_empty() {
@@ -250,9 +269,9 @@ impl Kata {
 /// [`BUILD_DROP_IN`] and the class's hypervisor annotations ([`annotations::drop_in`]), and a
 /// RuntimeClass of its own handler on the nodes Kata is installed on (the label kata-deploy's own
 /// classes select; the chart adds its instance gate).
-fn build_runtime(shim: &str, pools: &Pools) -> Value {
+fn build_runtime(shim: &str, demands: &PoolDemands) -> Value {
     let class = build_runtime_class(shim);
-    let allowed = annotations::allowed_on_class(pools, &class);
+    let allowed = demands.allowed_on(&class);
     let drop_in = format!("{BUILD_DROP_IN}{}", annotations::drop_in(shim, &allowed).unwrap_or_default());
     let runtime_class = format!(
         "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {class}\n  labels:\n    app.kubernetes.io/managed-by: kata-deploy\nhandler: {class}\nscheduling:\n  nodeSelector:\n    katacontainers.io/kata-runtime: \"true\"\n"
@@ -375,7 +394,7 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
 /// layer's admission policy would reject every pod of it.
 fn pool_annotations(s: &Sections, v: &mut Violations) {
     for (i, pool) in s.pools.effective().iter().enumerate() {
-        let allowed = annotations::allowed_of(pool);
+        let allowed = pool.allowed_annotations();
         for key in pool.template.annotations.iter().flatten().map(|(k, _)| k) {
             if key.starts_with(annotations::PREFIX) && !allowed.contains(key) {
                 let field = if pool.pool.annotations.is_some() {
@@ -402,9 +421,10 @@ fn view(s: &Sections, site: &Site<'_>, ctx: &mut Context) {
     ctx.insert("kataLayer", &site.layer_of(&COMPONENT).map(|(_, name)| name));
     if let Some(k) = &s.kata {
         let mut v = serde_json::to_value(k).unwrap_or(Value::Null);
-        v["chartValues"] = k.chart_values(&s.pools);
-        v["admissionPolicy"] = annotations::policy_view(&s.pools, &s.opensandbox.namespaces.sandbox);
-        v["runtimeClasses"] = json!(k.runtime_classes(&s.pools.build_classes()));
+        let demands = s.pools.kata_demands();
+        v["chartValues"] = k.chart_values(&demands);
+        v["admissionPolicy"] = annotations::policy_view(&demands.allowed_by_pool, &s.opensandbox.namespaces.sandbox);
+        v["runtimeClasses"] = json!(k.runtime_classes(&demands.build_classes));
         ctx.insert("kata", &v);
     }
 }

@@ -458,9 +458,7 @@ pub fn hypervisor_annotation_problems(
     };
     let mut out = Vec::new();
     let mut checked = Vec::new();
-    let allowed_on = |class: &str| -> BTreeSet<String> {
-        osbx::components::kata::annotations::allowed_on_class(&profile.sections.pools, class)
-    };
+    let allowed_on = |class: &str| -> BTreeSet<String> { profile.sections.pools.kata_demands().allowed_on(class) };
     for (class, d) in &drop_ins {
         let Some(table) = hypervisor_table(&d.shim) else {
             out.push(format!("chart {}: RuntimeClass {class}: no hypervisor table known for shim {}", chart, d.shim));

@@ -319,8 +319,7 @@ fn kata_deploy_closes_hypervisor_annotations_for_every_shim_it_knows() {
     // The allowed names reached exactly their classes (the check above compares every class
     // with the profile; here: the profile did allow something, so that comparison was not
     // trivially empty).
-    let allowed =
-        osbx::components::kata::annotations::allowed_on_class(&loaded.profile.sections.pools, "kata-qemu-build");
+    let allowed = loaded.profile.sections.pools.kata_demands().allowed_on("kata-qemu-build");
     assert_eq!(allowed.len(), 2, "{allowed:?}");
 }
 

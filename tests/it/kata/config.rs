@@ -178,7 +178,7 @@ async fn holds(
     report(&checks);
     let mut outcomes = Vec::new();
     for c in classes {
-        let allowed = osbx::components::kata::annotations::allowed_on_class(&loaded.sections.pools, &c.name);
+        let allowed = loaded.sections.pools.kata_demands().allowed_on(&c.name);
         let (effective, set_by) = c.effective();
         let beyond: Vec<&String> = effective.iter().filter(|n| !allowed.contains(*n)).collect();
         let id = format!("kata.annotations.{}", c.name);

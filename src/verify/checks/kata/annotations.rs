@@ -106,7 +106,7 @@ async fn pool_verdict(ctx: &Ctx, pool: &EffectivePool<'_>) -> Result<String, Ver
         }
         Err(e) => return Err(Verdict::error(format!("reading Pool {ns}/{name}"), e.to_string())),
     };
-    let allowed = annotations::allowed_of(pool);
+    let allowed = pool.allowed_annotations();
     let key = TRIED.iter().find(|k| !allowed.iter().any(|a| a == *k)).copied().unwrap_or(annotations::PROBE_ANNOTATION);
     let own = pod_of(ctx, &live, ns, name, None);
     let annotated = pod_of(ctx, &live, ns, name, Some(key));

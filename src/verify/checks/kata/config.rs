@@ -136,7 +136,7 @@ struct ClassReport {
 
 impl ClassReport {
     fn new(ctx: &Ctx, class: &str) -> Self {
-        let allowed = annotations::allowed_on_class(&ctx.profile.sections.pools, class);
+        let allowed = ctx.profile.sections.pools.kata_demands().allowed_on(class);
         let mut report = Self {
             class: class.to_owned(),
             allowed,

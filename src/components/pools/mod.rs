@@ -9,7 +9,10 @@ use serde_json::{Value, json};
 use tera::Context;
 
 use super::health::{Health, Op, Operand, Term};
-use super::{Component, Sections, Site, kata, opensandbox};
+use super::{Component, Sections, Site, kata as kata_component, opensandbox};
+
+mod kata;
+pub(crate) use self::kata::PoolKata;
 use crate::object::{KnownKind, ObjectRef};
 use crate::spec::Violations;
 use crate::spec::values::Resources;
@@ -235,17 +238,6 @@ pub struct Pool {
     pub service_account_name: Option<String>,
 }
 
-/// What a Kata pool's pods may ask of their VM.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-pub struct PoolKata {
-    /// Hypervisor annotations (`io.katacontainers.config.hypervisor.<name>`) this pool's pods
-    /// may carry; every other `io.katacontainers.*` annotation is rejected by the kata layer's
-    /// admission policy. The class the pool runs on enables these names in its Kata
-    /// configuration, for every pod on that class: the policy keeps them to this pool.
-    pub allowed_annotations: Vec<String>,
-}
-
 /// Pool capacity. Signed so that a negative number gets a clear validation error.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -357,9 +349,9 @@ impl Pools {
                 template: p.with_defaults(&self.defaults),
                 runtime_class_name: match p.runtime {
                     Runtime::Kata => Some(p.runtime_class_name.clone().unwrap_or_else(if p.builds == Some(true) {
-                        kata::default_build_runtime_class
+                        kata_component::default_build_runtime_class
                     } else {
-                        kata::default_runtime_class
+                        kata_component::default_runtime_class
                     })),
                     Runtime::Runc => None,
                 },
@@ -402,7 +394,10 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
         match (pool.runtime, pool.runtime_class_name.as_deref()) {
             (Runtime::Kata, Some(rc)) if rc.trim().is_empty() => v.push(
                 format!("{at}.runtimeClassName"),
-                format!("a kata pool needs a runtime class (omit the field for {})", kata::default_runtime_class()),
+                format!(
+                    "a kata pool needs a runtime class (omit the field for {})",
+                    kata_component::default_runtime_class()
+                ),
             ),
             (Runtime::Kata, Some(rc)) => v.dns_label(&format!("{at}.runtimeClassName"), rc),
             (Runtime::Runc, Some(_)) => v.push(
@@ -418,7 +413,7 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
             );
         }
         if let Some(k) = &pool.kata {
-            allowed_annotations(&at, pool.runtime, k, v);
+            kata::validate(&at, pool.runtime, k, v);
         }
         capacity(&at, pool.capacity, v);
         if pool.image.as_ref().or(s.pools.defaults.image.as_ref()).is_none_or(|s| s.trim().is_empty()) {
@@ -426,31 +421,6 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
         }
         if let Some(image) = written(pool.image.as_ref()) {
             v.image(&format!("{at}.image"), image);
-        }
-    }
-}
-
-/// `pools.items[].kata.allowedAnnotations`: a Kata pool's, each a hypervisor annotation named
-/// once.
-fn allowed_annotations(at: &str, runtime: Runtime, k: &PoolKata, v: &mut Violations) {
-    if runtime == Runtime::Runc {
-        v.push(format!("{at}.kata"), "only kata pools take `kata`; remove it or set `runtime: kata`");
-        return;
-    }
-    let mut seen = BTreeSet::new();
-    for (j, a) in k.allowed_annotations.iter().enumerate() {
-        let field = format!("{at}.kata.allowedAnnotations[{j}]");
-        let name = a.strip_prefix(kata::annotations::HYPERVISOR_PREFIX).unwrap_or_default();
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
-            v.push(
-                field,
-                format!(
-                    "{a:?} is not a hypervisor annotation: {}<name>, the name in lower case, digits and _ (only hypervisor annotations have a Kata gate, enable_annotations)",
-                    kata::annotations::HYPERVISOR_PREFIX
-                ),
-            );
-        } else if !seen.insert(a.as_str()) {
-            v.push(field, format!("{a} is listed twice"));
         }
     }
 }
