@@ -103,7 +103,10 @@ async fn verify_with_fifty_pools_keeps_the_client_limits_and_leaves_nothing() {
         checks.iter().filter(|c| c["id"].as_str().unwrap().starts_with("opensandbox.lifecycle.")).collect();
     assert_eq!(lifecycle.len(), POOLS, "one Lifecycle check per pool");
     for c in checks {
-        assert_eq!(c["outcome"], "PASS", "{c}\n{stderr}");
+        // The Kata annotation checks prove the kata layer's policy and drop-ins; this world's
+        // profile renders no kata layer, so they say so (SKIP) rather than pass.
+        let expected = if c["id"].as_str().unwrap().starts_with("kata.annotations") { "SKIP" } else { "PASS" };
+        assert_eq!(c["outcome"], expected, "{c}\n{stderr}");
     }
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 
