@@ -220,7 +220,10 @@ async fn a_healthy_platform_is_ready_and_its_checks_run_concurrently() {
     assert_eq!(stdout.lines().last(), Some("Ready"), "{stdout}");
     assert_golden("verify-healthy.txt", &stable(&stdout));
     let xml = std::fs::read_to_string(&junit).unwrap();
-    assert!(xml.contains("<testsuite name=\"osbx verify\" tests=\"11\" failures=\"0\" errors=\"0\" skipped=\"2\""), "{xml}");
+    assert!(
+        xml.contains("<testsuite name=\"osbx verify\" tests=\"11\" failures=\"0\" errors=\"0\" skipped=\"2\""),
+        "{xml}"
+    );
     wait_clean(&world.client).await;
 
     // For bench/run: a full verify's wall time against its slowest check.
