@@ -351,9 +351,9 @@ mod tests {
         (structure, code)
     }
 
-    #[test]
-    fn text_from_the_change_cannot_write_the_comments_markdown() {
-        let hostile = "x\n```\n</details>\n\n# forged heading\n<img src=x onerror=alert(1)> **bold** [link](https://e.x) ![i](https://e.x/i.png) | cell | ~~s~~ `code` &amp;\n````";
+    /// A one-change review whose diff and every name, label and note the change gives hold
+    /// `hostile`.
+    fn hostile_everywhere(hostile: &str) -> Review {
         let mut r = review(1, &format!("-a: 1\n+a: {hostile}\n"));
         r.changes[0].object = format!("ConfigMap/ns/{hostile}");
         r.changes[0].layer = hostile.into();
@@ -363,6 +363,13 @@ mod tests {
         r.summary[0].cluster = hostile.into();
         r.summary[0].layer = hostile.into();
         r.clusters = vec![hostile.into()];
+        r
+    }
+
+    #[test]
+    fn text_from_the_change_cannot_write_the_comments_markdown() {
+        let hostile = "x\n```\n</details>\n\n# forged heading\n<img src=x onerror=alert(1)> **bold** [link](https://e.x) ![i](https://e.x/i.png) | cell | ~~s~~ `code` &amp;\n````";
+        let mut r = hostile_everywhere(hostile);
         r.base.unrenderable = Some(hostile.into());
         r.base.how.insert(hostile.into(), hostile.into());
         let md = markdown(&r, 65_536);
@@ -435,15 +442,7 @@ mod tests {
     #[test]
     fn text_from_the_change_notifies_no_one_and_links_nowhere() {
         let hostile = "cc @octocat @github/security see https://evil.example/x, http://e.x www.evil.example mail admin@evil.example #1 GH-2 org/repo#3";
-        let mut r = review(1, &format!("-a: 1\n+a: {hostile}\n"));
-        r.changes[0].object = format!("ConfigMap/ns/{hostile}");
-        r.changes[0].layer = hostile.into();
-        r.changes[0].release = Some(hostile.into());
-        r.changes[0].notes = vec![hostile.into()];
-        r.changes[0].clusters = vec![hostile.into()];
-        r.summary[0].cluster = hostile.into();
-        r.summary[0].layer = hostile.into();
-        r.clusters = vec![hostile.into()];
+        let mut r = hostile_everywhere(hostile);
         r.base.label = hostile.into();
         r.head.label = hostile.into();
         r.helm = Some(hostile.into());

@@ -15,7 +15,7 @@ impl Fetch {
     /// whose readable names are alike (`http://` and `https://`, `a/b` and `a_b`, an OCI and an
     /// HTTP repository on the same path) never share an entry.
     pub(super) fn entry(&self) -> String {
-        let digest = &crate::hash::sha256_hex(self.identity().as_bytes())[..16];
+        let digest = short_digest(&self.identity());
         match self {
             Fetch::Git { url, reference, .. } => format!("git/{}@{}-{digest}", slug(url), slug(&reference.to_string())),
             Fetch::Repo { url, chart, version, .. } => {
@@ -110,8 +110,7 @@ impl Charts {
         }
         let other = |e: git2::Error| GitFailure::Other(e.message().to_owned());
         // One bare repository per whole URL (its readable name and a digest of the URL).
-        let url_digest = &crate::hash::sha256_hex(url.as_bytes())[..16];
-        let bare = in_cache(&self.cache, &format!("git/{}-{url_digest}.git", slug(url)))?;
+        let bare = in_cache(&self.cache, &format!("git/{}-{}.git", slug(url), short_digest(url)))?;
         std::fs::create_dir_all(&bare).map_err(|e| GitFailure::Other(format!("{}: {e}", bare.display())))?;
         let repo = git2::Repository::open_bare(&bare).or_else(|_| git2::Repository::init_bare(&bare)).map_err(other)?;
         let refspecs: Vec<String> = match reference {
@@ -324,6 +323,12 @@ pub(super) fn slug(text: &str) -> String {
         out.replace_range(0..usize::from(!out.is_empty()), "_");
     }
     out
+}
+
+/// The first 16 hex digits of `text`'s SHA-256: what tells apart cache entries whose [`slug`]s
+/// are alike.
+fn short_digest(text: &str) -> String {
+    crate::hash::sha256_hex(text.as_bytes())[..16].to_owned()
 }
 
 /// `rel` under the cache, refused (as a fetch failure) if it would leave it.
