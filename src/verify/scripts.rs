@@ -325,8 +325,15 @@ mod tests {
         std::fs::write(&disk, b"").unwrap();
         let entry = direct.join(base64_url(&disk.display().to_string()));
         std::fs::create_dir_all(&entry).unwrap();
-        let mut vmm =
-            std::process::Command::new("sh").args(["-c", "sleep 60", &format!("sandbox-{sid}")]).spawn().unwrap();
+        // The VMM stands in as `sleep` itself, named after the sandbox (a shell around it would
+        // leave the sleep running, holding the test's output, when it is killed).
+        let mut vmm = std::os::unix::process::CommandExt::arg0(
+            &mut std::process::Command::new("sleep"),
+            format!("sandbox-{sid}"),
+        )
+        .arg("60")
+        .spawn()
+        .unwrap();
         let env = |grace: &str| {
             vec![
                 ("MODE", "watch".to_owned()),

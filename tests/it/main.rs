@@ -28,4 +28,5 @@ mod rollout_first_run;
 mod rollout_plan;
 mod secrets;
 mod support;
+mod turns;
 mod verify;

@@ -11,9 +11,10 @@
 //! kata-deploy's RuntimeClass, a Node) and reads what the controllers wrote.
 //!
 //! Each scenario runs on a plane of its own and prints its timings on stderr as
-//! `e2e-bench: <scenario> <metric> <seconds>` lines (read by a later benchmark). The scenarios
-//! run one at a time even when the test harness runs tests in parallel: each plane with its
-//! controllers takes about 1 GB and most of a core while Flux installs the chart.
+//! `e2e-bench: <scenario> <metric> <seconds>` lines (read by a later benchmark). Each scenario
+//! takes its turn (`crate::turns`): a plane with its controllers takes about 1 GB and, measured,
+//! half a core, so several scenarios run at once; the rollout scenarios share their three planes
+//! and take turns among themselves.
 
 mod acceptance;
 mod chart_failure;
@@ -36,10 +37,6 @@ use serde_json::Value;
 /// The API key of every scenario (given to `osbx` as `OSBX_API_KEY` and to the real server);
 /// no output may contain it.
 const KEY: &str = "e2e-4b1c9f0e7d2a-api-key";
-
-/// One scenario at a time (see the module docs). A tokio mutex: it does not poison when a
-/// scenario fails, and works across the tests' runtimes.
-pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Print one timing for the benchmark.
 #[allow(clippy::print_stderr)]

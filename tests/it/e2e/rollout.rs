@@ -35,11 +35,12 @@ use super::git::{FluxRepo, publish_chart};
 use super::world::{
     ControllerPlane, apply_object, apply_sync, default_profile, node_and_runtime_class, write_bootstrap,
 };
-use super::{KEY, SERIAL, bench};
+use super::{KEY, bench};
 use crate::cluster;
 use crate::reliability::rbac::DEFAULT_BINDINGS;
 use crate::reliability::rbac::atoms::{atoms, denial, names_denial, namespaced, settle, user_may_do, without};
 use crate::support::{git, osbx, output_off_runtime, outputs};
+use crate::turns::{self, Need, Turn};
 
 /// The clusters, in fleet order, and their waves.
 const CLUSTERS: [&str; 3] = ["lab-a", "lab-b", "lab-c"];
@@ -353,10 +354,10 @@ impl FleetWorld {
     }
 }
 
-/// The scenario's turn (one at a time, [`SERIAL`]), then the world (started by the first
-/// scenario), held for the scenario.
-async fn world() -> (tokio::sync::MutexGuard<'static, ()>, tokio::sync::MutexGuard<'static, Option<FleetWorld>>) {
-    let turn = SERIAL.lock().await;
+/// The scenario's turn ([`Need::Fleet`]: one scenario at a time), then the world (started by the
+/// first scenario), held for the scenario.
+async fn world() -> (Turn, tokio::sync::MutexGuard<'static, Option<FleetWorld>>) {
+    let turn = turns::take(Need::Fleet).await;
     let mut guard = WORLD.lock().await;
     if guard.is_none() {
         *guard = Some(FleetWorld::start().await);
@@ -780,8 +781,8 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
     let client = cluster::client_for(&w.planes[0].kubeconfig).await;
     super::acceptance::cordoned_node(&client).await;
     bump_pool(w, 17);
-    // Flux waits out its health check on the failed Job (the layer's `timeout`); the gate reads
-    // the run's failure and answers before Flux gives up (with a limit longer than Flux's).
+    // The gate reads the run's failure and answers without waiting for Flux's verdict on the
+    // layer (with a limit longer than the layer's `timeout`).
     let started = Instant::now();
     let out = w.rollout(&["-o", "json", "--timeout", "300s"]).await;
     let took = started.elapsed();
@@ -790,7 +791,18 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
             .await
             .expect("the acceptance layer");
     let ready = super::flux::condition(&layer, "Ready").expect("its Ready condition");
-    assert_eq!(ready["status"], "Unknown", "the gate waited for Flux to give up on the Job: {ready}");
+    // Flux is still checking the layer's health, or has given up early on the failed Job
+    // (kustomize-controller fails fast on a stalled resource, about five seconds after the Job
+    // fails: on a busy machine that can come before the gate's next read of the report, every
+    // three seconds); it never timed out on it.
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        ready["status"] == "Unknown"
+            || (ready["status"] == "False"
+                && message.contains("failed early due to stalled resources")
+                && message.contains("Job/osbx-acceptance/")),
+        "the gate waited for Flux to give up on the Job: {ready}"
+    );
     let r = report_exited(&out, 1);
     assert_eq!(
         states(&r),

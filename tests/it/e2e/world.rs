@@ -12,9 +12,10 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::git::{self, FluxRepo};
-use super::{KEY, SERIAL, assert_outcome, bench, checks, secs_since_epoch};
+use super::{KEY, assert_outcome, bench, checks, secs_since_epoch};
 use crate::cluster::{self, RealServer, api_for, wait_for};
 use crate::support::{osbx, outputs, root};
+use crate::turns::{self, Need, Turn};
 
 /// A plane started with `tests/cluster/up --with-controllers --watch-pid <this process>`:
 /// kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the Flux source,
@@ -144,12 +145,12 @@ impl<F: FnOnce(&mut Value)> Scenario<F> {
         Self { applied: true, ..self }
     }
 
-    /// Wait for the scenario's turn (one at a time, [`SERIAL`]: the world holds it until it is
-    /// dropped), then build its world: a plane, a Node, the RuntimeClass, the chart repository,
+    /// Wait for the scenario's turn ([`Need::Plane`]: the world holds it until it is dropped),
+    /// then build its world: a plane, a Node, the RuntimeClass, the chart repository,
     /// the profile rendered, committed and pushed, and the Flux bootstrap objects; then the first
     /// apply, if asked for.
     pub async fn start(self) -> World {
-        let turn = SERIAL.lock().await;
+        let turn = turns::take(Need::Plane).await;
         let started = Instant::now();
         let world = World::start(self.name, self.edit, started, turn).await;
         if self.applied {
@@ -175,7 +176,7 @@ pub struct World {
     scenario: String,
     started: Instant,
     work: tempfile::TempDir,
-    _turn: tokio::sync::MutexGuard<'static, ()>,
+    _turn: Turn,
 }
 
 impl World {
@@ -186,12 +187,7 @@ impl World {
     }
 
     /// See [`Scenario::start`]; `started` is when the turn came.
-    async fn start(
-        scenario: &str,
-        edit: impl FnOnce(&mut Value),
-        started: Instant,
-        turn: tokio::sync::MutexGuard<'static, ()>,
-    ) -> Self {
+    async fn start(scenario: &str, edit: impl FnOnce(&mut Value), started: Instant, turn: Turn) -> Self {
         let plane = tokio::task::spawn_blocking(ControllerPlane::start).await.unwrap();
         bench(scenario, "up_with_controllers", plane.up_time.as_secs_f64());
         let client = cluster::client_for(&plane.kubeconfig).await;

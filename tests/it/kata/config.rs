@@ -36,9 +36,9 @@ use serde_json::{Value, json};
 
 use super::{assert_check, world as kata_world};
 use crate::cluster::standin::host_view::{Host, HostView};
-use crate::e2e::SERIAL;
 use crate::node::report;
 use crate::played::kata::{Runtime, Vmm};
+use crate::turns::{self, Need};
 use crate::verify::World;
 
 const MEMORY: &str = "io.katacontainers.config.hypervisor.default_memory";
@@ -212,7 +212,7 @@ async fn holds(
 /// FAILs that class naming the drop-in, the others still PASS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_configuration_probe_reads_what_each_class_enables_on_prepared_hosts() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let (world, shim) = kata_world("kata-qemu", Vmm::Qemu { shared: true }, Runtime::Go).await;
     let p = profile();
     let path = p.write_to(world.dir.path());

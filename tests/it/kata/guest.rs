@@ -1,9 +1,9 @@
 //! `kata.guest-kernel` against a real guest kernel booted by QEMU.
 
 use super::{assert_check, world as kata_world};
-use crate::e2e::SERIAL;
 use crate::node::report;
 use crate::played::kata::{Runtime, Vmm};
+use crate::turns::{self, Need};
 
 /// The Go runtime boots an initrd guest with `agent.*` kernel parameters and without
 /// `systemd.unit=kata-containers.target` (the marker the check used to require: a healthy Go
@@ -11,7 +11,7 @@ use crate::played::kata::{Runtime, Vmm};
 /// its CPU says it is virtual, and the Kata agent's parameters are on its command line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_guest_passes_with_or_without_the_systemd_marker() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     for (class, runtime, marker) in
         [("kata-qemu", Runtime::Go, "false"), ("kata-qemu-runtime-rs", Runtime::Rust, "true")]
     {

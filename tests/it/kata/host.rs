@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use super::{assert_check, world as kata_world};
 use crate::cluster::standin::host_view::{Host, HostView, Module};
-use crate::e2e::SERIAL;
 use crate::node::report;
 use crate::played::kata::{Runtime, Vmm};
 use crate::support::not_proven;
+use crate::turns::{self, Need};
 use crate::verify::World;
 
 /// The node of the Kata worlds.
@@ -82,7 +82,7 @@ async fn holds(world: &World, host: &Host, qemu: bool) {
 /// on that before issue 23). The line `kata-tier: host …` says what this machine is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_kvm_check_reads_this_hosts_kvm() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let (world, _shim) = kata_world("kata-qemu", Vmm::Qemu { shared: true }, Runtime::Go).await;
     holds(&world, &Host::this_machine(), true).await;
 }
@@ -97,7 +97,7 @@ async fn the_host_kvm_check_reads_this_hosts_kvm() {
 /// silently on what it could not reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verdict_of_the_host_kvm_check_from_prepared_hosts() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let here = Host::this_machine();
     let intel = || Some(Module::nested("kvm_intel", "Y"));
     let cases: Vec<(&str, Host)> = vec![
@@ -145,7 +145,7 @@ fn prepare(world: &World, shim: &Arc<crate::played::kata::Shim>, host: &Host) {
 /// passes, having seen `kvm_intel`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_test_of_this_host_holds_on_an_intel_host() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let test = "kata::host::the_host_kvm_check_reads_this_hosts_kvm";
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new("unshare")
@@ -157,6 +157,8 @@ async fn the_test_of_this_host_holds_on_an_intel_host() {
             .arg("sh")
             .arg(std::env::current_exe().unwrap())
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            // Its turn is this test's: not one of the run's (`crate::turns`).
+            .env_remove("OSBX_TEST_TURNS")
             .output()
             .unwrap()
     })
@@ -183,7 +185,7 @@ async fn the_test_of_this_host_holds_on_an_intel_host() {
 /// vsock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_that_never_ran_are_diagnosed_from_their_sandbox_events() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let world = World::start().await;
     let cni = "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox \
                \"3f1c\": plugin type=\"bridge\" failed (add): failed to allocate for range 0: no IP addresses available";
@@ -227,7 +229,7 @@ async fn pods_that_never_ran_are_diagnosed_from_their_sandbox_events() {
 /// passes on what it proved and leaves the line `tests/run` prints after its summary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verdict_on_a_host_without_kvm_says_what_it_could_not_prove() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let test = "kata::host::every_verdict_of_the_host_kvm_check_from_prepared_hosts";
     let dir = tempfile::tempdir().unwrap();
     let notes = dir.path().join("notes");
@@ -242,7 +244,9 @@ async fn every_verdict_on_a_host_without_kvm_says_what_it_could_not_prove() {
                 .arg("sh")
                 .arg(std::env::current_exe().unwrap())
                 .args(["--exact", test, "--nocapture", "--test-threads=1"])
-                .env("OSBX_NO_KVM", &device);
+                .env("OSBX_NO_KVM", &device)
+                // Its turn is this test's: not one of the run's (`crate::turns`).
+                .env_remove("OSBX_TEST_TURNS");
             match notes {
                 Some(notes) => cmd.env("OSBX_TEST_NOTES", notes),
                 None => cmd.env_remove("OSBX_TEST_NOTES"),

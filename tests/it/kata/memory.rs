@@ -1,9 +1,9 @@
 //! `kata.vmm-shared-memory` against the real QEMU process and Cloud Hypervisor's played API.
 
 use super::{assert_check, world as kata_world};
-use crate::e2e::SERIAL;
 use crate::node::report;
 use crate::played::kata::{Runtime, Vmm};
+use crate::turns::{self, Need};
 use crate::verify::World;
 
 /// `osbx verify --only kata.vmm-shared-memory` on `world`, its checks reported: the check ends
@@ -21,7 +21,7 @@ async fn vmm_shared_memory(world: &World, outcome: &str, fragments: &[&str]) -> 
 /// Cloud Hypervisor: it failed every QEMU sandbox for a missing `ch-api.sock`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qemu_guest_ram_shared_or_not_as_the_real_vmm_says() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let (world, _shim) = kata_world("kata-qemu", Vmm::Qemu { shared: true }, Runtime::Go).await;
     let code = vmm_shared_memory(
         &world,
@@ -52,7 +52,7 @@ async fn qemu_guest_ram_shared_or_not_as_the_real_vmm_says() {
 /// `ch_ram` memfd mapped shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cloud_hypervisor_kept_open_go_and_runtime_rs() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     for (class, runtime) in [("kata-clh", Runtime::Go), ("kata-clh-runtime-rs", Runtime::Rust)] {
         let (world, _shim) = kata_world(class, Vmm::CloudHypervisor, runtime).await;
         let code = vmm_shared_memory(
@@ -70,7 +70,7 @@ async fn cloud_hypervisor_kept_open_go_and_runtime_rs() {
 /// skipped saying how to name it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_that_do_not_apply_to_a_shim_say_why() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let world = World::start().await;
     for (class, check, why) in [
         ("kata-fc", "kata.vmm-shared-memory", "Firecracker gives the guest block devices"),

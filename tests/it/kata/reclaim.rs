@@ -12,11 +12,11 @@ use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 use super::{assert_check, world as kata_world};
-use crate::e2e::SERIAL;
 use crate::node::report;
 use crate::played::kata::{Leave, Runtime, Shim, Vmm};
 use crate::played::opensandbox::LABEL_POOL_NAME;
 use crate::support::{osbx, output_off_runtime, outputs};
+use crate::turns::{self, Need};
 use crate::verify::World;
 
 const KEY: &str = "osbx-test-key-reclaim";
@@ -82,7 +82,7 @@ async fn reclaim(world: &World, shim: &Shim, url: &str) -> (Option<i32>, Vec<Val
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vmm_that_exits_passes_one_left_running_or_a_run_directory_left_fails() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Kata).await;
     let (world, shim) = kata_world("kata-qemu", Vmm::Qemu { shared: true }, Runtime::Go).await;
     // The profile kata_world wrote puts the Kata pool under its class: the played controller
     // replaces the pool's pods, which the played shim runs as real QEMU guests.

@@ -25,7 +25,7 @@ use super::image::{in_cluster_env, osbx_image, service_account_volume};
 use super::runtime::{runc_class_on_a_kata_node, runtime_class};
 use super::{NodePlane, profile};
 use crate::builder::TestProfile;
-use crate::e2e::SERIAL;
+use crate::turns::{self, Need};
 
 const NS: &str = "nd-acceptance";
 
@@ -165,7 +165,7 @@ async fn scrape(client: &kube::Client, port: u16, until: impl Fn(&str) -> bool) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines, clippy::print_stderr)]
 async fn the_acceptance_job_and_server_run_in_the_osbx_image() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Node).await;
     let node = NodePlane::get();
     let client = node.client().await;
     let image = osbx_image(node);

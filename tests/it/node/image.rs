@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::NodePlane;
 use crate::builder::TestProfile;
-use crate::e2e::SERIAL;
 use crate::support::{osbx, output_off_runtime, outputs, root};
+use crate::turns::{self, Need};
 
 /// The image's reference in the node's containerd.
 const IMAGE: &str = "osbx.test/osbx:test";
@@ -141,7 +141,7 @@ fn terminated(statuses: Option<&Vec<ContainerStatus>>, name: &str) -> Option<(i3
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::print_stderr)]
 async fn the_osbx_image_runs_in_a_pod_and_reaches_the_api_server() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Node).await;
     let start = Instant::now();
     let node = NodePlane::get();
     let client = node.client().await;

@@ -19,8 +19,8 @@
 //! `kata.host-kvm` and `kata.vmm-shared-memory` meet QEMU in `tests/run kata` and the stand-in
 //! elsewhere).
 //!
-//! One node per machine, shared by the tests of this module, which take turns (with the
-//! end-to-end scenarios: each plane takes about 1 GB).
+//! One node per machine, shared by the tests of this module, which take turns in the node's lane
+//! (`crate::turns`), beside the end-to-end scenarios and the Kata tier.
 
 mod acceptance;
 mod image;

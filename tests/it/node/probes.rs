@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams};
 
 use super::{NodePlane, assert_check, profile, report};
-use crate::e2e::SERIAL;
+use crate::turns::{self, Need};
 
 const MANAGED: &str = "app.kubernetes.io/managed-by=osbx-verify";
 
@@ -41,7 +41,7 @@ async fn wait_clean(client: &kube::Client, what: &str) {
 /// killed run's time is over, sweeps them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_are_real_pods_and_nothing_is_left() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Node).await;
     let node = NodePlane::get();
     let client = node.client().await;
     super::runtime::runc_class_on_a_kata_node(&client, node.var("NODE_NAME")).await;

@@ -6,7 +6,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::{NodePlane, assert_check, profile, report};
-use crate::e2e::SERIAL;
+use crate::turns::{self, Need};
 
 async fn apply(client: &kube::Client, obj: &serde_json::Value) {
     let (api, name) = crate::cluster::api_for(client, obj).await;
@@ -44,7 +44,7 @@ pub(super) async fn kernel_of(client: &kube::Client, node: &str) -> String {
 /// names the cause and the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_classes_against_the_real_containerd() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Node).await;
     let node = NodePlane::get();
     let client = node.client().await;
     let node_name = node.var("NODE_NAME");

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{NodePlane, assert_check, profile, report};
 use crate::cluster::RealServer;
-use crate::e2e::SERIAL;
+use crate::turns::{self, Need};
 
 const KEY: &str = "node-tier-7c2e91-api-key";
 
@@ -21,7 +21,7 @@ const KEY: &str = "node-tier-7c2e91-api-key";
 /// nothing from the pod itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_pods_are_real_containers_and_the_lifecycle_passes() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Node).await;
     let node = NodePlane::get();
     let client = node.client().await;
     crate::cluster::install_crds(&client, "opensandbox").await;
@@ -60,7 +60,7 @@ async fn pool_pods_are_real_containers_and_the_lifecycle_passes() {
 /// while the Lifecycle check passes for both: Running is not enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_through_the_server_proxy_reaches_execd_and_a_pool_without_it_fails() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Node).await;
     let node = NodePlane::get();
     let client = node.client().await;
     crate::cluster::install_crds(&client, "opensandbox").await;

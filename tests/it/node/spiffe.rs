@@ -7,8 +7,8 @@ use kube::core::GroupVersionKind;
 use serde_json::json;
 
 use super::{NodePlane, assert_check, profile, report};
-use crate::e2e::SERIAL;
 use crate::support::root;
+use crate::turns::{self, Need};
 
 /// The smoke fixture (what the spire-smoke layer renders), with the node's SPIRE class.
 async fn smoke_fixture(client: &kube::Client, node: &NodePlane, id: &str) {
@@ -52,7 +52,7 @@ fn agent(action: &str, node: &NodePlane) {
 /// kubelet); the agent down (ERROR quoting the Workload API client).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spiffe_issued_and_denied_against_real_spire() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Node).await;
     let node = NodePlane::get();
     let client = node.client().await;
     let td = node.var("SPIRE_TRUST_DOMAIN");

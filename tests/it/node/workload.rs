@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 
 use super::runtime::runc_class_on_a_kata_node;
 use super::{NodePlane, assert_check, check, profile, report};
-use crate::e2e::SERIAL;
 use crate::support::root;
+use crate::turns::{self, Need};
 
 const IMAGE: &str = "osbx.test/docker:20.10";
 
@@ -43,7 +43,7 @@ fn filesystem(path: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workload_probe_runs_as_a_real_container() {
-    let _turn = SERIAL.lock().await;
+    let _turn = turns::take(Need::Node).await;
     let node = NodePlane::get();
     let client = node.client().await;
     runc_class_on_a_kata_node(&client, node.var("NODE_NAME")).await;
