@@ -23,6 +23,9 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
     let mut prepared = prepare(&settings.profile, Some(&settings.repo))?;
+    if let Some(v) = &settings.verify {
+        verify::session::check_selection(&prepared.loaded.profile, &v.run.selection)?;
+    }
     // The cluster's own identity, only when asked to create the decryption Secret from it
     // (never the identities given to open the files: often a person's whole key file).
     let cluster_key = settings

@@ -14,6 +14,7 @@ pub(super) fn run(settings: &VerifySettings, printer: Printer) -> anyhow::Result
     let rt = runtime()?;
     let connecting = start_connect(&rt, &settings.connect);
     let prepared = prepare(&settings.profile, None)?;
+    crate::verify::session::check_selection(&prepared.loaded.profile, &settings.verify.run.selection)?;
     rt.block_on(async {
         let (cluster, _) = connecting.await??;
         match (settings.serve, &settings.verify.publish) {

@@ -164,6 +164,51 @@ pub(crate) fn operations(
     out
 }
 
+/// A selection a run cannot honour: a check id (or prefix) no check of the profile has, or
+/// nothing selected at all; never run, so that a typo is not an empty run that passes.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SelectionError {
+    /// `--only`/`--skip` (or `acceptance.only`/`skip`) names no check of this profile.
+    #[error("{option} {id:?}: no check of this profile has that id or starts with it; its checks: {known}")]
+    Unknown {
+        /// The option that named it.
+        option: &'static str,
+        /// What it named.
+        id: String,
+        /// The profile's check ids, comma-separated.
+        known: String,
+    },
+    /// Every check is left out.
+    #[error("--only and --skip select none of this profile's checks ({known}): a run would prove nothing")]
+    Empty {
+        /// The profile's check ids, comma-separated.
+        known: String,
+    },
+}
+
+/// Check `selection` against `profile`'s checks before a run: every id it names is a check id of
+/// the profile or a prefix of one (`kata` for every `kata.*`), and it selects at least one.
+///
+/// # Errors
+/// [`SelectionError`], naming the known ids.
+pub(crate) fn check_selection(profile: &Profile, selection: &Selection) -> Result<(), SelectionError> {
+    let everything = Selection { only: Vec::new(), skip: Vec::new(), bench: true };
+    let ids: Vec<String> = checks::catalogue(profile, Vec::new(), &everything).iter().flat_map(|c| c.ids()).collect();
+    let known = || ids.join(", ");
+    for (option, named) in [("--only", &selection.only), ("--skip", &selection.skip)] {
+        for id in named {
+            let single = Selection { only: vec![id.clone()], skip: Vec::new(), bench: true };
+            if !ids.iter().any(|known| single.selects(known)) {
+                return Err(SelectionError::Unknown { option, id: id.clone(), known: known() });
+            }
+        }
+    }
+    if !ids.iter().any(|id| selection.selects(id)) {
+        return Err(SelectionError::Empty { known: known() });
+    }
+    Ok(())
+}
+
 /// The ids of the checks `selection` selects for `profile`, in the catalogue's order: what a run
 /// with it reports on.
 #[must_use]

@@ -464,3 +464,30 @@ fn a_kubeconfig_without_a_context_or_cluster_says_what_is_missing_and_what_to_do
         )
     );
 }
+
+/// A check id the profile has no check for is refused before anything connects (exit 2, naming
+/// the option, the id and the profile's checks), and so is a selection of nothing: a typo never
+/// becomes an empty run that passes. The same for `apply --verify`.
+#[test]
+fn verify_refuses_an_unknown_check_id_and_an_empty_selection() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_cluster = dir.path().join("no-kubeconfig");
+    let refused = |args: &[&str], said: &str| {
+        let out = osbx().current_dir(dir.path()).args(args).arg("--kubeconfig").arg(&no_cluster).output().unwrap();
+        let (stdout, stderr) = crate::support::outputs(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stdout}{stderr}");
+        assert!(stderr.starts_with(&format!("error: {said}")), "{args:?}: {stderr}");
+        assert!(stderr.contains("opensandbox.lifecycle.pod, "), "the known ids are named: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+    };
+    let unknown = "no check of this profile has that id or starts with it; its checks: flux.layers, nodes.ready";
+    refused(&["verify", "--only", "opensandbox.lifecyle"], &format!("--only \"opensandbox.lifecyle\": {unknown}"));
+    refused(
+        &["verify", "--only", "flux.layers", "--skip", "kata.hostkvm"],
+        &format!("--skip \"kata.hostkvm\": {unknown}"),
+    );
+    // A prefix of a real id is not a check (`opensandbox.life` is not `opensandbox.lifecycle`).
+    refused(&["verify", "--only", "opensandbox.life"], &format!("--only \"opensandbox.life\": {unknown}"));
+    refused(&["verify", "--only", "kata", "--skip", "kata"], "--only and --skip select none of this profile's checks");
+    refused(&["apply", "--verify", "--only", "opensandbox.lifecyle"], "--only \"opensandbox.lifecyle\": ");
+}

@@ -5,7 +5,8 @@
 //!   per machine, `tests/cluster/up --with-node`) and the rollout scenarios' fleet (three planes
 //!   shared by its scenarios). A lane runs one test at a time;
 //! - a **place** among the heavy tests that run at once, at most [`AT_ONCE`]: each holds a plane
-//!   or more with its controllers (about 1 GB each) and, measured, about half a core.
+//!   or more with its controllers (about 1 GB each) and, measured, about half a core; a Kata
+//!   build guest takes three ([`Need::places`]).
 //!
 //! An end-to-end world (a plane of its own with the real controllers) and a Kata-tier world (a
 //! plane of its own, QEMU guests and host probes in directories of their own; the probes find
@@ -39,15 +40,27 @@ pub(crate) enum Need {
     Node,
     /// A Kata-tier world: a plane of its own, QEMU guests, the real host probes.
     Kata,
+    /// A Kata-tier world whose guest runs dockerd and a build under TCG: the one heavy test that
+    /// keeps a core busy for minutes, and whose dockerd gives up on its containerd after a fixed
+    /// time (seen on a saturated machine), so it takes three places.
+    BuildGuest,
 }
 
 impl Need {
+    /// How many of the [`AT_ONCE`] places it takes.
+    const fn places(self) -> u32 {
+        match self {
+            Self::BuildGuest => 3,
+            Self::Plane | Self::Fleet | Self::Node | Self::Kata => 1,
+        }
+    }
+
     /// The lane, for the kinds whose tests share a part.
     fn lane(self) -> Option<&'static Mutex<()>> {
         static NODE: Mutex<()> = Mutex::const_new(());
         static FLEET: Mutex<()> = Mutex::const_new(());
         match self {
-            Self::Plane | Self::Kata => None,
+            Self::Plane | Self::Kata | Self::BuildGuest => None,
             Self::Node => Some(&NODE),
             Self::Fleet => Some(&FLEET),
         }
@@ -72,7 +85,7 @@ pub(crate) async fn take(need: Need) -> Turn {
         Some(lane) => Some(lane.lock().await),
         None => None,
     };
-    let place = PLACES.acquire().await.expect("the places are never closed");
+    let place = PLACES.acquire_many(need.places()).await.expect("the places are never closed");
     // libtest runs each test on a thread named after it (and tokio's test runtime polls the
     // test's future on that thread).
     let test = std::thread::current().name().unwrap_or("?").to_owned();

@@ -62,18 +62,40 @@ pub struct OwnPlane {
 impl OwnPlane {
     /// Start one (blocking, about 3 s).
     pub fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = up_in_new_dir(".tmp", &[]);
+        let kubeconfig = dir.path().join("kubeconfig");
+        Self { dir, kubeconfig }
+    }
+}
+
+/// `tests/cluster/up [EXTRA…] --watch-pid <this process> DIR`, DIR a new temporary directory
+/// named `<prefix>…`, for a plane of a test's own. `up` picks free loopback ports, then starts its
+/// processes on them: another plane starting at the same moment (the heavy tests run side by
+/// side, `crate::turns`) or any outgoing connection can take one first, and that process exits
+/// with `address already in use`. Such a start is stopped and made again in a new directory, at
+/// most three times in all; any other failure fails the test at once (`up` says why on stderr).
+pub fn up_in_new_dir(prefix: &str, extra: &[&str]) -> tempfile::TempDir {
+    for attempt in 1..=3 {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
         let out = std::process::Command::new(root().join("tests/cluster/up"))
+            .args(extra)
             .arg("--watch-pid")
             .arg(std::process::id().to_string())
             .arg(dir.path())
             .stderr(std::process::Stdio::inherit())
             .output()
             .expect("run tests/cluster/up");
-        assert!(out.status.success(), "tests/cluster/up failed (see stderr above)");
-        let kubeconfig = dir.path().join("kubeconfig");
-        Self { dir, kubeconfig }
+        if out.status.success() {
+            return dir;
+        }
+        let raced = std::fs::read_dir(dir.path()).into_iter().flatten().flatten().any(|e| {
+            e.path().extension().is_some_and(|x| x == "log")
+                && std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("address already in use"))
+        });
+        crate::support::stop_in_drop(std::process::Command::new(root().join("tests/cluster/down")).arg(dir.path()));
+        assert!(raced && attempt < 3, "tests/cluster/up failed (see stderr above)");
     }
+    unreachable!("the third failed start fails the test")
 }
 
 impl Drop for OwnPlane {

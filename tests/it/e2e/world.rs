@@ -36,16 +36,9 @@ pub struct ControllerPlane {
 impl ControllerPlane {
     /// Start one (blocking; about 8 s warm).
     pub fn start() -> Self {
-        let dir = tempfile::Builder::new().prefix("osbx-e2e-plane-").tempdir().unwrap();
         let started = Instant::now();
-        let out = std::process::Command::new(root().join("tests/cluster/up"))
-            .args(["--with-controllers", "--watch-pid", &std::process::id().to_string()])
-            .arg(dir.path())
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("run tests/cluster/up");
+        let dir = cluster::up_in_new_dir("osbx-e2e-plane-", &["--with-controllers"]);
         let up_time = started.elapsed();
-        assert!(out.status.success(), "tests/cluster/up --with-controllers failed (see stderr above)");
         let text = std::fs::read_to_string(dir.path().join("controllers.env")).expect("controllers.env");
         let env: BTreeMap<String, String> = text
             .lines()

@@ -48,7 +48,7 @@ async fn verify(world: &World, extra: &[&str]) -> (Option<i32>, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_builds_on_a_block_emptydir_and_fails_on_virtio_fs() {
-    let _turn = turns::take(Need::Kata).await;
+    let _turn = turns::take(Need::BuildGuest).await;
     let (world, _shim) = build_world("kata-qemu-build", true).await;
     let (code, v) = verify(&world, &[]).await;
     let checks = v["checks"].as_array().unwrap();
@@ -105,7 +105,7 @@ async fn docker_builds_on_a_block_emptydir_and_fails_on_virtio_fs() {
 /// their ratio in the JSON report and as JUnit properties.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_build_benchmark_reports_both_times_and_their_ratio() {
-    let _turn = turns::take(Need::Kata).await;
+    let _turn = turns::take(Need::BuildGuest).await;
     let (world, _shim) = build_world("kata-qemu-build", true).await;
     let junit = world.dir.path().join("junit.xml");
     let (code, v) = verify(&world, &["--bench", "--junit", junit.to_str().unwrap()]).await;
