@@ -197,8 +197,7 @@ pub(crate) fn check_selection(profile: &Profile, selection: &Selection) -> Resul
     let known = || ids.join(", ");
     for (option, named) in [("--only", &selection.only), ("--skip", &selection.skip)] {
         for id in named {
-            let single = Selection { only: vec![id.clone()], skip: Vec::new(), bench: true };
-            if !ids.iter().any(|known| single.selects(known)) {
+            if !ids.iter().any(|known| Selection::matches(id, known)) {
                 return Err(SelectionError::Unknown { option, id: id.clone(), known: known() });
             }
         }

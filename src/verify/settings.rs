@@ -18,7 +18,8 @@ pub struct Selection {
 pub(crate) const OPT_IN: &str = "workload.bench";
 
 impl Selection {
-    fn matches(pattern: &str, id: &str) -> bool {
+    /// Whether `pattern` (an id, or a prefix of whole segments) names the check `id`.
+    pub(crate) fn matches(pattern: &str, id: &str) -> bool {
         id == pattern || id.starts_with(&format!("{pattern}."))
     }
 

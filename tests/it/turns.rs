@@ -13,12 +13,12 @@
 //! their VMs by sandbox id) share nothing with any other test, so they take a place only.
 //!
 //! Measured on 2026-12-06 (2 cores) with every heavy test in one lane (the former `SERIAL`
-//! lock): the suite used 0.57 of its 2 cores on average, a heavy test 0.4 to 0.7 of a core (most
-//! of it waiting on Flux, helm-controller, the kubelet and the guests), and the integration tests
-//! took 2,235 s, most of it that one lane.
+//! lock): the integration tests took 2,224 s with 0.83 of the 2 cores busy on average; the lane
+//! held 1,673 s of it at 0.64, a heavy test 0.4 to 0.7 of a core (most of it waiting on Flux,
+//! helm-controller, the kubelet and the guests). With turns: 836 s at 1.74.
 //!
-//! Under `tests/run` (`OSBX_TEST_TURNS`) each turn writes a line when it ends: the test, how long
-//! it waited for its turn and how long it held it; `tests/run` subtracts the wait from the test's
+//! Under `tests/run` (`OSBX_TEST_TURNS`) each turn writes a line when it ends: the test and how
+//! long it waited for its turn; `tests/run` subtracts the wait from the test's
 //! wall time in its list of the slowest tests and prints the total waited.
 
 use std::time::Instant;
@@ -71,7 +71,6 @@ impl Need {
 pub(crate) struct Turn {
     test: String,
     waited: f64,
-    since: Instant,
     _place: SemaphorePermit<'static>,
     _lane: Option<MutexGuard<'static, ()>>,
 }
@@ -89,14 +88,14 @@ pub(crate) async fn take(need: Need) -> Turn {
     // libtest runs each test on a thread named after it (and tokio's test runtime polls the
     // test's future on that thread).
     let test = std::thread::current().name().unwrap_or("?").to_owned();
-    Turn { test, waited: asked.elapsed().as_secs_f64(), since: Instant::now(), _place: place, _lane: lane }
+    Turn { test, waited: asked.elapsed().as_secs_f64(), _place: place, _lane: lane }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
         use std::io::Write as _;
         let Some(path) = std::env::var_os("OSBX_TEST_TURNS") else { return };
-        let line = format!("{}\t{:.1}\t{:.1}\n", self.test, self.waited, self.since.elapsed().as_secs_f64());
+        let line = format!("{}\t{:.1}\n", self.test, self.waited);
         // One write of one short line to a file opened for appending: lines from concurrent turns
         // do not interleave. A failure to record is not the test's failure.
         if let Ok(mut file) = std::fs::OpenOptions::new().append(true).create(true).open(path) {
