@@ -113,10 +113,11 @@ pub struct ApplyArgs {
 /// Verify options shared by `verify` and `apply --verify`.
 #[derive(Debug, Args, Clone, Default)]
 pub struct VerifyFlags {
-    /// Run only these checks (ids or prefixes such as `kata`); repeatable or comma-separated.
+    /// Run only these checks (ids or prefixes such as `kata`); repeatable or comma-separated. An id
+    /// no check of the profile has, or a selection of none, is refused (exit 2).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Skip these checks (ids or prefixes); repeatable or comma-separated.
+    /// Skip these checks (ids or prefixes); repeatable or comma-separated; refused like --only.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// Reach the Lifecycle API at this URL instead of through the API server's service proxy.
