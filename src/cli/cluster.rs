@@ -171,6 +171,22 @@ pub struct InClusterFlags {
     /// The revision the run checks, recorded in the published report.
     #[arg(long, requires = "publish")]
     pub revision: Option<String>,
+    /// Run the probe pods in this namespace, which must exist (the acceptance layer renders
+    /// one): the run creates and deletes no namespace, only its own pods there, so its roles
+    /// grant pod creation in that namespace alone.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub probe_namespace: Option<String>,
+    /// The pod this run is in, named in the published report as its writer (the acceptance
+    /// layer's pods set it from the downward API).
+    #[arg(long, env = "OSBX_POD_NAME", value_name = "NAME", hide_env_values = true)]
+    pub pod: Option<String>,
+    /// The Job this run is of (its name), named in the published report: `osbx rollout` trusts
+    /// only a report of the Job Flux applied (set from the pod's `batch.kubernetes.io/job-name`).
+    #[arg(long, env = "OSBX_JOB_NAME", value_name = "NAME", hide_env_values = true)]
+    pub job_name: Option<String>,
+    /// The uid of that Job (set from the pod's `batch.kubernetes.io/controller-uid`).
+    #[arg(long, env = "OSBX_JOB_UID", value_name = "UID", hide_env_values = true)]
+    pub job_uid: Option<String>,
     /// Run the checks every --interval until stopped, serving their metrics on ADDR
     /// (`/metrics`, OpenMetrics; `/healthz`).
     #[arg(long, value_name = "ADDR")]

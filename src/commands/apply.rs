@@ -65,7 +65,7 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
     rt.block_on(async {
         // With --verify, what the verify run does is reviewed before the apply writes too.
         let verifying = settings.verify.as_ref().map_or_else(Vec::new, |v| {
-            verify::session::operations(profile, &deploy::flux_objects(layers), &v.run.selection, v.run.reach())
+            verify::session::operations(profile, &deploy::flux_objects(layers), &v.run.selection, &v.run.reach())
         });
         let progress = printer.progress();
         let flux = async {
@@ -100,7 +100,7 @@ pub(super) fn run(settings: &ApplySettings, printer: Printer) -> anyhow::Result<
             None => printer.success(&summary),
         }
         match &settings.verify {
-            Some(verify) => session::verify(&cluster, &prepared, verify, settings.output, printer).await,
+            Some(verify) => Box::pin(session::verify(&cluster, &prepared, verify, settings.output, printer)).await,
             None => Ok(ExitStatus::Success),
         }
     })

@@ -97,9 +97,10 @@ pub(super) async fn verify(
     output: Output,
     printer: Printer,
 ) -> anyhow::Result<ExitStatus> {
-    if let Some((report, _)) = &settings.publish {
-        publish::review(cluster, report).await?;
+    if let Some(publishing) = &settings.publish {
+        publish::review(cluster, &publishing.report).await?;
     }
+    let started = std::time::SystemTime::now();
     let flux_objects = checked_flux_objects(prepared, settings.publish.is_some());
     let session = Session::start(cluster, &prepared.loaded.profile, flux_objects, settings.run.clone()).await?;
     if !session.swept.is_empty() {
@@ -115,10 +116,11 @@ pub(super) async fn verify(
     if let Some(path) = &settings.junit {
         std::fs::write(path, report::junit(&results)).with_context(|| format!("writing {}", path.display()))?;
     }
-    if let Some((report, revision)) = &settings.publish {
-        let published = Published::of(&run_id, revision, &results);
-        publish::publish(cluster, report, &published).await?;
-        printer.action(&format!("published the report to {report}"));
+    if let Some(publishing) = &settings.publish {
+        let criteria = publish::criteria(&prepared.loaded.profile);
+        let published = Published::of(&run_id, publishing, &criteria, started, &results);
+        publish::publish(cluster, &publishing.report, &published).await?;
+        printer.action(&format!("published the report to {} as {}", publishing.report, publishing.writer));
     }
     match output {
         Output::Json => {

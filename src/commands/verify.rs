@@ -46,7 +46,9 @@ pub(super) fn run(settings: &VerifySettings, printer: Printer) -> anyhow::Result
                 Ok(ExitStatus::Success)
             }
             (Some(_), None) => anyhow::bail!("--serve publishes each run: give --publish NAMESPACE/NAME too"),
-            (None, _) => session::verify(&cluster, &prepared, &settings.verify, settings.output, printer).await,
+            (None, _) => {
+                Box::pin(session::verify(&cluster, &prepared, &settings.verify, settings.output, printer)).await
+            }
         }
     })
 }

@@ -54,6 +54,20 @@ pub fn is_revision(text: &str) -> bool {
     text.len() == REVISION_DIGITS && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The run whose report a gate may trust: the layer's Job (read for its uid) at `revision`,
+/// checking by `criteria`, publishing to `report`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Expected {
+    /// The ConfigMap the run publishes to.
+    pub(crate) report: ObjectRef,
+    /// The layer's Job.
+    pub(crate) job: ObjectRef,
+    /// The revision the Job checks (its pod template's [`REVISION_ANNOTATION`]).
+    pub(crate) revision: String,
+    /// The digest of the criteria ([`Acceptance::criteria`]).
+    pub(crate) criteria: String,
+}
+
 /// What scrapes the serving pod's metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum Scrape {
@@ -73,6 +87,10 @@ pub struct Acceptance {
     pub image: String,
     /// Namespace of the ServiceAccount, the Job, the Deployment and the report.
     pub namespace: String,
+    /// The namespace the in-cluster runs create their probe pods in (rendered by the layer,
+    /// with the Pod Security level its probes need); the only namespace where the layer's
+    /// identity may create pods, besides the SPIFFE smoke namespace.
+    pub probe_namespace: String,
     /// Name of the ServiceAccount, the Job, the Deployment and the ConfigMaps
     /// (`<name>-profile`, `<name>-report`).
     pub name: String,
@@ -95,6 +113,7 @@ impl Default for Acceptance {
         Self {
             image: String::new(),
             namespace: "osbx-acceptance".into(),
+            probe_namespace: "osbx-acceptance-probes".into(),
             name: "osbx-acceptance".into(),
             interval: "15m".into(),
             port: 9464,
@@ -130,6 +149,33 @@ impl Acceptance {
         JOB.object(Some(&self.namespace), &self.name)
     }
 
+    /// The digest of the criteria a run of the layer checks by: this section and the profile's
+    /// `verify` section, as rendered ([`REVISION_DIGITS`] hex digits of a SHA-256 of both as
+    /// JSON). Stated here once: the render mixes it into the revision (a change to either re-runs
+    /// the Job and restarts the serving pod), each run publishes the digest of the profile it
+    /// read, and `osbx rollout` trusts only a report of the wave's.
+    #[must_use]
+    pub(crate) fn criteria(&self, verify: &impl Serialize) -> String {
+        let both = json!({"acceptance": self, "verify": verify});
+        crate::hash::sha256_hex(both.to_string().as_bytes())[..REVISION_DIGITS].to_owned()
+    }
+
+    /// The run a verdict of this render must come from: the layer's Job at the revision the
+    /// rendered Job checks, for the criteria of this section and `verify` (`None`: no such Job
+    /// among `objects`).
+    pub(crate) fn expected<'a>(
+        &self,
+        verify: &impl Serialize,
+        objects: impl Iterator<Item = &'a crate::object::Object>,
+    ) -> Option<Expected> {
+        Some(Expected {
+            report: self.report(),
+            job: self.job(),
+            revision: self.revision_in(objects)?,
+            criteria: self.criteria(verify),
+        })
+    }
+
     /// The ServiceAccount the checks run as: namespace and name.
     #[must_use]
     pub fn service_account(&self) -> (String, String) {
@@ -150,6 +196,13 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
         v.push("acceptance.image", format!("{:?} is not an image reference", a.image));
     }
     v.dns_label("acceptance.namespace", &a.namespace);
+    v.dns_label("acceptance.probeNamespace", &a.probe_namespace);
+    if a.probe_namespace == a.namespace {
+        v.push(
+            "acceptance.probeNamespace",
+            "use a namespace of its own: its probe pods may run privileged, and the layer's own pods (which hold its token) run in `namespace`",
+        );
+    }
     // `<name>-report` and `<name>-profile` must be names too.
     if a.name.len() > 56 {
         v.push("acceptance.name", "at most 56 characters (`-profile` is added to it)");
@@ -202,6 +255,9 @@ fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
         v["report"] = json!(a.report().name);
         v["profileConfigMap"] = json!(format!("{}-profile", a.name));
         v["revisionAnnotation"] = json!(REVISION_ANNOTATION);
+        // The label of verify's probe namespaces, which the kata layer's admission policy binds.
+        let (key, value) = super::kata::annotations::PROBE_NAMESPACE_LABEL;
+        v["probeLabel"] = json!({"key": key, "value": value});
         let mut selection = Vec::new();
         for (flag, ids) in [("--only", &a.only), ("--skip", &a.skip)] {
             if !ids.is_empty() {
@@ -261,8 +317,9 @@ mod tests {
         assert!(fresh(&json!({})).is_ok());
     }
 
-    /// The Job's revision is a digest of the other layers: a change to any of them re-creates the
-    /// Job (a new spec, with Flux's `force`), a change to the acceptance section alone does not.
+    /// The Job's revision is a digest of the other layers and of the criteria: a change to any of
+    /// them, or to the `verify` or `acceptance` section alone, re-creates the Job (a new spec,
+    /// with Flux's `force`) and restarts the serving pod (its pod template carries it too).
     #[test]
     fn the_job_changes_with_every_other_layer_and_flux_may_re_create_it() {
         let revision = |over: Value| {
@@ -277,7 +334,59 @@ mod tests {
         assert_eq!(base.len(), 16);
         assert_ne!(revision(json!({"pools": {"defaults": {"imagePullPolicy": "Always"}}})), base);
         assert_ne!(revision(json!({"opensandbox": {"controller": {"replicas": 2}}})), base);
-        assert_eq!(revision(json!({"acceptance": {"interval": "5m"}})), base);
+        let criteria = |over: Value| {
+            let loaded = fresh(&over).unwrap();
+            loaded.profile.sections.acceptance.as_ref().unwrap().criteria(&loaded.profile.verify)
+        };
+        let base_criteria = criteria(json!({}));
+        for over in [
+            json!({"acceptance": {"interval": "5m"}}),
+            json!({"acceptance": {"image": "registry.example.org/osbx:fixed"}}),
+            json!({"acceptance": {"skip": ["spiffe"]}}),
+            json!({"verify": {"probeDeadlineSeconds": 61}}),
+            json!({"verify": {"workload": {"buildLimitSeconds": 600}}}),
+        ] {
+            assert_ne!(revision(over.clone()), base, "{over}");
+            assert_ne!(criteria(over.clone()), base_criteria, "{over}");
+        }
+        // The serving pod restarts with the criteria: its template carries the revision.
+        let loaded = fresh(&json!({"verify": {"probeDeadlineSeconds": 61}})).unwrap();
+        let objects = layer(&loaded);
+        let serve = find(&objects, "Deployment").unwrap();
+        let annotations = &serve.value["spec"]["template"]["metadata"]["annotations"];
+        assert_eq!(
+            annotations[super::REVISION_ANNOTATION].as_str(),
+            Some(revision(json!({"verify": {"probeDeadlineSeconds": 61}})).as_str())
+        );
+        assert_eq!(criteria(json!({})), base_criteria, "the digest is stable");
+    }
+
+    /// A selection of checks that names no check of the profile, or selects none, is refused
+    /// where the profile says it (`file:line:column`, the field), naming the checks there are.
+    #[test]
+    fn a_selection_naming_no_check_is_refused_at_its_place() {
+        let (_, text) = crate::profile::embedded_text("fresh-cluster").unwrap();
+        let render = |extra: &str| {
+            let text = text.replace("acceptance:\n", &format!("acceptance:\n{extra}"));
+            assert!(text.contains(extra), "fresh-cluster has an acceptance section");
+            let loaded = crate::profile::parse("p.yaml", text.clone()).unwrap();
+            let e = crate::rbac::renderer(None).unwrap().render(&loaded).map(|_| ()).unwrap_err();
+            (e.to_string(), text)
+        };
+        let (e, text) = render("  only: [nodes.ready, opensandbox.lifecyle]\n");
+        let line = text.lines().position(|l| l.contains("opensandbox.lifecyle")).unwrap() + 1;
+        assert!(e.contains(&format!("p.yaml:{line}:")), "{e}");
+        assert!(e.contains("acceptance.only[1]") && e.contains("\"opensandbox.lifecyle\""), "{e}");
+        assert!(e.contains("nodes.ready") && e.contains("opensandbox.lifecycle.pod"), "names the checks: {e}");
+        assert!(!e.contains("acceptance.only[0]"), "{e}");
+        let (e, _) = render("  skip: [kata.nope]\n");
+        assert!(e.contains("acceptance.skip[0]"), "{e}");
+        // Everything skipped: the runs would prove nothing.
+        let (e, _) = render("  only: [nodes]\n  skip: [nodes.ready]\n");
+        assert!(e.contains("acceptance.only") && e.contains("prove nothing"), "{e}");
+        // A prefix of whole segments names its checks.
+        let loaded = fresh(&json!({"acceptance": {"only": ["kata", "opensandbox.lifecycle"]}})).unwrap();
+        assert!(crate::rbac::renderer(None).unwrap().render(&loaded).is_ok());
     }
 
     /// A fleet writes a layer whose files differ between clusters to a directory of its own: the
@@ -323,9 +432,40 @@ mod tests {
         let pm = fresh(&json!({"acceptance": {"scrape": "PodMonitor"}})).unwrap();
         assert_eq!(find(&layer(&pm), "PodMonitor").unwrap().id.gvk.group, "monitoring.coreos.com");
         assert!(find(&layer(&fresh(&json!({})).unwrap()), "PodMonitor").is_none());
-        // A namespace another layer renders is theirs: not rendered twice.
+        // A namespace another layer renders is theirs: not rendered twice; the probe namespace
+        // is the layer's own.
         let shared = fresh(&json!({"acceptance": {"namespace": "opensandbox"}})).unwrap();
-        assert!(find(&layer(&shared), "Namespace").is_none());
+        let namespaces: Vec<String> =
+            layer(&shared).iter().filter(|o| o.id.gvk.kind == "Namespace").map(|o| o.id.name.clone()).collect();
+        assert_eq!(namespaces, ["osbx-acceptance-probes"]);
+    }
+
+    /// The layer renders the namespace its runs create probe pods in, at the Pod Security level
+    /// the selected checks need (a host probe uses its node: `privileged`; else `baseline`), and
+    /// both pods are told to use it. Sharing the layer's own namespace is refused.
+    #[test]
+    fn the_probe_namespace_is_rendered_at_the_level_its_probes_need() {
+        let level = |over: Value| {
+            let objects = layer(&fresh(&over).unwrap());
+            let probes = objects.iter().find(|o| o.id.gvk.kind == "Namespace" && o.id.name == "probes").unwrap();
+            assert_eq!(probes.value["metadata"]["labels"]["app.kubernetes.io/managed-by"], "osbx-verify");
+            for kind in ["Job", "Deployment"] {
+                let args = &find(&objects, kind).unwrap().value["spec"]["template"]["spec"]["containers"][0]["args"];
+                let args: Vec<&str> = args.as_array().unwrap().iter().filter_map(Value::as_str).collect();
+                assert!(args.windows(2).any(|w| w == ["--probe-namespace", "probes"]), "{kind}: {args:?}");
+            }
+            probes.value["metadata"]["labels"]["pod-security.kubernetes.io/enforce"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(level(json!({"acceptance": {"probeNamespace": "probes"}})), "privileged");
+        assert_eq!(level(json!({"acceptance": {"probeNamespace": "probes", "skip": ["kata"]}})), "privileged");
+        assert_eq!(
+            level(
+                json!({"acceptance": {"probeNamespace": "probes", "only": ["nodes", "kata.guest-kernel", "spiffe"]}})
+            ),
+            "baseline"
+        );
+        let e = fresh(&json!({"acceptance": {"probeNamespace": "osbx-acceptance"}})).unwrap_err();
+        assert!(e.contains("acceptance.probeNamespace") && e.contains("of its own"), "{e}");
     }
 
     /// The profile in the ConfigMap loads back as the same profile (the Job reads it).

@@ -207,7 +207,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer]) -> Vec<Operation> 
         out.push(Operation::List(KnownKind::NODE.gvk(), None));
         out.extend(classes.iter().map(|c| Operation::Get(Objects::Named(KnownKind::RUNTIME_CLASS.object(None, c)))));
     }
-    out.extend(crate::verify::endpoint::requests(profile, crate::verify::Reach::default(), &[http::Method::GET]));
+    out.extend(crate::verify::endpoint::requests(profile, &crate::verify::Reach::default(), &[http::Method::GET]));
     if let Some(a) = &profile.sections.acceptance {
         out.push(Operation::Get(Objects::Named(a.report())));
     }

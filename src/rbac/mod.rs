@@ -128,7 +128,9 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
             skip: a.skip.clone(),
             bench: false,
         });
-        out.extend(session::operations(profile, &flux_objects, &selection, Reach::default()));
+        // In the cluster, the probes go to the namespace the acceptance layer renders for them.
+        let reach = Reach { probes: acceptance.map(|a| a.probe_namespace.clone()), ..Reach::default() };
+        out.extend(session::operations(profile, &flux_objects, &selection, &reach));
         if let Some(acceptance) = acceptance {
             out.extend(publish::operations(&acceptance.report()));
         }
@@ -139,7 +141,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
     if opts.purpose.covers(Purpose::Rollout) {
         let objects = deploy::ids(layers);
         let flux_objects = deploy::flux_objects(layers);
-        out.extend(rollout::operations(profile, &objects, &flux_objects, &Selection::default(), Reach::default()));
+        out.extend(rollout::operations(profile, &objects, &flux_objects, &Selection::default(), &Reach::default()));
     }
     out
 }
@@ -297,7 +299,18 @@ pub fn roles(profile: &Profile, layers: &[Layer], needs: &BTreeSet<Need>, opts: 
 /// # Errors
 /// [`crate::render::RenderError`] when the templates cannot be read or do not parse.
 pub fn renderer(overrides: Option<&std::path::Path>) -> Result<crate::render::Renderer, crate::render::RenderError> {
-    Ok(crate::render::Renderer::new(overrides)?.with_roles(acceptance_roles))
+    Ok(crate::render::Renderer::new(overrides)?.with_in_cluster(in_cluster()))
+}
+
+/// What an acceptance layer asks above the render: its ServiceAccount's roles (derived here)
+/// and whether its selection of checks holds (verify's checks).
+#[must_use]
+pub(crate) fn in_cluster() -> crate::render::InCluster {
+    crate::render::InCluster {
+        roles: acceptance_roles,
+        selection: crate::verify::session::acceptance_selection,
+        probe_security: crate::verify::session::probe_security,
+    }
 }
 
 /// The roles and bindings of the acceptance layer's ServiceAccount: what `osbx rbac --for verify

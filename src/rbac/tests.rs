@@ -153,6 +153,39 @@ fn the_acceptance_layer_binds_exactly_the_in_cluster_verify_roles() {
     assert_eq!(rule(own, "configmaps", true)["resourceNames"], json!(["osbx-acceptance-report"]));
     assert!(rule(own, "configmaps", true)["verbs"].as_array().unwrap().contains(&json!("patch")), "{own}");
     assert!(rule(own, "events", false)["verbs"].as_array().unwrap().contains(&json!("create")), "{own}");
+    // Least privilege in the cluster (issue 54, item 1): no ClusterRole creates or deletes a
+    // namespace or a pod, or deletes a collection of anything; pods are created in the layer's
+    // probe namespace (and the SPIFFE smoke namespace, for the pod under its ServiceAccount),
+    // through Roles there, and nowhere else.
+    for r in printed.iter().filter(|o| o["kind"] == "ClusterRole") {
+        for rule in r["rules"].as_array().unwrap() {
+            let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            let resources: Vec<&str> =
+                rule["resources"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            assert!(!verbs.contains(&"deletecollection"), "cluster-wide deletecollection: {rule}");
+            for resource in ["namespaces", "pods"] {
+                if resources.contains(&resource) {
+                    assert!(
+                        !verbs.iter().any(|v| matches!(*v, "create" | "delete")),
+                        "cluster-wide {resource}: {rule}"
+                    );
+                }
+            }
+        }
+    }
+    let creating_pods: Vec<&str> = printed
+        .iter()
+        .filter(|o| o["kind"] == "Role")
+        .filter(|o| {
+            o["rules"].as_array().unwrap().iter().any(|r| {
+                r["resources"].as_array().into_iter().flatten().any(|x| x == "pods")
+                    && r["verbs"].as_array().unwrap().iter().any(|v| v == "create")
+            })
+        })
+        .map(|o| o["metadata"]["namespace"].as_str().unwrap())
+        .collect();
+    let smoke = profile.spiffe_smoke().unwrap().namespace;
+    assert_eq!(creating_pods, ["osbx-acceptance-probes", smoke.as_str()], "{printed:#?}");
     // The operator's verify (not in the cluster) publishes nothing.
     let outside = Options { in_cluster: false, ..opts };
     let needs_outside = needs(profile, &layers, &outside);

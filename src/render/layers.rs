@@ -11,10 +11,21 @@ use crate::components::Component;
 use crate::profile::{LayerSpec, LoadedProfile, Profile};
 use crate::secrets::Slot;
 
-/// The roles a layer's ServiceAccount is bound to, asked of the derivation above the render
-/// (`rbac`, from what the commands do): the profile and what its other layers render, to the
-/// RBAC objects (roles and bindings).
-pub type Roles = fn(&Profile, &Rendered) -> Vec<Value>;
+/// What the render asks of the modules above it for a layer rendered after the others (the
+/// acceptance layer): facts of what osbx does in the cluster, which templates cannot derive.
+#[derive(Debug, Clone, Copy)]
+pub struct InCluster {
+    /// The RBAC objects (roles and bindings) the layer's ServiceAccount is bound to, from the
+    /// profile and what its other layers render (`rbac`, from what the commands do).
+    pub(crate) roles: fn(&Profile, &Rendered) -> Vec<Value>,
+    /// What is wrong with the profile's selection of checks for the layer's runs, each as its
+    /// field path and message (`verify`, from its checks): a selection naming no check, or
+    /// none, is refused at render, located.
+    pub(crate) selection: fn(&Profile) -> Vec<(String, String)>,
+    /// The Pod Security level the layer's probe namespace needs for the checks its runs select,
+    /// and why (`verify`, from its checks).
+    pub(crate) probe_security: fn(&Profile) -> (&'static str, String),
+}
 
 impl Renderer {
     /// The layer's `apps/<layer>.yaml` and the files of its component, with `extra` merged into
@@ -76,13 +87,32 @@ impl Renderer {
 /// the others render (what changes when any of them does); `roles`, the RBAC objects its
 /// ServiceAccount is bound to; `profileData`, the profile as YAML (a ConfigMap's `data`);
 /// `ownsNamespace`, whether no other layer renders the acceptance namespace.
-pub(super) fn after_others(p: &Profile, others: &Rendered, roles: Option<Roles>) -> Result<Value, RenderError> {
-    let Some(roles) = roles else {
+pub(super) fn after_others(
+    loaded: &LoadedProfile,
+    others: &Rendered,
+    asks: Option<InCluster>,
+) -> Result<Value, RenderError> {
+    let p = &loaded.profile;
+    let Some(asks) = asks else {
         return Err(RenderError::Template {
             name: "(acceptance)".into(),
             message: "this render cannot derive the roles of the acceptance layer's ServiceAccount".into(),
         });
     };
+    let problems = (asks.selection)(p);
+    if !problems.is_empty() {
+        let diagnostics = problems
+            .into_iter()
+            .map(|(field, message)| crate::profile::Diagnostic {
+                file: loaded.origin.clone(),
+                pos: loaded.locations.find(&field),
+                field: Some(field),
+                message,
+            })
+            .collect();
+        return Err(RenderError::Profile(crate::profile::ProfileError::Invalid(diagnostics)));
+    }
+    let roles = asks.roles;
     let revision = revision(p, others);
     let options = serde_saphyr::ser_options! { compact_list_indent: false, folded_wrap_chars: usize::MAX };
     let profile = serde_saphyr::to_string_with_options(p, options)
@@ -94,19 +124,23 @@ pub(super) fn after_others(p: &Profile, others: &Rendered, roles: Option<Roles>)
         .iter()
         .flat_map(|f| f.objects.iter())
         .any(|o| crate::object::KnownKind::NAMESPACE.is(&o.id.gvk) && Some(o.id.name.as_str()) == namespace);
+    let (level, why) = (asks.probe_security)(p);
     Ok(json!({"revision": revision, "roles": roles(p, others), "profileData": {"profile.yaml": profile},
-              "ownsNamespace": owns_namespace}))
+              "ownsNamespace": owns_namespace, "probeSecurity": {"level": level, "why": why}}))
 }
 
-/// The revision of what the other layers deploy: a digest of each file, named within its layer,
-/// and of its objects (its text when it holds none). Not of where the repository keeps them: a
+/// The revision of what the other layers deploy and of the criteria the layer's runs check by: a
+/// digest of the criteria ([`crate::components::acceptance::Acceptance::criteria`]), of each file,
+/// named within its layer, and of its objects (its text when it holds none). Not of where the repository keeps them: a
 /// fleet writes a layer whose files differ between clusters to a directory of its own
 /// (`fleet::layout`), and the same objects there are the same revision, so the revision a render
 /// of the profile alone gives (`osbx status`, `osbx rollout`) is the one the fleet's commit holds.
 fn revision(p: &Profile, others: &Rendered) -> String {
     let dirs: BTreeMap<&str, String> =
         p.layers.iter().map(|l| (l.name.as_str(), format!("{}/", l.repo_path()))).collect();
-    let mut digest = String::new();
+    // The criteria the runs check by: a change to them is a new revision too.
+    let mut digest = p.sections.acceptance.as_ref().map(|a| a.criteria(&p.verify)).unwrap_or_default();
+    digest.push('\0');
     for f in &others.files {
         let within = dirs.get(f.layer.as_str()).and_then(|d| f.path.strip_prefix(d.as_str()));
         digest.push_str(&f.layer);

@@ -12,7 +12,7 @@ mod layers;
 mod reads;
 mod view;
 
-pub use layers::Roles;
+pub use layers::InCluster;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -50,6 +50,10 @@ pub enum RenderError {
     /// A sealed Secret file of the profile is not a SOPS file (the message names it).
     #[error("{0}")]
     Sealed(String),
+    /// The profile asks for what the render cannot do (located: an acceptance layer's selection
+    /// of checks names none of them).
+    #[error(transparent)]
+    Profile(crate::profile::ProfileError),
     /// A template produced YAML that does not parse, or a document that is not a Kubernetes
     /// object.
     #[error("template {name} produced invalid YAML: {message}")]
@@ -148,8 +152,8 @@ pub struct Renderer {
     reads: reads::Reads,
     /// A template and the values it reads → its output (see [`reads`]).
     outputs: Mutex<HashMap<String, String>>,
-    /// The roles of a layer rendered after the others (see [`Roles`]).
-    roles: Option<Roles>,
+    /// What a layer rendered after the others asks above the render (see [`InCluster`]).
+    in_cluster: Option<InCluster>,
 }
 
 impl Renderer {
@@ -176,15 +180,16 @@ impl Renderer {
             parsed: Mutex::default(),
             reads,
             outputs: Mutex::default(),
-            roles: None,
+            in_cluster: None,
         })
     }
 
-    /// The same renderer, asking `roles` for the roles a layer's ServiceAccount is bound to (an
-    /// `acceptance` layer's); without it, rendering such a layer is an error.
+    /// The same renderer, asking `in_cluster` what an `acceptance` layer needs (its
+    /// ServiceAccount's roles, whether its selection of checks holds); without it, rendering such
+    /// a layer is an error.
     #[must_use]
-    pub fn with_roles(mut self, roles: Roles) -> Self {
-        self.roles = Some(roles);
+    pub fn with_in_cluster(mut self, in_cluster: InCluster) -> Self {
+        self.in_cluster = Some(in_cluster);
         self
     }
 
@@ -223,7 +228,7 @@ impl Renderer {
         let source = Source { kind: "profile", name: p.name().to_owned() };
         if let Some((layer, component, at)) = last {
             let others = Rendered { source: source.clone(), files: files.clone(), clusters: Vec::new() };
-            let extra = layers::after_others(p, &others, self.roles)?;
+            let extra = layers::after_others(loaded, &others, self.in_cluster)?;
             files.extend(self.layer_files(&mut ctx, loaded, &slots, layer, component, Some(extra))?);
             entries.insert(at, format!("apps/{}.yaml", layer.name));
         }

@@ -75,8 +75,8 @@ pub(crate) struct Settings {
     pub subject: Subject,
     /// Templates that replace the embedded ones.
     pub templates: Option<PathBuf>,
-    /// The roles of an acceptance layer's ServiceAccount, as both sides render them.
-    pub roles: crate::render::Roles,
+    /// What an acceptance layer asks above the render, as both sides render it.
+    pub in_cluster: crate::render::InCluster,
     /// Chart expansion.
     pub charts: ChartMode,
 }
@@ -225,7 +225,7 @@ pub(crate) fn review(settings: &Settings, progress: &dyn Progress) -> Result<Rev
         });
         progress.step("rendering the head");
         let rendered = Renderer::new(settings.templates.as_deref())
-            .map(|r| r.with_roles(settings.roles))
+            .map(|r| r.with_in_cluster(settings.in_cluster))
             .map_err(ReviewError::from)
             .and_then(|renderer| Ok((head(settings, &renderer, progress)?, renderer)));
         let (base, committed) = git.join().unwrap_or_else(|e| std::panic::resume_unwind(e))?;

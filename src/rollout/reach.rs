@@ -21,8 +21,8 @@ pub(super) struct Target<'f> {
     pub(super) objects: Vec<ObjectRef>,
     /// Its Flux objects.
     pub(super) flux: Vec<ObjectRef>,
-    /// With an acceptance layer: the report its runs publish, and the revision its Job checks.
-    pub(super) acceptance: Option<(ObjectRef, String)>,
+    /// With an acceptance layer: the run whose report this wave may trust.
+    pub(super) acceptance: Option<crate::components::acceptance::Expected>,
     pub(super) cluster: Option<Cluster>,
 }
 
@@ -60,7 +60,8 @@ pub(super) async fn reach_all<'f>(
             preflight::warm_up(&cluster)
                 .await
                 .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
-            let ops = operations(&member.profile, &objects, &flux, &settings.verify.selection, settings.verify.reach());
+            let ops =
+                operations(&member.profile, &objects, &flux, &settings.verify.selection, &settings.verify.reach());
             preflight::review(&cluster, &ops, "this rollout")
                 .await
                 .map_err(|source| RolloutError::Preflight { cluster: name.clone(), source })?;
@@ -71,13 +72,15 @@ pub(super) async fn reach_all<'f>(
     reached.into_iter().collect()
 }
 
-/// With an acceptance layer, the cluster gates itself: the report its runs publish, and the
-/// revision its Job checks in this render.
-fn gated_in_cluster(member: &LoadedProfile, layers: &[deploy::Layer]) -> Option<(ObjectRef, String)> {
+/// With an acceptance layer, the cluster gates itself: the run of this render's Job, for the
+/// criteria of this render's profile, publishing to the layer's report.
+fn gated_in_cluster(
+    member: &LoadedProfile,
+    layers: &[deploy::Layer],
+) -> Option<crate::components::acceptance::Expected> {
     let acceptance = member.profile.sections.acceptance.as_ref()?;
     member.profile.rendering(&crate::components::acceptance::COMPONENT)?;
-    let revision = acceptance.revision_in(layers.iter().flat_map(|l| &l.objects))?;
-    Some((acceptance.report(), revision))
+    acceptance.expected(&member.profile.verify, layers.iter().flat_map(|l| &l.objects))
 }
 
 /// Everything a rollout does on one cluster whose render holds `objects` (`flux` its Flux
@@ -90,14 +93,16 @@ pub(crate) fn operations(
     objects: &[ObjectRef],
     flux: &[ObjectRef],
     selection: &verify::Selection,
-    reach: verify::Reach,
+    reach: &verify::Reach,
 ) -> Vec<Operation> {
     let mut ops: Vec<Operation> = vec![Operation::Review];
     ops.extend(flux::operations(profile, flux));
     if let Some(acceptance) = &profile.sections.acceptance
         && profile.rendering(&crate::components::acceptance::COMPONENT).is_some()
     {
+        // The report, and the Job whose uid a trusted report names.
         ops.push(Operation::Get(crate::cluster::operation::Objects::Named(acceptance.report())));
+        ops.push(Operation::Get(crate::cluster::operation::Objects::Named(acceptance.job())));
         return ops;
     }
     ops.extend(objects.iter().cloned().map(Operation::Wait));

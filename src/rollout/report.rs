@@ -52,7 +52,8 @@ pub(crate) struct ClusterReport {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Failure {
     /// The failing check's id (`kata.guest-kernel`), `flux.reconcile` when Flux did not
-    /// reconcile the commit in time, or `gate.evidence` when every check skipped.
+    /// reconcile the commit in time, `gate.evidence` when every check skipped, or
+    /// `acceptance.report` when no report of this wave's in-cluster run was there to trust.
     pub check: String,
     /// What was observed.
     pub evidence: String,

@@ -77,7 +77,7 @@ fn proxied(service: &str, port: u16) -> String {
 /// API: through the service proxy, each a [`Operation::Proxy`] (the service named
 /// `<service>:<port>` as in the request path); at a URL, none against the cluster.
 #[must_use]
-pub(crate) fn requests(profile: &Profile, reach: Reach, methods: &[http::Method]) -> Vec<Operation> {
+pub(crate) fn requests(profile: &Profile, reach: &Reach, methods: &[http::Method]) -> Vec<Operation> {
     if reach.direct {
         return Vec::new();
     }
@@ -90,7 +90,7 @@ pub(crate) fn requests(profile: &Profile, reach: Reach, methods: &[http::Method]
 /// Reading the API key ([`api_key`]): the Secret the profile names, unless the run was given a
 /// key or the profile has an inline one.
 #[must_use]
-pub(crate) fn reading_key(profile: &Profile, reach: Reach) -> Vec<Operation> {
+pub(crate) fn reading_key(profile: &Profile, reach: &Reach) -> Vec<Operation> {
     let os = &profile.sections.opensandbox;
     match os.api_key_secret() {
         Some(s) if !reach.key_given && os.server.api_key.inline.is_none() => {

@@ -16,6 +16,7 @@ pub(crate) mod report;
 mod scripts;
 pub(crate) mod serve;
 pub(crate) mod session;
+pub(crate) mod sweep;
 pub(crate) mod settings;
 
 use std::time::{Duration, Instant};
@@ -200,7 +201,13 @@ pub trait Check: Send + Sync {
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>>;
     /// What `run` does to the cluster for this profile and reach (nothing when it would skip):
     /// reviewed before the run starts, and granted by `osbx rbac`.
-    fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation>;
+    fn operations(&self, profile: &Profile, reach: &Reach) -> Vec<Operation>;
+    /// Whether its probe pods in the run's namespace use the node they run on (privileged,
+    /// `hostPath` or `hostPID`: node access, which Pod Security admits only at `privileged`),
+    /// for this profile.
+    fn uses_the_node(&self, _profile: &Profile) -> bool {
+        false
+    }
 }
 
 /// Run the selected checks concurrently, each under its own timeout, each after the checks it

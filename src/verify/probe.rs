@@ -1,6 +1,7 @@
-//! Probe pods: one labelled namespace per run, pods that print one JSON line to their
-//! termination message and stdout, verdicts from the terminated state (events only for
-//! diagnosis), and cleanup that also removes what an interrupted run left behind.
+//! Probe pods: one labelled namespace per run (or, in the cluster, the namespace the acceptance
+//! layer renders, where a run creates and deletes only its own pods), pods that print one JSON
+//! line to their termination message and stdout, verdicts from the terminated state (events only
+//! for diagnosis), and cleanup that also removes what an interrupted run left behind.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,18 +33,23 @@ pub struct Run {
     pub deadline_seconds: i64,
     /// When the run's objects may be swept.
     pub expires: u64,
+    /// The namespace is the run's own: created and deleted by it (not one it was given).
+    pub owns_namespace: bool,
 }
 
-fn now() -> u64 {
+pub(super) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 impl Run {
-    /// A new run that must finish within `timeout`.
+    /// A new run that must finish within `timeout`, its probes in `namespace` when given (which
+    /// exists), else in a namespace of its own.
     #[must_use]
-    pub fn new(deadline_seconds: i64, timeout: Duration) -> Self {
+    pub fn new(deadline_seconds: i64, timeout: Duration, namespace: Option<String>) -> Self {
         let id = format!("{}-{}", now(), std::process::id());
-        Self { namespace: format!("osbx-verify-{id}"), id, deadline_seconds, expires: now() + timeout.as_secs() + 5 }
+        let owns_namespace = namespace.is_none();
+        let namespace = namespace.unwrap_or_else(|| format!("osbx-verify-{id}"));
+        Self { namespace, id, deadline_seconds, expires: now() + timeout.as_secs() + 5, owns_namespace }
     }
 
     /// The probe pod deadline (`verify.probeDeadlineSeconds`; 180 s when it is not a count of
@@ -65,11 +71,14 @@ impl Run {
         json!({MANAGED_BY.0: MANAGED_BY.1, RUN_LABEL: self.id, PROBE_LABEL: probe})
     }
 
-    /// Create the probe namespace.
+    /// Create the probe namespace (nothing when it was given).
     ///
     /// # Errors
     /// [`ClusterError`] when it cannot be created.
     pub async fn create_namespace(&self, cluster: &Cluster) -> Result<(), ClusterError> {
+        if !self.owns_namespace {
+            return Ok(());
+        }
         let ns: Namespace = serde_json::from_value(json!({"metadata": {
             "name": self.namespace,
             "labels": {MANAGED_BY.0: MANAGED_BY.1, RUN_LABEL: self.id, "pod-security.kubernetes.io/enforce": "privileged"},
@@ -92,99 +101,57 @@ impl Run {
         Err(ClusterError::Api { subject: format!("Namespace/{}", self.namespace), error })
     }
 
-    /// Delete everything this run created (pods first, with no grace, then the namespace).
+    /// Delete everything this run created (pods first, with no grace, then its own namespace).
     pub async fn cleanup(&self, cluster: &Cluster, extra_namespaces: &[String]) {
         let selector = format!("{RUN_LABEL}={}", self.id);
         delete_labelled(cluster, &self.namespace, &selector).await;
         for ns in extra_namespaces {
             delete_labelled(cluster, ns, &selector).await;
         }
-        let _ = Api::<Namespace>::all(cluster.client.clone()).delete(&self.namespace, &DeleteParams::default()).await;
+        if self.owns_namespace {
+            let namespaces = Api::<Namespace>::all(cluster.client.clone());
+            let _ = namespaces.delete(&self.namespace, &DeleteParams::default()).await;
+        }
     }
 }
 
-async fn delete_labelled(cluster: &Cluster, namespace: &str, selector: &str) {
+pub(super) async fn delete_labelled(cluster: &Cluster, namespace: &str, selector: &str) {
     let lp = ListParams::default().labels(selector);
     let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
     let _ = Api::<Pod>::namespaced(cluster.client.clone(), namespace).delete_collection(&now, &lp).await;
     let _ = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace).delete_collection(&now, &lp).await;
 }
 
-/// What [`sweep`] removed, and the runs still live (the current one, and those whose probe
-/// namespace has not expired).
-pub struct Swept {
-    /// What was removed, for the user.
-    pub removed: Vec<String>,
-    /// Ids of the live runs.
-    pub live_runs: std::collections::BTreeSet<String>,
-}
-
-/// Delete what earlier runs left behind: probe namespaces whose run has expired, and labelled
-/// pods and service accounts in `extra_namespaces` whose run is no longer live (its probe
-/// namespace is gone, being deleted, or expired).
-pub async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[String]) -> Swept {
-    let mut swept = Vec::new();
-    let mut live_runs = std::collections::BTreeSet::from([current.id.clone()]);
-    let lp = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
-    let namespaces = Api::<Namespace>::all(cluster.client.clone());
-    if let Ok(list) = namespaces.list(&lp).await {
-        for ns in list {
-            let name = ns.metadata.name.clone().unwrap_or_default();
-            let run = ns.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)).cloned().unwrap_or_default();
-            let expires = ns
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(EXPIRES))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-            if name == current.namespace {
-                continue;
-            }
-            if expires >= now() && ns.metadata.deletion_timestamp.is_none() {
-                live_runs.insert(run);
-                continue;
-            }
-            delete_labelled(cluster, &name, &format!("{RUN_LABEL}={run}")).await;
-            if ns.metadata.deletion_timestamp.is_none() {
-                let _ = namespaces.delete(&name, &DeleteParams::default()).await;
-                swept.push(name);
-            }
-        }
-    }
-    for ns in extra_namespaces {
-        let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns);
-        let accounts = Api::<ServiceAccount>::namespaced(cluster.client.clone(), ns);
-        let mut runs = std::collections::BTreeSet::new();
-        if let Ok(list) = pods.list(&lp).await {
-            runs.extend(list.into_iter().filter_map(|p| p.metadata.labels.and_then(|l| l.get(RUN_LABEL).cloned())));
-        }
-        if let Ok(list) = accounts.list(&lp).await {
-            runs.extend(list.into_iter().filter_map(|p| p.metadata.labels.and_then(|l| l.get(RUN_LABEL).cloned())));
-        }
-        for run in runs.difference(&live_runs) {
-            delete_labelled(cluster, ns, &format!("{RUN_LABEL}={run}")).await;
-            swept.push(format!("{ns} (run {run})"));
-        }
-    }
-    Swept { removed: swept, live_runs }
-}
-
 /// What a run's own namespace, the sweep of earlier runs and the cleanup do
-/// ([`Run::create_namespace`], [`sweep`], [`Run::cleanup`]): create, list and delete namespaces
+/// ([`Run::create_namespace`], [`super::sweep::sweep`], [`Run::cleanup`]): create, list and delete namespaces
 /// (probe namespaces are named per run), delete labelled pods and service accounts in any
-/// namespace (the run's, an expired run's) and list them in `extra_namespaces`.
+/// namespace (the run's, an expired run's) and list them in `extra_namespaces`. With a probe
+/// namespace `given`, no namespace is created, listed or deleted: labelled pods are listed and
+/// deleted there, and labelled pods and service accounts in `extra_namespaces`.
 #[must_use]
-pub(crate) fn run_operations(extra_namespaces: &[String]) -> Vec<Operation> {
-    let namespace = KnownKind::NAMESPACE.gvk();
-    let mut out = vec![
-        Operation::Create(namespace.clone(), None),
-        Operation::List(namespace, None),
-        Operation::Delete(Objects::any(KnownKind::NAMESPACE, None)),
-    ];
+pub(crate) fn run_operations(extra_namespaces: &[String], given: Option<&str>) -> Vec<Operation> {
+    let mut out = Vec::new();
+    let Some(given) = given else {
+        let namespace = KnownKind::NAMESPACE.gvk();
+        out.extend([
+            Operation::Create(namespace.clone(), None),
+            Operation::List(namespace, None),
+            Operation::Delete(Objects::any(KnownKind::NAMESPACE, None)),
+        ]);
+        for kind in [KnownKind::POD, KnownKind::SERVICE_ACCOUNT] {
+            out.push(Operation::DeleteLabelled(kind.gvk(), None));
+            out.extend(extra_namespaces.iter().map(|ns| Operation::List(kind.gvk(), Some(ns.clone()))));
+        }
+        return out;
+    };
+    let pod = KnownKind::POD.gvk();
+    out.push(Operation::List(pod.clone(), Some(given.to_owned())));
+    out.push(Operation::DeleteLabelled(pod, Some(given.to_owned())));
     for kind in [KnownKind::POD, KnownKind::SERVICE_ACCOUNT] {
-        out.push(Operation::DeleteLabelled(kind.gvk(), None));
-        out.extend(extra_namespaces.iter().map(|ns| Operation::List(kind.gvk(), Some(ns.clone()))));
+        for ns in extra_namespaces {
+            out.push(Operation::List(kind.gvk(), Some(ns.clone())));
+            out.push(Operation::DeleteLabelled(kind.gvk(), Some(ns.clone())));
+        }
     }
     out
 }
@@ -210,10 +177,14 @@ pub(crate) enum ProbeEnd {
     },
 }
 
-/// A pod with the run's labels in `namespace` (default: the run namespace).
+/// A pod with the run's labels in `namespace` (default: the run namespace), and when it may be
+/// swept (in a namespace the run was given, what says a run is over).
 #[must_use]
 pub fn pod(run: &Run, name: &str, probe: &str, spec: &Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": run.namespace, "labels": run.labels(probe)}, "spec": spec})
+    // A namespace the run was given is shared with other runs: its pods carry the run's id.
+    let name = if run.owns_namespace { name.to_owned() } else { format!("{name}-{}", run.id) };
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": run.namespace, "labels": run.labels(probe),
+           "annotations": {EXPIRES: run.expires.to_string()}}, "spec": spec})
 }
 
 /// Create a probe pod and wait until its container terminates (or `timeout`).

@@ -15,13 +15,89 @@ use crate::cluster::preflight::{self, PreflightError};
 use crate::cluster::{Cluster, ClusterError};
 use crate::object::{KnownKind, ObjectRef};
 
+/// Who wrote a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub(crate) enum Writer {
+    /// A pod of the acceptance layer's Job (the run of one revision; `osbx rollout` trusts only
+    /// this writer, with the uid of the Job Flux applied).
+    Job {
+        /// The Job's name.
+        name: String,
+        /// The Job's uid.
+        uid: String,
+        /// The pod's name.
+        pod: String,
+    },
+    /// Another pod (the serving Deployment's).
+    Pod {
+        /// The pod's name.
+        name: String,
+    },
+    /// A run outside any pod (`osbx verify --publish` from a workstation), or a report written
+    /// before reports named their writer.
+    Unnamed,
+}
+
+impl Writer {
+    /// The writer of a run in a pod named `pod`, of the Job `job` (name and uid) when it is one
+    /// of a Job's (each `None` or empty when not known: the downward API gives a label that is
+    /// not there as empty).
+    #[must_use]
+    pub(crate) fn of(pod: Option<&str>, job: Option<(&str, &str)>) -> Self {
+        let given = |s: Option<&str>| s.filter(|s| !s.trim().is_empty()).map(str::to_owned);
+        match (given(pod), job.and_then(|(name, uid)| Some((given(Some(name))?, given(Some(uid))?)))) {
+            (pod, Some((name, uid))) => Self::Job { name, uid, pod: pod.unwrap_or_default() },
+            (Some(name), None) => Self::Pod { name },
+            (None, None) => Self::Unnamed,
+        }
+    }
+}
+
+impl std::fmt::Display for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Job { name, uid, .. } => write!(f, "Job {name} (uid {uid})"),
+            Self::Pod { name } => write!(f, "pod {name}"),
+            Self::Unnamed => f.write_str("a run that did not name itself"),
+        }
+    }
+}
+
+/// Where a run publishes, and what it says of itself.
+#[derive(Debug, Clone)]
+pub(crate) struct Publishing {
+    /// The report ConfigMap.
+    pub report: ObjectRef,
+    /// The revision the run checks (the acceptance layer's `osbx.dev/revision`).
+    pub revision: String,
+    /// Who runs it.
+    pub writer: Writer,
+}
+
+/// The digest of the criteria a run of `profile` checks by (its `acceptance` and `verify`
+/// sections: [`crate::components::acceptance::Acceptance::criteria`]).
+#[must_use]
+pub(crate) fn criteria(profile: &crate::profile::Profile) -> String {
+    profile.sections.acceptance.clone().unwrap_or_default().criteria(&profile.verify)
+}
+
 /// One run's report, as published.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Published {
     /// The run's id.
     pub run: String,
+    /// Who ran it.
+    #[serde(default = "unnamed")]
+    pub writer: Writer,
     /// The revision of the layers it checked (the acceptance layer's `osbx.dev/revision`).
     pub revision: String,
+    /// The digest of the criteria it checked by ([`criteria`]).
+    #[serde(default)]
+    pub criteria: String,
+    /// When it started (RFC 3339).
+    #[serde(default)]
+    pub started: String,
     /// When it finished (RFC 3339).
     pub time: String,
     /// Every check passed (skips allowed).
@@ -33,16 +109,27 @@ pub(crate) struct Published {
 }
 
 impl Published {
-    /// The report of a finished run of `revision`, now.
+    /// The report of a run published as `publishing`, checking by `criteria`, started at
+    /// `started` and finished now.
     #[must_use]
-    pub(crate) fn of(run: &str, revision: &str, results: &[CheckResult]) -> Self {
+    pub(crate) fn of(
+        run: &str,
+        publishing: &Publishing,
+        criteria: &str,
+        started: std::time::SystemTime,
+        results: &[CheckResult],
+    ) -> Self {
+        let stamp =
+            |t: k8s_openapi::jiff::Timestamp| t.round(k8s_openapi::jiff::Unit::Second).unwrap_or_default().to_string();
+        let started =
+            k8s_openapi::jiff::Timestamp::try_from(started).unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
         Self {
             run: run.to_owned(),
-            revision: revision.to_owned(),
-            time: k8s_openapi::jiff::Timestamp::now()
-                .round(k8s_openapi::jiff::Unit::Second)
-                .unwrap_or_default()
-                .to_string(),
+            writer: publishing.writer.clone(),
+            revision: publishing.revision.clone(),
+            criteria: criteria.to_owned(),
+            started: stamp(started),
+            time: stamp(k8s_openapi::jiff::Timestamp::now()),
             ready: all_passed(results),
             summary: report::summary(results),
             checks: results.to_vec(),
@@ -56,6 +143,17 @@ impl Published {
         Some(k8s_openapi::jiff::Timestamp::now().as_second() - t.as_second())
     }
 }
+
+fn unnamed() -> Writer {
+    Writer::Unnamed
+}
+
+/// The key of the report ConfigMap holding the last run's report, whoever wrote it.
+const LATEST: &str = "report.json";
+
+/// The key holding the last report of a Job's run: the serving pod's runs, which publish to the
+/// same ConfigMap under a field manager of their own, leave it alone.
+const OF_JOB: &str = "job.json";
 
 /// What publishing to `report` does: read it (`--serve` starts from the last report), apply it,
 /// and create Events in its namespace.
@@ -85,12 +183,13 @@ pub(crate) async fn publish(cluster: &Cluster, report: &ObjectRef, published: &P
     let namespace = report.namespace.as_deref().unwrap_or("default");
     let subject = format!("ConfigMap/{namespace}/{}", report.name);
     let api = |e| ClusterError::Api { subject: subject.clone(), error: e };
-    let body = json!({
+    let text = serde_json::to_string_pretty(published).unwrap_or_default();
+    let mut body = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": report.name, "namespace": namespace,
                      "labels": {"app.kubernetes.io/name": crate::mark::OSBX, "app.kubernetes.io/component": "acceptance-report"}},
         "data": {
-            "report.json": serde_json::to_string_pretty(published).unwrap_or_default(),
+            LATEST: text,
             "revision": published.revision,
             "time": published.time,
             "ready": published.ready.to_string(),
@@ -98,7 +197,15 @@ pub(crate) async fn publish(cluster: &Cluster, report: &ObjectRef, published: &P
             "junit.xml": report::junit(&published.checks),
         },
     });
-    let params = PatchParams::apply(crate::mark::FIELD_MANAGER).force();
+    // A Job's run also writes the key the gate reads, as a field manager of its own: a serving
+    // pod's apply (without that key) then does not remove it.
+    let manager = if matches!(published.writer, Writer::Job { .. }) {
+        body["data"][OF_JOB] = json!(text);
+        format!("{}-job", crate::mark::FIELD_MANAGER)
+    } else {
+        crate::mark::FIELD_MANAGER.to_owned()
+    };
+    let params = PatchParams::apply(&manager).force();
     let maps = Api::<ConfigMap>::namespaced(cluster.client.clone(), namespace);
     let written = maps.patch(&report.name, &params, &Patch::Apply(&body)).await.map_err(api)?;
     let events = Api::<Event>::namespaced(cluster.client.clone(), namespace);
@@ -132,6 +239,51 @@ pub(crate) async fn publish(cluster: &Cluster, report: &ObjectRef, published: &P
 /// # Errors
 /// [`ClusterError`] when it cannot be read.
 pub(crate) async fn read(cluster: &Cluster, report: &ObjectRef) -> Result<Option<Published>, ClusterError> {
+    read_key(cluster, report, LATEST).await
+}
+
+/// The report a Job's run last published to `report` (`None`: none yet).
+///
+/// # Errors
+/// [`ClusterError`] when it cannot be read.
+pub(crate) async fn read_of_job(cluster: &Cluster, report: &ObjectRef) -> Result<Option<Published>, ClusterError> {
+    read_key(cluster, report, OF_JOB).await
+}
+
+async fn read_key(cluster: &Cluster, report: &ObjectRef, key: &str) -> Result<Option<Published>, ClusterError> {
     let Some(map) = cluster.get(report).await? else { return Ok(None) };
-    Ok(map["data"]["report.json"].as_str().and_then(|text| serde_json::from_str(text).ok()))
+    Ok(map["data"][key].as_str().and_then(|text| serde_json::from_str(text).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Published, Writer};
+
+    /// The downward API gives a label that is not there as empty: a pod of the Deployment is a
+    /// pod, a pod of a Job (both labels) is the Job's, a run outside a pod is unnamed.
+    #[test]
+    fn a_writer_is_what_the_pod_was_given() {
+        assert_eq!(Writer::of(Some("acc-1"), Some(("", ""))), Writer::Pod { name: "acc-1".into() });
+        assert_eq!(
+            Writer::of(Some("acc-x"), Some(("acc", "u-1"))),
+            Writer::Job { name: "acc".into(), uid: "u-1".into(), pod: "acc-x".into() }
+        );
+        assert_eq!(Writer::of(Some("acc-x"), Some(("acc", " "))), Writer::Pod { name: "acc-x".into() });
+        assert_eq!(Writer::of(None, None), Writer::Unnamed);
+        assert_eq!(Writer::of(Some(""), None), Writer::Unnamed);
+        assert_eq!(Writer::of(None, Some(("acc", "u-1"))).to_string(), "Job acc (uid u-1)");
+    }
+
+    /// A report written before reports named their writer and criteria reads back as unnamed,
+    /// of no criteria: never this wave's.
+    #[test]
+    fn an_older_report_names_no_writer() {
+        let old = r#"{"run": "r", "revision": "0123456789abcdef", "time": "2026-12-01T00:00:00Z", "ready": true,
+                      "summary": "Ready", "checks": []}"#;
+        let p: Published = serde_json::from_str(old).unwrap();
+        assert_eq!((p.writer, p.criteria.as_str(), p.started.as_str()), (Writer::Unnamed, "", ""));
+        let job = Writer::Job { name: "a".into(), uid: "u".into(), pod: "a-1".into() };
+        let text = serde_json::to_string(&job).unwrap();
+        assert_eq!(text, r#"{"kind":"Job","name":"a","uid":"u","pod":"a-1"}"#);
+    }
 }

@@ -374,7 +374,7 @@ mod tests {
     /// of a run directory set elsewhere, the task directory only to find the sandbox id.
     #[test]
     fn the_reclaim_probe_mounts_the_roots_of_its_paths() {
-        let run = Run::new(60, std::time::Duration::from_secs(60));
+        let run = Run::new(60, std::time::Duration::from_secs(60), None);
         let dirs = vec![
             "/tmp/ok1/vc".to_owned(),
             "/tmp/ok1/sbs".to_owned(),

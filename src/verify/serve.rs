@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::metrics::{self, Metrics};
-use super::publish::{self, Published};
+use super::publish::{self, Published, Publishing};
 use super::session::{Session, VerifyError};
 use super::{CheckResult, Settings};
 use crate::cluster::Cluster;
@@ -60,8 +60,8 @@ pub(crate) struct Runs<'a> {
     pub flux_objects: Vec<ObjectRef>,
     /// Which checks, how, how long.
     pub settings: Settings,
-    /// The report ConfigMap and the revision checked.
-    pub publish: (ObjectRef, String),
+    /// The report ConfigMap, the revision checked, the writer.
+    pub publish: Publishing,
 }
 
 /// Serve until `stop` resolves: the metrics from the start (the last published report of this
@@ -76,15 +76,17 @@ pub(crate) async fn serve(
     ended: &(dyn Fn(RunEnd<'_>) + Sync),
     stop: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    publish::review(runs.cluster, &runs.publish.0).await?;
+    publish::review(runs.cluster, &runs.publish.report).await?;
     let listener = tokio::net::TcpListener::bind(serve.addr)
         .await
         .map_err(|source| ServeError::Bind { addr: serve.addr, source })?;
-    let (report, revision) = &runs.publish;
+    let (report, revision) = (&runs.publish.report, &runs.publish.revision);
+    let criteria = publish::criteria(runs.profile);
     let pools: Vec<String> = runs.profile.sections.pools.items.iter().map(|p| p.name.clone()).collect();
     let state = Arc::new(RwLock::new(Metrics::new()));
     if let Ok(Some(last)) = publish::read(runs.cluster, report).await
         && &last.revision == revision
+        && last.criteria == criteria
     {
         // Its verdicts and when it ended (it counts as one run in `runs_total`).
         let took = Duration::from_millis(last.checks.iter().map(|c| c.duration_ms).max().unwrap_or(0));
@@ -111,10 +113,11 @@ pub(crate) async fn serve(
                 () = halted() => return,
             }
             let started = Instant::now();
+            let began = SystemTime::now();
             match run(&runs, progress, halted()).await {
                 Ok((id, results)) => {
                     write(&state).record(&results, &pools, SystemTime::now(), started.elapsed(), revision);
-                    let published = Published::of(&id, revision, &results);
+                    let published = Published::of(&id, &runs.publish, &criteria, began, &results);
                     let error = publish::publish(runs.cluster, report, &published).await.err().map(|e| e.to_string());
                     ended(RunEnd::Finished(&published, error));
                 }

@@ -66,7 +66,7 @@ impl Session {
         flux_objects: Vec<ObjectRef>,
         settings: Settings,
     ) -> Result<Self, VerifyError> {
-        let planned = operations(profile, &flux_objects, &settings.selection, settings.reach());
+        let planned = operations(profile, &flux_objects, &settings.selection, &settings.reach());
         preflight::review(cluster, &planned, "this verify run").await?;
         let key = endpoint::api_key(cluster, profile, &settings.api_key).await;
         let endpoint = match &settings.server_url {
@@ -81,9 +81,10 @@ impl Session {
                 key,
             ),
         };
-        let run = probe::Run::new(profile.verify.probe_deadline_seconds, settings.timeout);
+        let run =
+            probe::Run::new(profile.verify.probe_deadline_seconds, settings.timeout, settings.probe_namespace.clone());
         let extra_namespaces = extra_namespaces(profile);
-        let probe::Swept { removed: mut swept, live_runs } = probe::sweep(cluster, &run, &extra_namespaces).await;
+        let super::sweep::Swept { removed: mut swept, live_runs } = super::sweep::sweep(cluster, &run, &extra_namespaces).await;
         swept.extend(checks::sweep_sandboxes(cluster, profile, &live_runs).await);
         run.create_namespace(cluster).await?;
         let ctx = Ctx {
@@ -152,13 +153,17 @@ pub(crate) fn operations(
     profile: &Profile,
     flux_objects: &[ObjectRef],
     selection: &Selection,
-    reach: Reach,
+    reach: &Reach,
 ) -> Vec<Operation> {
-    let mut out = probe::run_operations(&extra_namespaces(profile));
+    let mut out = probe::run_operations(&extra_namespaces(profile), reach.probes.as_deref());
     out.extend(checks::sweeping_sandboxes(profile));
     for check in checks::catalogue(profile, flux_objects.to_vec(), selection) {
         if check.ids().iter().any(|id| selection.selects(id)) {
-            out.extend(check.operations(profile, reach));
+            // A probe in the run's own namespace: the one given, when it is.
+            out.extend(check.operations(profile, reach).into_iter().map(|op| match op {
+                Operation::Probe(None) => Operation::Probe(reach.probes.clone()),
+                op => op,
+            }));
         }
     }
     out
@@ -186,26 +191,93 @@ pub(crate) enum SelectionError {
     },
 }
 
+/// What is wrong with `selection` of `profile`'s checks: each id (or prefix) that names no check,
+/// with its list (`only` or `skip`) and place there; whether it selects none; the ids it knows.
+struct Problems {
+    unknown: Vec<(&'static str, usize, String)>,
+    empty: bool,
+    known: Vec<String>,
+}
+
+fn problems(profile: &Profile, selection: &Selection) -> Problems {
+    let everything = Selection { only: Vec::new(), skip: Vec::new(), bench: true };
+    let known: Vec<String> = checks::catalogue(profile, Vec::new(), &everything).iter().flat_map(|c| c.ids()).collect();
+    let mut unknown = Vec::new();
+    for (list, named) in [("only", &selection.only), ("skip", &selection.skip)] {
+        for (i, id) in named.iter().enumerate() {
+            if !known.iter().any(|k| Selection::matches(id, k)) {
+                unknown.push((list, i, id.clone()));
+            }
+        }
+    }
+    let empty = !known.iter().any(|id| selection.selects(id));
+    Problems { unknown, empty, known }
+}
+
 /// Check `selection` against `profile`'s checks before a run: every id it names is a check id of
 /// the profile or a prefix of one (`kata` for every `kata.*`), and it selects at least one.
 ///
 /// # Errors
 /// [`SelectionError`], naming the known ids.
 pub(crate) fn check_selection(profile: &Profile, selection: &Selection) -> Result<(), SelectionError> {
-    let everything = Selection { only: Vec::new(), skip: Vec::new(), bench: true };
-    let ids: Vec<String> = checks::catalogue(profile, Vec::new(), &everything).iter().flat_map(|c| c.ids()).collect();
-    let known = || ids.join(", ");
-    for (option, named) in [("--only", &selection.only), ("--skip", &selection.skip)] {
-        for id in named {
-            if !ids.iter().any(|known| Selection::matches(id, known)) {
-                return Err(SelectionError::Unknown { option, id: id.clone(), known: known() });
-            }
-        }
+    let found = problems(profile, selection);
+    if let Some((list, _, id)) = found.unknown.into_iter().next() {
+        let option = if list == "only" { "--only" } else { "--skip" };
+        return Err(SelectionError::Unknown { option, id, known: found.known.join(", ") });
     }
-    if !ids.iter().any(|id| selection.selects(id)) {
-        return Err(SelectionError::Empty { known: known() });
+    if found.empty {
+        return Err(SelectionError::Empty { known: found.known.join(", ") });
     }
     Ok(())
+}
+
+/// The acceptance section's selection (`acceptance.only`, `acceptance.skip`) against `profile`'s
+/// checks, as the in-cluster runs would make it: each problem as its field path and message (the
+/// render asks this of an acceptance layer, [`crate::render::InCluster`], so that a profile whose
+/// in-cluster run would prove nothing is refused where it is loaded, not in the cluster).
+#[must_use]
+pub(crate) fn acceptance_selection(profile: &Profile) -> Vec<(String, String)> {
+    let Some(a) = &profile.sections.acceptance else { return Vec::new() };
+    let selection = Selection { only: a.only.clone(), skip: a.skip.clone(), bench: false };
+    let found = problems(profile, &selection);
+    let known = found.known.join(", ");
+    let mut out: Vec<(String, String)> = found
+        .unknown
+        .into_iter()
+        .map(|(list, i, id)| {
+            let message = format!("{id:?} is no check of this profile and no prefix of one; its checks: {known}");
+            (format!("acceptance.{list}[{i}]"), message)
+        })
+        .collect();
+    if out.is_empty() && found.empty {
+        let field = if a.only.is_empty() { "acceptance.skip" } else { "acceptance.only" };
+        out.push((
+            field.to_owned(),
+            format!("`only` and `skip` select none of this profile's checks ({known}): its runs would prove nothing"),
+        ));
+    }
+    out
+}
+
+/// The Pod Security level the acceptance layer's probe namespace needs for the checks its runs
+/// select, and why: `privileged` when a selected check's probe pods use the node
+/// ([`super::Check::uses_the_node`]), else `baseline` (the in-sandbox probes run as root). The
+/// render asks this of an acceptance layer ([`crate::render::InCluster`]).
+#[must_use]
+pub(crate) fn probe_security(profile: &Profile) -> (&'static str, String) {
+    let Some(a) = &profile.sections.acceptance else { return ("baseline", "no acceptance section".to_owned()) };
+    let selection = Selection { only: a.only.clone(), skip: a.skip.clone(), bench: false };
+    let on_nodes: Vec<String> = checks::catalogue(profile, Vec::new(), &selection)
+        .iter()
+        .filter(|c| c.uses_the_node(profile))
+        .flat_map(|c| c.ids())
+        .filter(|id| selection.selects(id))
+        .collect();
+    if on_nodes.is_empty() {
+        ("baseline", "no selected check runs a pod that uses its node".to_owned())
+    } else {
+        ("privileged", format!("{} run pods that use their node", on_nodes.join(", ")))
+    }
 }
 
 /// The ids of the checks `selection` selects for `profile`, in the catalogue's order: what a run

@@ -36,12 +36,16 @@ impl Selection {
 /// How a run reaches the platform: besides the profile, what decides the operations of its
 /// checks. The default is what `osbx rbac` grants: the Lifecycle API through the API server's
 /// service proxy, and the API key read from the Secret the profile names.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reach {
     /// The Lifecycle API at a URL (`--server-url`), not through the service proxy.
     pub direct: bool,
     /// The run was given the API key (`--api-key-file`, `OSBX_API_KEY`), so it reads no Secret.
     pub key_given: bool,
+    /// The probe pods go to this namespace, which exists (`--probe-namespace`: the acceptance
+    /// layer renders one): the run creates and deletes no namespace, only its own pods there.
+    /// `None`: a namespace of the run's own, created and deleted by it.
+    pub probes: Option<String>,
 }
 
 /// How to run the checks.
@@ -55,13 +59,19 @@ pub struct Settings {
     pub api_key: ApiKeyValue,
     /// The whole run's time limit.
     pub timeout: Duration,
+    /// Run the probe pods in this existing namespace (see [`Reach::probes`]).
+    pub probe_namespace: Option<String>,
 }
 
 impl Settings {
     /// How this run reaches the platform.
     #[must_use]
     pub fn reach(&self) -> Reach {
-        Reach { direct: self.server_url.is_some(), key_given: self.api_key.value().is_some() }
+        Reach {
+            direct: self.server_url.is_some(),
+            key_given: self.api_key.value().is_some(),
+            probes: self.probe_namespace.clone(),
+        }
     }
 }
 

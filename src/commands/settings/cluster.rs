@@ -97,7 +97,7 @@ impl TryFrom<&DiffArgs> for DiffSettings {
                 base: Some(base.clone()).filter(|b| !b.is_empty()),
                 subject,
                 templates: a.profile.templates.clone(),
-                roles: crate::rbac::acceptance_roles,
+                in_cluster: crate::rbac::in_cluster(),
                 charts,
             },
             output: a.output,
@@ -212,8 +212,9 @@ pub(in crate::commands) struct VerifyRunSettings {
     pub run: verify::Settings,
     /// Write a JUnit report here.
     pub junit: Option<PathBuf>,
-    /// Publish the report to this ConfigMap, with the revision checked (in the cluster).
-    pub publish: Option<(crate::object::ObjectRef, String)>,
+    /// Publish the report to this ConfigMap, with the revision checked and who checked it (in the
+    /// cluster).
+    pub publish: Option<crate::verify::publish::Publishing>,
 }
 
 impl VerifyRunSettings {
@@ -224,6 +225,7 @@ impl VerifyRunSettings {
                 server_url: f.server_url.clone(),
                 api_key: ApiKeyValue::new(api_key),
                 timeout: f.verify_timeout,
+                probe_namespace: None,
             },
             junit: f.junit.clone(),
             publish: None,
@@ -252,8 +254,19 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
     fn try_from(a: &VerifyArgs) -> anyhow::Result<Self> {
         let mut verify = VerifyRunSettings::new(&a.verify, api_key(a.verify.api_key_file.as_deref())?);
         let c = &a.in_cluster;
-        verify.publish = c.publish.as_ref().map(|(ns, name)| {
-            (crate::object::KnownKind::CONFIG_MAP.object(Some(ns), name), c.revision.clone().unwrap_or_default())
+        if let Some(ns) = &c.probe_namespace
+            && let Err(why) = crate::refs::check_dns_label(ns)
+        {
+            anyhow::bail!("--probe-namespace {ns:?} is not a namespace name: {why}");
+        }
+        verify.run.probe_namespace.clone_from(&c.probe_namespace);
+        verify.publish = c.publish.as_ref().map(|(ns, name)| crate::verify::publish::Publishing {
+            report: crate::object::KnownKind::CONFIG_MAP.object(Some(ns), name),
+            revision: c.revision.clone().unwrap_or_default(),
+            writer: crate::verify::publish::Writer::of(
+                c.pod.as_deref(),
+                c.job_name.as_deref().zip(c.job_uid.as_deref()),
+            ),
         });
         Ok(Self {
             profile: (&a.profile).into(),
@@ -296,6 +309,7 @@ impl From<&RolloutArgs> for RolloutSettings {
                     server_url: None,
                     api_key: ApiKeyValue::default(),
                     timeout: a.verify_timeout,
+                    probe_namespace: None,
                 },
             },
             output: a.output,

@@ -19,7 +19,7 @@ impl Check for Layers {
     }
 
     /// Reading each Flux object ([`status_of`]).
-    fn operations(&self, _: &Profile, _: Reach) -> Vec<Operation> {
+    fn operations(&self, _: &Profile, _: &Reach) -> Vec<Operation> {
         self.objects.iter().map(|r| Operation::Get(Objects::Named(r.clone()))).collect()
     }
 

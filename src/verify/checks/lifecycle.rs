@@ -90,7 +90,7 @@ impl Check for Lifecycle {
     /// time), and `POST`, `GET` and `DELETE` to the server (execd is reached through the
     /// server's proxy with `GET` and `POST`); with the reclaim check, two host probes on the
     /// sandbox's node (before and after the delete).
-    fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation> {
+    fn operations(&self, profile: &Profile, reach: &Reach) -> Vec<Operation> {
         let os = &profile.sections.opensandbox;
         let ns = Some(os.namespaces.sandbox.as_str());
         let mut out = vec![
@@ -106,6 +106,11 @@ impl Check for Lifecycle {
             out.push(Operation::Probe(None));
         }
         out
+    }
+
+    /// The reclaim check's host probes use the node.
+    fn uses_the_node(&self, profile: &Profile) -> bool {
+        self.reclaim && super::reclaim::shim_of(profile, &self.pool).is_ok()
     }
 
     /// The sandbox takes one of the pool's idle pods: the Pools check reads `available` first.

@@ -40,7 +40,7 @@ impl Check for NodesReady {
     }
 
     /// Listing nodes.
-    fn operations(&self, _: &Profile, _: Reach) -> Vec<Operation> {
+    fn operations(&self, _: &Profile, _: &Reach) -> Vec<Operation> {
         vec![Operation::List(node(), None)]
     }
 
@@ -134,7 +134,7 @@ impl Check for RuntimeClasses {
     }
 
     /// Reading each Kata pool's RuntimeClass, and listing the nodes that may run it.
-    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+    fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         let classes = profile.sections.pools.kata_classes();
         let mut ops: Vec<Operation> =
             classes.iter().map(|class| Operation::Get(Objects::Named(runtime_class(class)))).collect();

@@ -22,7 +22,7 @@ impl Check for Server {
     }
 
     /// Through the service proxy: reading the server Deployment and `GET`s to the server.
-    fn operations(&self, profile: &Profile, reach: Reach) -> Vec<Operation> {
+    fn operations(&self, profile: &Profile, reach: &Reach) -> Vec<Operation> {
         let mut out = endpoint::requests(profile, reach, &[Method::GET]);
         if !reach.direct {
             out.push(Operation::Get(Objects::Named(profile.sections.opensandbox.server_deployment())));
@@ -93,7 +93,7 @@ impl Check for Pools {
     }
 
     /// Reading each Pool, and listing the sandbox pods when a pool runs under a runtime class.
-    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+    fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         let (os, pools) = (&profile.sections.opensandbox, profile.sections.pools.effective());
         let mut out: Vec<Operation> = pools
             .iter()

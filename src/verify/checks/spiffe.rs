@@ -273,7 +273,7 @@ impl Check for Spiffe {
 
     /// Probe pods in the smoke namespace, the wrong ServiceAccount there, and reading the smoke
     /// ClusterSPIFFEID to explain a missing identity.
-    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+    fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         let Some(smoke) = profile.spiffe_smoke() else { return Vec::new() };
         let mut out = vec![
             Operation::Probe(Some(smoke.namespace.clone())),

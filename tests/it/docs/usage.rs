@@ -35,7 +35,17 @@ fn written(usage: &str) -> BTreeSet<String> {
     }
     if usage.contains("[verify flags]") {
         // The in-cluster flags are verify's own: `apply --verify` runs from outside.
-        let in_cluster = ["--publish", "--revision", "--serve", "--interval"].map(str::to_owned);
+        let in_cluster = [
+            "--publish",
+            "--revision",
+            "--probe-namespace",
+            "--pod",
+            "--job-name",
+            "--job-uid",
+            "--serve",
+            "--interval",
+        ]
+        .map(str::to_owned);
         out.extend(flags(&sub("verify")).difference(&cluster_access()).filter(|f| !in_cluster.contains(f)).cloned());
         out.extend(["-p", "--profile", "--templates"].map(str::to_owned));
     }

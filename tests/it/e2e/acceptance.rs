@@ -113,11 +113,12 @@ async fn run_pod(client: &Client, kubeconfig: &Path, dir: &Path, pod: &Pod, job_
                 .unwrap_or_else(|| arg.clone())
         })
         .collect();
+    let env = field_env(pod, container);
     let sa = spec.service_account_name.as_deref().expect("a ServiceAccount");
     let as_sa = cluster::service_account_kubeconfig(client, kubeconfig, (NS, sa), dir).await;
     let out = tokio::task::spawn_blocking(move || {
         let mut cmd = osbx();
-        cmd.env_remove("OSBX_API_KEY").args(&args).arg("--kubeconfig").arg(as_sa);
+        cmd.env_remove("OSBX_API_KEY").envs(env).args(&args).arg("--kubeconfig").arg(as_sa);
         cmd.output().unwrap()
     })
     .await
@@ -129,6 +130,33 @@ async fn run_pod(client: &Client, kubeconfig: &Path, dir: &Path, pod: &Pod, job_
         code: out.status.code().unwrap_or(-1),
         output: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
     }
+}
+
+/// The container's environment from the downward API, as a kubelet gives it: `metadata.name`,
+/// `metadata.namespace`, `metadata.uid` and `metadata.labels['…']` (a label that is not there
+/// as empty); literal values as they are.
+fn field_env(pod: &Pod, container: &k8s_openapi::api::core::v1::Container) -> Vec<(String, String)> {
+    let meta = &pod.metadata;
+    container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            let path = e.value_from.as_ref().and_then(|v| v.field_ref.as_ref()).map(|f| f.field_path.as_str());
+            let value = match path {
+                None => e.value.clone().unwrap_or_default(),
+                Some("metadata.name") => meta.name.clone().unwrap_or_default(),
+                Some("metadata.namespace") => meta.namespace.clone().unwrap_or_default(),
+                Some("metadata.uid") => meta.uid.clone().unwrap_or_default(),
+                Some(p) => {
+                    let label = p.strip_prefix("metadata.labels['").and_then(|l| l.strip_suffix("']"));
+                    let label = label.unwrap_or_else(|| panic!("a field the played kubelet does not give: {p}"));
+                    meta.labels.as_ref().and_then(|l| l.get(label)).cloned().unwrap_or_default()
+                }
+            };
+            (e.name.clone(), value)
+        })
+        .collect()
 }
 
 /// The pod's status as a kubelet writes it when its container exited with `code`.

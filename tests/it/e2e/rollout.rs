@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReviewSpec};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -815,8 +815,108 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
     assert!(why.contains(super::acceptance::CORDONED), "{seen}");
     assert_eq!(kubelets[0].runs().last().map(|r| r.code), Some(1), "the canary's own run failed");
     bench("rollout", "in_cluster_failed_canary_wall", took.as_secs_f64());
+    trusts_only_this_waves_run(w, &kubelets, &client).await;
     drop(kubelets);
     w.in_cluster = false;
-    let _ = Api::<Node>::all(client).delete(super::acceptance::CORDONED, &DeleteParams::default()).await;
+    w.overrides = vec![Value::Null; 3];
     done(&mut guard);
+}
+
+/// The canary's report ConfigMap's `key` (`report.json`: the last run's; `job.json`: the last
+/// Job run's).
+async fn published(client: &Client, key: &str) -> Value {
+    let name = format!("{}-report", super::acceptance::NAME);
+    let map = Api::<ConfigMap>::namespaced(client.clone(), super::acceptance::NS).get(&name).await.unwrap();
+    serde_json::from_str(&map.data.unwrap()[key]).unwrap()
+}
+
+/// Write `report` as the canary's `key`, as another writer would.
+async fn forge(client: &Client, key: &str, report: &Value) {
+    let name = format!("{}-report", super::acceptance::NAME);
+    let patch = json!({"data": {key: report.to_string()}});
+    Api::<ConfigMap>::namespaced(client.clone(), super::acceptance::NS)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The gate trusts only the report of the run of the Job Flux applied at the wave's commit, for
+/// the wave's criteria (issue 54, item 4), after the canary's run failed (`nodes.ready`, a node
+/// cordoned):
+/// - the fault fixed and only `acceptance.image` changed (the fix of a false FAIL), every Job
+///   runs again and the rollout passes on the new runs, not on the canary's earlier FAIL;
+/// - only `verify.*` changed, every Job runs again and the gate reads those runs;
+/// - a FAIL the serving pod published between rollouts (`report.json`) neither fails nor passes
+///   a gate: the Job's own report does;
+/// - a report of the wave's revision and criteria whose Job is not the one the cluster holds (an
+///   earlier Job's) is not trusted: the gate says what it waited for.
+async fn trusts_only_this_waves_run(w: &mut FleetWorld, kubelets: &[super::acceptance::Kubelet], client: &Client) {
+    let _ = Api::<Node>::all(client.clone()).delete(super::acceptance::CORDONED, &DeleteParams::default()).await;
+    let failed = published(client, "job.json").await;
+    assert_eq!(failed["ready"], false, "{failed:#}");
+    let runs_before: Vec<usize> = kubelets.iter().map(|k| k.runs().len()).collect();
+    w.overrides = vec![json!({"acceptance": {"image": "registry.example.org/osbx:e2e-fixed"}}); 3];
+    let out = w.rollout(&["-o", "json"]).await;
+    let r = report_exited(&out, 0);
+    assert_eq!(states(&r).iter().filter(|(_, s)| s == "passed").count(), 3, "{r:#}");
+    let passed = published(client, "job.json").await;
+    assert_ne!(passed["revision"], failed["revision"], "the image is of the criteria: a new revision");
+    assert_ne!(passed["criteria"], failed["criteria"]);
+    let last = kubelets[0].runs().last().cloned().unwrap();
+    assert_eq!(
+        (passed["writer"]["uid"].as_str(), passed["ready"].as_bool()),
+        (Some(last.job_uid.as_str()), Some(true))
+    );
+    for (k, before) in kubelets.iter().zip(&runs_before) {
+        assert_eq!(k.runs().len(), before + 1, "each cluster's Job ran once more");
+    }
+
+    // verify.* alone: every Job runs again, its report of the new criteria.
+    let runs_before: Vec<usize> = kubelets.iter().map(|k| k.runs().len()).collect();
+    for o in &mut w.overrides {
+        o["verify"] = json!({"probeDeadlineSeconds": 61});
+    }
+    let out = w.rollout(&["-o", "json"]).await;
+    let r = report_exited(&out, 0);
+    assert_eq!(states(&r).iter().filter(|(_, s)| s == "passed").count(), 3, "{r:#}");
+    for (k, before) in kubelets.iter().zip(&runs_before) {
+        assert_eq!(k.runs().len(), before + 1, "a verify-only change ran each cluster's Job again");
+    }
+    let now = published(client, "job.json").await;
+    assert_ne!(now["criteria"], passed["criteria"], "{now:#}");
+    assert_eq!(now["run"].as_str().map(|r| kubelets[0].runs().last().unwrap().output.contains(r)), Some(true));
+
+    // The serving pod's FAIL between rollouts: the gate (run again at the same commit) passes
+    // on the Job's report of the wave.
+    let mut by_pod = now.clone();
+    by_pod["writer"] = json!({"kind": "Pod", "name": "acc-5d9c7b-x2x7q"});
+    by_pod["ready"] = json!(false);
+    by_pod["summary"] = json!("Not ready: 1 failed, 0 errors, 2 passed");
+    for c in by_pod["checks"].as_array_mut().unwrap().iter_mut().filter(|c| c["id"] == "nodes.ready") {
+        c["outcome"] = json!("FAIL");
+    }
+    forge(client, "report.json", &by_pod).await;
+    let out = w.rollout(&["-o", "json"]).await;
+    let r = report_exited(&out, 0);
+    assert_eq!(r["waves"][0]["results"][0]["passed"], true, "{r:#}");
+
+    // An earlier Job's report at the wave's revision and criteria: not this wave's run.
+    let mut earlier = now.clone();
+    earlier["writer"]["uid"] = json!(runs_before_uid(kubelets));
+    forge(client, "job.json", &earlier).await;
+    let out = w.rollout(&["-o", "json"]).await;
+    let r = report_exited(&out, 1);
+    let canary = &r["waves"][0]["results"][0];
+    assert_eq!(canary["failure"]["check"], "acceptance.report", "{canary:#}");
+    let evidence = canary["failure"]["evidence"].as_str().unwrap();
+    let current = now["writer"]["uid"].as_str().unwrap();
+    assert!(evidence.contains("waited for the report of the Job") && evidence.contains(current), "{evidence}");
+    assert!(evidence.contains(earlier["writer"]["uid"].as_str().unwrap()), "{evidence}");
+    // The Job's own report back: the next scenario starts from a cluster that passed.
+    forge(client, "job.json", &now).await;
+}
+
+/// The uid of the first Job the canary's played kubelet ran (a Job long gone).
+fn runs_before_uid(kubelets: &[super::acceptance::Kubelet]) -> String {
+    kubelets[0].runs().first().map(|r| r.job_uid.clone()).unwrap()
 }

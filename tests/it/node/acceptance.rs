@@ -57,7 +57,10 @@ fn on_this_node(node: &NodePlane, mut obj: Value) -> Value {
     spec["volumes"].as_array_mut().unwrap().push(volume);
     let container = &mut spec["containers"][0];
     container["volumeMounts"].as_array_mut().unwrap().push(mount);
-    container["env"] = in_cluster_env(node);
+    // The rendered env (who runs, from the downward API) and the relay's.
+    let mut env = container["env"].as_array().cloned().unwrap_or_default();
+    env.extend(in_cluster_env(node).as_array().unwrap().iter().cloned());
+    container["env"] = Value::Array(env);
     obj
 }
 
@@ -186,6 +189,18 @@ async fn the_acceptance_job_and_server_run_in_the_osbx_image() {
     let map = Api::<ConfigMap>::namespaced(client.clone(), NS).get("acc-report").await.unwrap().data.unwrap();
     assert_eq!(map["revision"], revision);
     assert!(map["junit.xml"].contains("<testcase") && map["junit.xml"].contains("nodes.ready"), "{}", map["junit.xml"]);
+    // The report names its writer as the real Job controller and kubelet made it (the downward
+    // API's labels): the Job's name and uid, and the pod; when it ran; the criteria's digest.
+    let job = Api::<Job>::namespaced(client.clone(), NS).get("acc").await.unwrap();
+    let writer = &r["writer"];
+    assert_eq!((writer["kind"].as_str(), writer["name"].as_str()), (Some("Job"), Some("acc")), "{r:#}");
+    assert_eq!(writer["uid"].as_str(), job.metadata.uid.as_deref(), "{r:#}");
+    assert!(writer["pod"].as_str().is_some_and(|p| p.starts_with("acc-")), "{r:#}");
+    let (begun, ended) = (r["started"].as_str().unwrap(), r["time"].as_str().unwrap());
+    assert!(!begun.is_empty() && begun <= ended, "{r:#}");
+    let criteria = r["criteria"].as_str().unwrap().to_owned();
+    assert_eq!(criteria.len(), 16, "{r:#}");
+    assert_eq!(serde_json::from_str::<Value>(&map["job.json"]).unwrap(), r, "a Job's run is also the Job's report");
 
     // The serving pod: its metrics from the Job's report at once, then from its own runs.
     let serve = objects.iter().find(|o| o["kind"] == "Deployment").unwrap().clone();
@@ -199,6 +214,28 @@ async fn the_acceptance_job_and_server_run_in_the_osbx_image() {
     ] {
         assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
     }
+    // Its own runs name the pod (published just after the metrics count them), and leave the
+    // Job's report where it was.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (map, latest) = loop {
+        let map = Api::<ConfigMap>::namespaced(client.clone(), NS).get("acc-report").await.unwrap().data.unwrap();
+        let latest: Value = serde_json::from_str(&map["report.json"]).unwrap();
+        if latest["writer"]["kind"] == "Pod" || Instant::now() > deadline {
+            break (map, latest);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(latest["writer"]["kind"], "Pod", "{latest:#}");
+    assert!(latest["writer"]["name"].as_str().is_some_and(|p| p.starts_with("acc-")), "{latest:#}");
+    assert_eq!(
+        (latest["revision"].as_str(), latest["criteria"].as_str()),
+        (Some(revision.as_str()), Some(criteria.as_str()))
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&map["job.json"]).unwrap(),
+        r,
+        "the serving pod replaced the Job's report"
+    );
     let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS);
     deployments.delete("acc", &DeleteParams::default()).await.unwrap();
 

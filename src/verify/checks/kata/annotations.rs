@@ -44,9 +44,10 @@ impl Check for Annotations {
         vec!["kata.annotations".into()]
     }
 
-    /// Reading each Kata pool's Pool, and dry-run creates of pods in the pools' namespace.
-    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
-        if profile.site().layer_of(&kata::COMPONENT).is_none() {
+    /// Reading each Kata pool's Pool, and dry-run creates of pods in the pools' namespace
+    /// (nothing from a run given its probe namespace: see [`in_the_cluster`]).
+    fn operations(&self, profile: &Profile, reach: &Reach) -> Vec<Operation> {
+        if profile.site().layer_of(&kata::COMPONENT).is_none() || reach.probes.is_some() {
             return Vec::new();
         }
         if_kata(profile, || {
@@ -72,6 +73,9 @@ impl Check for Annotations {
                     annotations::FIXED_IN
                 ))];
             }
+            if !ctx.run.owns_namespace {
+                return vec![in_the_cluster(profile)];
+            }
             let kata_pools: Vec<EffectivePool<'_>> =
                 profile.sections.pools.effective().into_iter().filter(|p| p.runtime_class_name.is_some()).collect();
             if kata_pools.is_empty() {
@@ -87,6 +91,16 @@ impl Check for Annotations {
             vec![Verdict::pass(evidence.join("; "))]
         })
     }
+}
+
+/// The verdict of a run given its probe namespace (the acceptance layer's, in the cluster): its
+/// identity may create pods only there, and the dry run of a pool's pod is a `create` in the
+/// sandbox namespace, so the check is left to a run from outside.
+fn in_the_cluster(profile: &Profile) -> Verdict {
+    Verdict::skip(format!(
+        "in the cluster: the dry run of a sandbox pod in {} needs `pods create` there, which the acceptance layer's identity does not hold (it creates pods only in its probe namespace); run `osbx verify --only kata.annotations` from outside",
+        profile.sections.opensandbox.namespaces.sandbox
+    ))
 }
 
 /// One pool: `Ok(evidence)` when the annotated pod is denied by the policy and its own pod is

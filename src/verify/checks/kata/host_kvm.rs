@@ -20,7 +20,12 @@ impl Check for HostKvm {
     }
 
     /// Listing nodes, and a probe pod per Kata node.
-    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+    /// Its host probe (or, for a build pool, its privileged probe) uses the node.
+    fn uses_the_node(&self, _: &Profile) -> bool {
+        true
+    }
+
+    fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         if_kata(profile, || vec![Operation::Probe(None), Operation::List(node(), None)])
     }
 

@@ -103,7 +103,7 @@ impl Check for GuestKernel {
     }
 
     /// A probe pod, and reading the node it ran on (named only then).
-    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+    fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         if_kata(profile, || vec![Operation::Probe(None), Operation::Get(Objects::Any(node(), None))])
     }
 

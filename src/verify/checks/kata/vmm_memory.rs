@@ -18,7 +18,12 @@ impl Check for VmmSharedMemory {
     }
 
     /// A target pod and a host probe pod.
-    fn operations(&self, profile: &Profile, _: Reach) -> Vec<Operation> {
+    /// Its host probe (or, for a build pool, its privileged probe) uses the node.
+    fn uses_the_node(&self, _: &Profile) -> bool {
+        true
+    }
+
+    fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         if_kata(profile, || vec![Operation::Probe(None)])
     }
 
@@ -41,12 +46,11 @@ impl Check for VmmSharedMemory {
                 "kata-target",
                 &scripts::kata_target(&ctx.run, &v.probe_image, &class),
             );
-            if let Err(e) = probe::create_pod(&ctx.cluster, &target).await {
-                return vec![Verdict::error("creating the Kata target pod", e.to_string())];
-            }
-            let pod = match probe::wait_running(&ctx.cluster, &ctx.run.namespace, "kata-target", ctx.run.wait_limit())
-                .await
-            {
+            let (ns, name) = match probe::create_pod(&ctx.cluster, &target).await {
+                Ok(created) => created,
+                Err(e) => return vec![Verdict::error("creating the Kata target pod", e.to_string())],
+            };
+            let pod = match probe::wait_running(&ctx.cluster, &ns, &name, ctx.run.wait_limit()).await {
                 Err(e) => return vec![Verdict::error("reading the Kata target pod", e.to_string())],
                 Ok(Err(diagnosis)) => return vec![stuck_verdict("the Kata target pod", &diagnosis)],
                 Ok(Ok(pod)) => pod,

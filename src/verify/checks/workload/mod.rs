@@ -136,7 +136,12 @@ impl Check for Workload {
     }
 
     /// A probe pod (two with the benchmark), in the run's namespace.
-    fn operations(&self, _: &Profile, _: Reach) -> Vec<Operation> {
+    /// Its host probe (or, for a build pool, its privileged probe) uses the node.
+    fn uses_the_node(&self, _: &Profile) -> bool {
+        true
+    }
+
+    fn operations(&self, _: &Profile, _: &Reach) -> Vec<Operation> {
         vec![Operation::Probe(None)]
     }
 

@@ -22,7 +22,7 @@ async fn a_create_sent_again_takes_the_runs_own_object_and_refuses_another_runs(
         request_timeout: Duration::from_secs(10),
     };
     let cluster = Cluster::connect(&options).await.unwrap();
-    let run = Run::new(60, Duration::from_secs(60));
+    let run = Run::new(60, Duration::from_secs(60), None);
     // The same name, made by another run.
     let other = Run { id: format!("{}-other", run.id), ..run.clone() };
 

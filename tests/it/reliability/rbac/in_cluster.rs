@@ -19,9 +19,38 @@ fn with_acceptance() -> TestProfile {
         "skip": NEEDS_THE_SERVER.split(',').collect::<Vec<_>>()}))
 }
 
+/// The namespace the acceptance layer renders for its runs' probe pods (the default).
+const PROBES: &str = "osbx-acceptance-probes";
+
 /// What the acceptance layer's Job runs (its `--skip` as the layer renders it), for `revision`.
 fn in_cluster_verify(revision: &str) -> Vec<String> {
-    args(&["verify", "--publish", REPORT, "--revision", revision, "--skip", NEEDS_THE_SERVER])
+    args(&[
+        "verify",
+        "--publish",
+        REPORT,
+        "--revision",
+        revision,
+        "--probe-namespace",
+        PROBES,
+        "--skip",
+        NEEDS_THE_SERVER,
+    ])
+}
+
+/// Whether the bound identity may `verb` `resource` (`name`) in `namespace` (`None`: across
+/// the cluster), as the real API server's authorizer answers.
+async fn may(client: &kube::Client, verb: &str, resource: &str, namespace: Option<&str>, name: Option<&str>) -> bool {
+    let spec = SubjectAccessReviewSpec {
+        resource_attributes: Some(ResourceAttributes {
+            verb: Some(verb.into()),
+            resource: Some(resource.into()),
+            namespace: namespace.map(str::to_owned),
+            name: name.map(str::to_owned),
+            ..ResourceAttributes::default()
+        }),
+        ..SubjectAccessReviewSpec::default()
+    };
+    user_may_do(client, USER, spec).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,6 +79,22 @@ async fn the_in_cluster_roles_are_enough_to_verify_and_publish_and_each_permissi
         })
     };
     assert!(publishes("patch", "configmaps") && publishes("create", "events"), "{atoms:?}");
+    // Nothing beyond the run (issue 54, item 1), as the real authorizer answers for this identity:
+    // no namespace created or deleted, pods created in the probe namespace (and the SPIFFE smoke
+    // namespace, under its ServiceAccount) and nowhere else, no Secret but the API key's read,
+    // no collection deleted outside those namespaces.
+    for verb in ["create", "delete"] {
+        assert!(!may(client, verb, "namespaces", None, Some("kube-system")).await, "{verb} namespaces");
+        assert!(!may(client, verb, "namespaces", None, Some(PROBES)).await, "{verb} namespaces");
+    }
+    assert!(may(client, "create", "pods", Some(PROBES), None).await, "the probes' pods");
+    for ns in ["kube-system", NS, "rb-system", "default"] {
+        assert!(!may(client, "create", "pods", Some(ns), None).await, "pods in {ns}");
+        assert!(!may(client, "deletecollection", "pods", Some(ns), None).await, "pods in {ns}");
+        assert!(!may(client, "get", "secrets", Some(ns), Some("some-other-secret")).await, "a Secret in {ns}");
+    }
+    assert!(!may(client, "create", "pods", None, None).await, "pods anywhere");
+    assert!(!may(client, "list", "secrets", None, None).await, "Secrets anywhere");
     // Flux's objects, the nodes, the Pools, the API key's Secret, discovery and reviews: one by one.
     assert!(atoms.len() > 15, "{atoms:?}");
 
