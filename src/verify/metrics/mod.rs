@@ -4,28 +4,19 @@
 //! The verdicts' families are built anew at each run, so a check that a later run no longer has
 //! disappears with it; only the run counters live for the whole process.
 
-use std::convert::Infallible;
-use std::future::Future;
+mod http;
+
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::header::{ALLOW, CONTENT_TYPE, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::{EncodeLabelSet, text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
-use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 
+pub(crate) use self::http::{Limits, Liveness, serve};
 use super::{CheckResult, Outcome};
 
 /// The content type of the OpenMetrics text exposition.
@@ -52,6 +43,8 @@ pub(crate) struct Metrics {
     last: Option<(f64, f64)>,
     /// The families of the last run that reached verdicts, built once per run.
     verdicts: Option<Registry>,
+    /// `accept` errors the listener backed off from, since the process started.
+    accept_errors: Counter,
 }
 
 impl Metrics {
@@ -61,7 +54,7 @@ impl Metrics {
         for result in ["ready", "not_ready", "error"] {
             let _ = runs.get_or_create(&[("result", result)]);
         }
-        Self { runs, last: None, verdicts: None }
+        Self { runs, last: None, verdicts: None, accept_errors: Counter::default() }
     }
 
     /// A finished run: `results` are its verdicts, `pools` the profile's pool names (a check id
@@ -103,6 +96,11 @@ impl Metrics {
         self.count("error", finished, took);
     }
 
+    /// An `accept` error of the listener that was not the client's (`EMFILE`, `ENOBUFS`, …).
+    pub(crate) fn accept_error(&mut self) {
+        self.accept_errors.inc();
+    }
+
     fn count(&mut self, result: &'static str, finished: SystemTime, took: Duration) {
         self.runs.get_or_create(&[("result", result)]).inc();
         let at = finished.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
@@ -113,6 +111,8 @@ impl Metrics {
     pub(crate) fn encode(&self) -> String {
         let mut registry = Registry::default();
         registry.register("osbx_acceptance_runs", "Acceptance runs by result", self.runs.clone());
+        let help = "Accept errors the metrics listener backed off from (EMFILE, ENOBUFS, ...)";
+        registry.register("osbx_acceptance_accept_errors", help, self.accept_errors.clone());
         if let Some((at, took)) = self.last {
             let help = "Unix time the last run ended";
             registry.register_with_unit("osbx_acceptance_last_run_timestamp", help, Unit::Seconds, ConstGauge::new(at));
@@ -136,70 +136,16 @@ fn split(id: &str, pools: &[String]) -> CheckLabels {
     CheckLabels { check: check.to_owned(), pool: pool.to_owned() }
 }
 
-/// Serve `GET /metrics` (the exposition of `metrics`) and `GET /healthz` ("ok") on `listener`
-/// until `stop` resolves, then drop the open connections. Other paths answer 404 and other methods
-/// 405 (every answer says `Allow: GET`). HTTP/1.1 only, one task per connection.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    metrics: Arc<RwLock<Metrics>>,
-    stop: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    let mut stop = std::pin::pin!(stop);
-    let mut connections = JoinSet::new();
-    loop {
-        let stream = tokio::select! {
-            () = &mut stop => return Ok(()),
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                // The client gave up between its connect and our accept.
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted) => continue,
-                Err(e) => return Err(e),
-            },
-        };
-        while connections.try_join_next().is_some() {}
-        let metrics = Arc::clone(&metrics);
-        connections.spawn(async move {
-            let service = service_fn(move |request| {
-                let response = respond(&request, &metrics);
-                async move { Ok::<_, Infallible>(response) }
-            });
-            // A connection that fails (a client that hangs up, a malformed request) is its own end.
-            let _ =
-                http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
-}
-
-fn respond(request: &Request<Incoming>, metrics: &RwLock<Metrics>) -> Response<Full<Bytes>> {
-    let text = "text/plain; charset=utf-8";
-    let (status, content_type, body) = match request.uri().path() {
-        "/metrics" | "/healthz" if request.method() != Method::GET => {
-            (StatusCode::METHOD_NOT_ALLOWED, text, "method not allowed\n".to_owned())
-        }
-        "/metrics" => (StatusCode::OK, OPENMETRICS, metrics.read().unwrap_or_else(PoisonError::into_inner).encode()),
-        "/healthz" => (StatusCode::OK, text, "ok".to_owned()),
-        _ => (StatusCode::NOT_FOUND, text, "not found\n".to_owned()),
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
-    response
-}
-
 #[cfg(test)]
 mod tests {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     use super::*;
     use crate::verify::Verdict;
 
-    fn result(id: &str, verdict: Verdict, duration_ms: u64) -> CheckResult {
+    pub(super) fn result(id: &str, verdict: Verdict, duration_ms: u64) -> CheckResult {
         CheckResult { id: id.into(), started_ms: 0, duration_ms, verdict }
     }
 
-    fn first_run() -> Metrics {
+    pub(super) fn first_run() -> Metrics {
         let mut metrics = Metrics::new();
         let results = [
             result("kata.guest-kernel", Verdict::pass("6.12"), 250),
@@ -224,7 +170,8 @@ mod tests {
         let text = Metrics::new().encode();
         has(&text, &[r#"osbx_acceptance_runs_total{result="ready"} 0"#], "osbx_acceptance_ready");
         has(&text, &[r#"osbx_acceptance_runs_total{result="error"} 0"#], "osbx_acceptance_check");
-        assert_eq!(text.lines().filter(|line| !line.starts_with('#')).count(), 3, "{text}");
+        has(&text, &["osbx_acceptance_accept_errors_total 0"], "osbx_acceptance_info");
+        assert_eq!(text.lines().filter(|line| !line.starts_with('#')).count(), 4, "{text}");
     }
 
     #[test]
@@ -265,35 +212,5 @@ mod tests {
             r#"osbx_acceptance_info{revision="rev-2"} 1"#,
         ];
         has(&metrics.encode(), &lines, "osbx_acceptance_check{check=\"opensandbox");
-    }
-
-    async fn get(addr: std::net::SocketAddr, request_line: &str) -> String {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request = format!("{request_line} HTTP/1.1\r\nHost: osbx\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        response
-    }
-
-    #[tokio::test]
-    async fn serve_answers_metrics_health_and_strays_until_stopped() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server =
-            tokio::spawn(serve(listener, Arc::new(RwLock::new(first_run())), async { stopped.await.unwrap_or(()) }));
-        let response = get(addr, "GET /metrics").await;
-        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
-        assert!(response.contains(&format!("\r\ncontent-type: {OPENMETRICS}\r\n")), "{response}");
-        assert!(response.contains("\nosbx_acceptance_ready 0\n") && response.ends_with("\n# EOF\n"), "{response}");
-        let response = get(addr, "GET /healthz").await;
-        assert!(response.starts_with("HTTP/1.1 200 OK\r\n") && response.ends_with("\r\n\r\nok"), "{response}");
-        assert!(get(addr, "GET /nope").await.starts_with("HTTP/1.1 404 Not Found\r\n"));
-        let response = get(addr, "POST /metrics").await;
-        assert!(response.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{response}");
-        assert!(response.contains("\r\nallow: GET\r\n"), "{response}");
-        stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returns after stop").unwrap().unwrap();
     }
 }
