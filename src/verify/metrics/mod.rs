@@ -35,16 +35,31 @@ struct CheckLabels {
     pool: String,
 }
 
-/// The state of the last acceptance run, as metrics.
+/// The state of the last acceptance run, as metrics. The last attempt (any run) and the last
+/// verdict (a run that reached verdicts) are kept apart: a run that errors refreshes the first,
+/// never the second, so an erroring checker never looks fresh.
 pub(crate) struct Metrics {
     /// Runs by result, since the process started.
     runs: Family<Label, Counter>,
-    /// The end (unix seconds) and duration (seconds) of the last run, verdicts or not.
-    last: Option<(f64, f64)>,
+    /// The last attempt, verdicts or not.
+    attempt: Option<Attempt>,
+    /// The end (unix seconds) of the last run that reached verdicts, and whether it was ready.
+    verdict: Option<(f64, bool)>,
     /// The families of the last run that reached verdicts, built once per run.
     verdicts: Option<Registry>,
     /// `accept` errors the listener backed off from, since the process started.
     accept_errors: Counter,
+}
+
+/// One run, verdicts or not.
+#[derive(Clone, Copy)]
+struct Attempt {
+    /// Its end, unix seconds.
+    at: f64,
+    /// Its duration, seconds.
+    took: f64,
+    /// It reached no verdicts.
+    errored: bool,
 }
 
 impl Metrics {
@@ -54,7 +69,7 @@ impl Metrics {
         for result in ["ready", "not_ready", "error"] {
             let _ = runs.get_or_create(&[("result", result)]);
         }
-        Self { runs, last: None, verdicts: None, accept_errors: Counter::default() }
+        Self { runs, attempt: None, verdict: None, verdicts: None, accept_errors: Counter::default() }
     }
 
     /// A finished run: `results` are its verdicts, `pools` the profile's pool names (a check id
@@ -82,18 +97,18 @@ impl Metrics {
         registry.register("osbx_acceptance_check", "1 for the state of a check in the last run", states);
         let help = "Wall time of a check in the last run";
         registry.register_with_unit("osbx_acceptance_check_duration", help, Unit::Seconds, durations);
-        let gauge = ConstGauge::new(i64::from(ready));
-        registry.register("osbx_acceptance_ready", "1 when every check passed or skipped", gauge);
         let info = Info::new(vec![("revision".to_owned(), revision.to_owned())]);
         registry.register("osbx_acceptance", "The revision the last run checked", info);
         self.verdicts = Some(registry);
-        self.count(if ready { "ready" } else { "not_ready" }, finished, took);
+        let at = self.count(if ready { "ready" } else { "not_ready" }, finished, took, false);
+        self.verdict = Some((at, ready));
     }
 
-    /// A run that could not reach verdicts at all (the cluster unreachable, the profile
-    /// unreadable): counts it and keeps the last verdicts.
+    /// A run that could not reach verdicts at all (the cluster unreachable, preflight refused,
+    /// the overall timeout): counts it and marks the last attempt errored (`ready` 0); the last
+    /// verdicts and their time stay as they were.
     pub(crate) fn record_error(&mut self, finished: SystemTime, took: Duration) {
-        self.count("error", finished, took);
+        self.count("error", finished, took, true);
     }
 
     /// An `accept` error of the listener that was not the client's (`EMFILE`, `ENOBUFS`, …).
@@ -101,10 +116,12 @@ impl Metrics {
         self.accept_errors.inc();
     }
 
-    fn count(&mut self, result: &'static str, finished: SystemTime, took: Duration) {
+    /// Counts a run as `result` and makes it the last attempt; returns its end in unix seconds.
+    fn count(&mut self, result: &'static str, finished: SystemTime, took: Duration, errored: bool) -> f64 {
         self.runs.get_or_create(&[("result", result)]).inc();
         let at = finished.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        self.last = Some((at, took.as_secs_f64()));
+        self.attempt = Some(Attempt { at, took: took.as_secs_f64(), errored });
+        at
     }
 
     /// The OpenMetrics text exposition (ends with `# EOF`).
@@ -113,11 +130,22 @@ impl Metrics {
         registry.register("osbx_acceptance_runs", "Acceptance runs by result", self.runs.clone());
         let help = "Accept errors the metrics listener backed off from (EMFILE, ENOBUFS, ...)";
         registry.register("osbx_acceptance_accept_errors", help, self.accept_errors.clone());
-        if let Some((at, took)) = self.last {
-            let help = "Unix time the last run ended";
-            registry.register_with_unit("osbx_acceptance_last_run_timestamp", help, Unit::Seconds, ConstGauge::new(at));
+        if let Some(Attempt { at, took, errored }) = self.attempt {
+            let help = "Unix time the last run ended, verdicts or not";
+            let gauge = ConstGauge::new(at);
+            registry.register_with_unit("osbx_acceptance_last_attempt_timestamp", help, Unit::Seconds, gauge);
             let help = "Duration of the last run";
             registry.register_with_unit("osbx_acceptance_run_duration", help, Unit::Seconds, ConstGauge::new(took));
+            let help = "1 when the last run reached no verdicts (its checks are those of the last run that did)";
+            registry.register("osbx_acceptance_last_run_error", help, ConstGauge::new(i64::from(errored)));
+            let ready = !errored && self.verdict.is_some_and(|(_, ready)| ready);
+            let help = "1 when the last run reached verdicts and every check passed or skipped";
+            registry.register("osbx_acceptance_ready", help, ConstGauge::new(i64::from(ready)));
+        }
+        if let Some((at, _)) = self.verdict {
+            let help = "Unix time the last run that reached verdicts ended";
+            let gauge = ConstGauge::new(at);
+            registry.register_with_unit("osbx_acceptance_last_verdict_timestamp", help, Unit::Seconds, gauge);
         }
         let mut text = String::new();
         text::encode_registry(&mut text, &registry)
@@ -136,6 +164,8 @@ fn split(id: &str, pools: &[String]) -> CheckLabels {
     CheckLabels { check: check.to_owned(), pool: pool.to_owned() }
 }
 
+#[cfg(test)]
+mod rules;
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,7 +216,9 @@ mod tests {
             r#"osbx_acceptance_check_duration_seconds{check="opensandbox.lifecycle",pool="gpu"} 1.5"#,
             "# TYPE osbx_acceptance_check gauge",
             "osbx_acceptance_ready 0",
-            "osbx_acceptance_last_run_timestamp_seconds 1700000000.0",
+            "osbx_acceptance_last_attempt_timestamp_seconds 1700000000.0",
+            "osbx_acceptance_last_verdict_timestamp_seconds 1700000000.0",
+            "osbx_acceptance_last_run_error 0",
             "osbx_acceptance_run_duration_seconds 3.0",
             r#"osbx_acceptance_runs_total{result="not_ready"} 1"#,
             r#"osbx_acceptance_info{revision="rev-1"} 1"#,
@@ -197,20 +229,48 @@ mod tests {
     }
 
     #[test]
-    fn a_later_run_replaces_the_checks_and_an_error_keeps_them() {
+    fn a_later_run_replaces_the_checks_and_an_error_keeps_them_but_is_never_fresh_or_ready() {
         let mut metrics = first_run();
         let end = UNIX_EPOCH + Duration::from_secs(1_700_000_060);
         let results = [result("kata.guest-kernel", Verdict::pass("6.12"), 100)];
         metrics.record(&results, &["default".to_owned()], end, Duration::from_secs(1), "rev-2");
+        let ready = [
+            "osbx_acceptance_ready 1",
+            "osbx_acceptance_last_run_error 0",
+            "osbx_acceptance_last_verdict_timestamp_seconds 1700000060.0",
+        ];
+        has(&metrics.encode(), &ready, "osbx_acceptance_check{check=\"opensandbox");
         metrics.record_error(end + Duration::from_secs(60), Duration::from_millis(500));
         let lines = [
             r#"osbx_acceptance_check{check="kata.guest-kernel",pool="",state="pass"} 1"#,
-            "osbx_acceptance_ready 1",
-            "osbx_acceptance_last_run_timestamp_seconds 1700000120.0",
+            "osbx_acceptance_ready 0",
+            "osbx_acceptance_last_run_error 1",
+            "osbx_acceptance_last_attempt_timestamp_seconds 1700000120.0",
+            "osbx_acceptance_last_verdict_timestamp_seconds 1700000060.0",
             "osbx_acceptance_run_duration_seconds 0.5",
             r#"osbx_acceptance_runs_total{result="error"} 1"#,
             r#"osbx_acceptance_info{revision="rev-2"} 1"#,
         ];
         has(&metrics.encode(), &lines, "osbx_acceptance_check{check=\"opensandbox");
+        // The next run that reaches verdicts clears the error and is the verdict again.
+        metrics.record(&results, &["default".to_owned()], end + Duration::from_secs(180), Duration::ZERO, "rev-2");
+        let lines = [
+            "osbx_acceptance_ready 1",
+            "osbx_acceptance_last_run_error 0",
+            "osbx_acceptance_last_verdict_timestamp_seconds 1700000240.0",
+        ];
+        has(&metrics.encode(), &lines, "osbx_acceptance_check{check=\"opensandbox");
+    }
+
+    #[test]
+    fn an_error_before_any_verdict_has_no_verdict_time() {
+        let mut metrics = Metrics::new();
+        metrics.record_error(UNIX_EPOCH + Duration::from_secs(1_700_000_000), Duration::from_secs(2));
+        let lines = [
+            "osbx_acceptance_ready 0",
+            "osbx_acceptance_last_run_error 1",
+            "osbx_acceptance_last_attempt_timestamp_seconds 1700000000.0",
+        ];
+        has(&metrics.encode(), &lines, "osbx_acceptance_last_verdict_timestamp_seconds");
     }
 }
