@@ -398,8 +398,8 @@ mod tests {
     /// A report of `revision` that passed, published `age` seconds ago.
     fn published(revision: &str, age: i64) -> crate::verify::publish::Published {
         let mut p = crate::verify::publish::Published::of("run-1", revision, &[]);
-        let then = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(age);
-        p.time = then.round(k8s_openapi::jiff::Unit::Second).unwrap().to_string();
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        p.time = k8s_openapi::jiff::Timestamp::from_second(now - age).unwrap().to_string();
         p.ready = true;
         p
     }
