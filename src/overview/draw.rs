@@ -202,10 +202,13 @@ fn acceptance_line(a: &super::AcceptanceState) -> String {
     if !a.published {
         return format!("acceptance: {} no report yet ({})", mark(false), a.report);
     }
-    let age = a.age_seconds.map_or_else(|| "at an unknown time".to_owned(), |s| format!("{} ago", age(s.max(0))));
+    let mut age = a.age_seconds.map_or_else(|| "at an unknown time".to_owned(), |s| format!("{} ago", age(s.max(0))));
+    if a.stale {
+        age = format!("stale: {age}, older than {}", self::age(a.stale_after_seconds));
+    }
     format!(
         "acceptance: {} {}, revision {} ({}), {age}  ({})",
-        mark(a.ready && a.current),
+        mark(a.green()),
         a.summary.as_deref().unwrap_or_default(),
         a.revision.as_deref().unwrap_or_default(),
         if a.current { "current" } else { "not the rendered one" },
@@ -346,6 +349,8 @@ mod tests {
                 current: true,
                 time: Some("2026-12-05T12:00:00Z".into()),
                 age_seconds: Some(300),
+                stale: false,
+                stale_after_seconds: 2700,
             }),
             ready: false,
         }

@@ -171,7 +171,59 @@ pub(crate) struct AcceptanceState {
     pub(crate) time: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) age_seconds: Option<i64>,
+    /// Older than `stale_after_seconds` (or of no readable time): silence, not a verdict.
+    pub(crate) stale: bool,
+    /// The bound: three of the profile's `acceptance.interval`.
+    pub(crate) stale_after_seconds: i64,
 }
+
+impl AcceptanceState {
+    /// The state of `published` (the report ConfigMap `report` holds, if any) against the
+    /// revision rendered now and the age bound.
+    fn of(
+        report: String,
+        published: Option<crate::verify::publish::Published>,
+        rendered: Option<&str>,
+        stale_after: i64,
+    ) -> Self {
+        let Some(p) = published else {
+            return Self {
+                report,
+                published: false,
+                ready: false,
+                summary: None,
+                revision: None,
+                current: false,
+                time: None,
+                age_seconds: None,
+                stale: false,
+                stale_after_seconds: stale_after,
+            };
+        };
+        let age_seconds = p.age_seconds();
+        Self {
+            report,
+            published: true,
+            ready: p.ready,
+            current: rendered == Some(p.revision.as_str()),
+            stale: age_seconds.is_none_or(|age| age > stale_after),
+            stale_after_seconds: stale_after,
+            age_seconds,
+            summary: Some(p.summary),
+            revision: Some(p.revision),
+            time: Some(p.time),
+        }
+    }
+
+    /// A published verdict that passed, of the revision rendered now, and not stale.
+    #[must_use]
+    pub(crate) fn green(&self) -> bool {
+        self.published && self.ready && self.current && !self.stale
+    }
+}
+
+/// How many of the profile's `acceptance.interval` a verdict may be old before it is stale.
+const STALE_AFTER_INTERVALS: u32 = 3;
 
 /// The platform at a glance.
 #[derive(Debug, Clone, Serialize)]
@@ -187,7 +239,8 @@ pub(crate) struct Overview {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) acceptance: Option<AcceptanceState>,
     /// Every layer and release Ready, the server healthy, every Pool healthy, every class
-    /// runnable on some node, and the last in-cluster verdict Ready at the rendered revision.
+    /// runnable on some node, and the last in-cluster verdict Ready at the rendered revision and
+    /// not stale.
     pub(crate) ready: bool,
 }
 
@@ -228,29 +281,11 @@ async fn acceptance(
     let report = a.report();
     let rendered = a.revision_in(layers.iter().flat_map(|l| &l.objects));
     let published = crate::verify::publish::read(cluster, &report).await?;
+    // The interval is checked at load (`acceptance.interval`, a duration).
+    let interval = crate::spec::syntax::parse_duration(&a.interval).unwrap_or_default();
+    let stale_after = i64::try_from((interval * STALE_AFTER_INTERVALS).as_secs()).unwrap_or(i64::MAX);
     let name = format!("{}/{}", a.namespace, report.name);
-    Ok(Some(match published {
-        None => AcceptanceState {
-            report: name,
-            published: false,
-            ready: false,
-            summary: None,
-            revision: None,
-            current: false,
-            time: None,
-            age_seconds: None,
-        },
-        Some(p) => AcceptanceState {
-            report: name,
-            published: true,
-            ready: p.ready,
-            current: rendered.as_deref() == Some(p.revision.as_str()),
-            age_seconds: p.age_seconds(),
-            summary: Some(p.summary),
-            revision: Some(p.revision),
-            time: Some(p.time),
-        },
-    }))
+    Ok(Some(AcceptanceState::of(name, published, rendered.as_deref(), stale_after)))
 }
 
 fn releases(layers: &[Layer]) -> Vec<ObjectRef> {
@@ -326,7 +361,7 @@ pub(crate) async fn read(
         && server_state.healthy
         && pools.iter().all(|p| p.healthy)
         && runtimes.iter().all(|r| r.runnable == Some(true))
-        && acceptance.as_ref().is_none_or(|a| a.ready && a.current);
+        && acceptance.as_ref().is_none_or(AcceptanceState::green);
     Ok(Overview {
         cluster: profile.cluster.name.clone(),
         layers: layer_states,
@@ -358,6 +393,56 @@ mod tests {
         let rc = json!({"metadata": {"name": "kata-qemu"}, "handler": "kata-qemu",
             "scheduling": {"nodeSelector": {"katacontainers.io/kata-runtime": "true"}}});
         runtime_states(&["kata-qemu".to_owned()], &[Some(rc)], nodes).remove(0)
+    }
+
+    /// A report of `revision` that passed, published `age` seconds ago.
+    fn published(revision: &str, age: i64) -> crate::verify::publish::Published {
+        let publishing = crate::verify::publish::Publishing {
+            report: crate::object::KnownKind::CONFIG_MAP.object(Some("ns"), "r"),
+            revision: revision.to_owned(),
+            writer: crate::verify::publish::Writer::Unnamed,
+        };
+        let mut p = crate::verify::publish::Published::of("run-1", &publishing, "c", std::time::SystemTime::now(), &[]);
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        p.time = k8s_openapi::jiff::Timestamp::from_second(now - age).unwrap().to_string();
+        p.ready = true;
+        p
+    }
+
+    #[test]
+    fn a_verdict_older_than_three_intervals_is_stale_and_not_green() {
+        let state = |p, rendered| AcceptanceState::of("ns/r".into(), Some(p), rendered, 2700);
+        let fresh = state(published("rev-1", 600), Some("rev-1"));
+        assert!(fresh.green() && !fresh.stale && fresh.current, "{fresh:?}");
+        let old = state(published("rev-1", 2800), Some("rev-1"));
+        assert!(old.stale && !old.green() && old.ready && old.current, "{old:?}");
+        assert_eq!((old.stale_after_seconds, old.age_seconds.map(|a| a >= 2800)), (2700, Some(true)));
+        let other = state(published("rev-0", 600), Some("rev-1"));
+        assert!(!other.current && !other.stale && !other.green(), "{other:?}");
+        let mut unknown = published("rev-1", 0);
+        unknown.time = "yesterday".into();
+        let unknown = state(unknown, Some("rev-1"));
+        assert!(unknown.stale && !unknown.green(), "a time that does not parse is no evidence: {unknown:?}");
+        let none = AcceptanceState::of("ns/r".into(), None, Some("rev-1"), 2700);
+        assert!(!none.published && !none.green(), "{none:?}");
+        let json = serde_json::to_value(&old).unwrap();
+        assert_eq!((&json["stale"], &json["staleAfterSeconds"]), (&json!(true), &json!(2700)), "{json}");
+        let line = draw::text(&Overview {
+            cluster: "c".into(),
+            layers: vec![],
+            releases: vec![],
+            server: ServerState { service: "s".into(), reachable: true, healthy: true, detail: String::new() },
+            pools: vec![],
+            runtimes: vec![],
+            acceptance: Some(old),
+            ready: false,
+        });
+        let line = line.last().unwrap();
+        assert!(
+            line.starts_with("acceptance: ✘ Ready, revision rev-1 (current), stale: 4")
+                && line.contains("ago, older than 45m"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -16,8 +16,8 @@ pub(crate) mod report;
 mod scripts;
 pub(crate) mod serve;
 pub(crate) mod session;
-pub(crate) mod sweep;
 pub(crate) mod settings;
+pub(crate) mod sweep;
 
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::FutureExt as _;
+
 use super::metrics::{self, Metrics};
 use super::publish::{self, Published, Publishing};
 use super::session::{Session, VerifyError};
@@ -31,6 +33,9 @@ pub(crate) enum ServeError {
     /// This identity may not publish the report.
     #[error(transparent)]
     Preflight(#[from] crate::cluster::preflight::PreflightError),
+    /// The check loop panicked (`/healthz` answered 503 from then until the stop).
+    #[error("the check loop stopped: {0}")]
+    Loop(String),
     /// The address cannot be listened on.
     #[error("cannot serve metrics on {addr}: {source}")]
     Bind {
@@ -66,9 +71,10 @@ pub(crate) struct Runs<'a> {
 
 /// Serve until `stop` resolves: the metrics from the start (the last published report of this
 /// revision until the first run ends), a run every `serve.interval`, each reported to `ended`.
+/// `/healthz` answers 200 while the run loop is alive; if it panics, 503 until `stop`.
 ///
 /// # Errors
-/// [`ServeError`] when the address cannot be listened on.
+/// [`ServeError`] when the address cannot be listened on, or when the run loop panicked.
 pub(crate) async fn serve(
     runs: Runs<'_>,
     serve: Serve,
@@ -105,8 +111,11 @@ pub(crate) async fn serve(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-    let server = tokio::spawn(metrics::serve(listener, state.clone(), halted()));
+    let (loop_, alive) = metrics::Liveness::start();
+    let server = tokio::spawn(metrics::serve(listener, state.clone(), loop_, metrics::Limits::default(), halted()));
+    // `/healthz` answers 200 while this loop holds `alive`: it fails once the loop ends or panics.
     let runs_loop = async {
+        let _alive = alive;
         loop {
             tokio::select! {
                 () = tokio::time::sleep(serve.interval) => {}
@@ -128,13 +137,30 @@ pub(crate) async fn serve(
             }
         }
     };
-    tokio::select! {
-        () = runs_loop => {}
-        () = stop => {}
+    let mut stop = std::pin::pin!(stop);
+    let panicked = tokio::select! {
+        ended = std::panic::AssertUnwindSafe(runs_loop).catch_unwind() => ended.err(),
+        () = &mut stop => None,
+    };
+    if panicked.is_some() {
+        // The metrics stay served, `/healthz` 503, until the pod is stopped.
+        stop.await;
     }
     let _ = stopping.send(true);
     let _ = server.await;
-    Ok(())
+    match panicked {
+        Some(payload) => Err(ServeError::Loop(panic_message(payload.as_ref()))),
+        None => Ok(()),
+    }
+}
+
+/// What a panic said.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// One run: its id and results.

@@ -84,7 +84,8 @@ impl Session {
         let run =
             probe::Run::new(profile.verify.probe_deadline_seconds, settings.timeout, settings.probe_namespace.clone());
         let extra_namespaces = extra_namespaces(profile);
-        let super::sweep::Swept { removed: mut swept, live_runs } = super::sweep::sweep(cluster, &run, &extra_namespaces).await;
+        let super::sweep::Swept { removed: mut swept, live_runs } =
+            super::sweep::sweep(cluster, &run, &extra_namespaces).await;
         swept.extend(checks::sweep_sandboxes(cluster, profile, &live_runs).await);
         run.create_namespace(cluster).await?;
         let ctx = Ctx {

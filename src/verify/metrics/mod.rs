@@ -4,28 +4,19 @@
 //! The verdicts' families are built anew at each run, so a check that a later run no longer has
 //! disappears with it; only the run counters live for the whole process.
 
-use std::convert::Infallible;
-use std::future::Future;
+mod http;
+
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::header::{ALLOW, CONTENT_TYPE, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::{EncodeLabelSet, text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
-use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 
+pub(crate) use self::http::{Limits, Liveness, serve};
 use super::{CheckResult, Outcome};
 
 /// The content type of the OpenMetrics text exposition.
@@ -44,14 +35,31 @@ struct CheckLabels {
     pool: String,
 }
 
-/// The state of the last acceptance run, as metrics.
+/// The state of the last acceptance run, as metrics. The last attempt (any run) and the last
+/// verdict (a run that reached verdicts) are kept apart: a run that errors refreshes the first,
+/// never the second, so an erroring checker never looks fresh.
 pub(crate) struct Metrics {
     /// Runs by result, since the process started.
     runs: Family<Label, Counter>,
-    /// The end (unix seconds) and duration (seconds) of the last run, verdicts or not.
-    last: Option<(f64, f64)>,
+    /// The last attempt, verdicts or not.
+    attempt: Option<Attempt>,
+    /// The end (unix seconds) of the last run that reached verdicts, and whether it was ready.
+    verdict: Option<(f64, bool)>,
     /// The families of the last run that reached verdicts, built once per run.
     verdicts: Option<Registry>,
+    /// `accept` errors the listener backed off from, since the process started.
+    accept_errors: Counter,
+}
+
+/// One run, verdicts or not.
+#[derive(Clone, Copy)]
+struct Attempt {
+    /// Its end, unix seconds.
+    at: f64,
+    /// Its duration, seconds.
+    took: f64,
+    /// It reached no verdicts.
+    errored: bool,
 }
 
 impl Metrics {
@@ -61,7 +69,7 @@ impl Metrics {
         for result in ["ready", "not_ready", "error"] {
             let _ = runs.get_or_create(&[("result", result)]);
         }
-        Self { runs, last: None, verdicts: None }
+        Self { runs, attempt: None, verdict: None, verdicts: None, accept_errors: Counter::default() }
     }
 
     /// A finished run: `results` are its verdicts, `pools` the profile's pool names (a check id
@@ -89,35 +97,55 @@ impl Metrics {
         registry.register("osbx_acceptance_check", "1 for the state of a check in the last run", states);
         let help = "Wall time of a check in the last run";
         registry.register_with_unit("osbx_acceptance_check_duration", help, Unit::Seconds, durations);
-        let gauge = ConstGauge::new(i64::from(ready));
-        registry.register("osbx_acceptance_ready", "1 when every check passed or skipped", gauge);
         let info = Info::new(vec![("revision".to_owned(), revision.to_owned())]);
         registry.register("osbx_acceptance", "The revision the last run checked", info);
         self.verdicts = Some(registry);
-        self.count(if ready { "ready" } else { "not_ready" }, finished, took);
+        let at = self.count(if ready { "ready" } else { "not_ready" }, finished, took, false);
+        self.verdict = Some((at, ready));
     }
 
-    /// A run that could not reach verdicts at all (the cluster unreachable, the profile
-    /// unreadable): counts it and keeps the last verdicts.
+    /// A run that could not reach verdicts at all (the cluster unreachable, preflight refused,
+    /// the overall timeout): counts it and marks the last attempt errored (`ready` 0); the last
+    /// verdicts and their time stay as they were.
     pub(crate) fn record_error(&mut self, finished: SystemTime, took: Duration) {
-        self.count("error", finished, took);
+        self.count("error", finished, took, true);
     }
 
-    fn count(&mut self, result: &'static str, finished: SystemTime, took: Duration) {
+    /// An `accept` error of the listener that was not the client's (`EMFILE`, `ENOBUFS`, …).
+    pub(crate) fn accept_error(&mut self) {
+        self.accept_errors.inc();
+    }
+
+    /// Counts a run as `result` and makes it the last attempt; returns its end in unix seconds.
+    fn count(&mut self, result: &'static str, finished: SystemTime, took: Duration, errored: bool) -> f64 {
         self.runs.get_or_create(&[("result", result)]).inc();
         let at = finished.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        self.last = Some((at, took.as_secs_f64()));
+        self.attempt = Some(Attempt { at, took: took.as_secs_f64(), errored });
+        at
     }
 
     /// The OpenMetrics text exposition (ends with `# EOF`).
     pub(crate) fn encode(&self) -> String {
         let mut registry = Registry::default();
         registry.register("osbx_acceptance_runs", "Acceptance runs by result", self.runs.clone());
-        if let Some((at, took)) = self.last {
-            let help = "Unix time the last run ended";
-            registry.register_with_unit("osbx_acceptance_last_run_timestamp", help, Unit::Seconds, ConstGauge::new(at));
+        let help = "Accept errors the metrics listener backed off from (EMFILE, ENOBUFS, ...)";
+        registry.register("osbx_acceptance_accept_errors", help, self.accept_errors.clone());
+        if let Some(Attempt { at, took, errored }) = self.attempt {
+            let help = "Unix time the last run ended, verdicts or not";
+            let gauge = ConstGauge::new(at);
+            registry.register_with_unit("osbx_acceptance_last_attempt_timestamp", help, Unit::Seconds, gauge);
             let help = "Duration of the last run";
             registry.register_with_unit("osbx_acceptance_run_duration", help, Unit::Seconds, ConstGauge::new(took));
+            let help = "1 when the last run reached no verdicts (its checks are those of the last run that did)";
+            registry.register("osbx_acceptance_last_run_error", help, ConstGauge::new(i64::from(errored)));
+            let ready = !errored && self.verdict.is_some_and(|(_, ready)| ready);
+            let help = "1 when the last run reached verdicts and every check passed or skipped";
+            registry.register("osbx_acceptance_ready", help, ConstGauge::new(i64::from(ready)));
+        }
+        if let Some((at, _)) = self.verdict {
+            let help = "Unix time the last run that reached verdicts ended";
+            let gauge = ConstGauge::new(at);
+            registry.register_with_unit("osbx_acceptance_last_verdict_timestamp", help, Unit::Seconds, gauge);
         }
         let mut text = String::new();
         text::encode_registry(&mut text, &registry)
@@ -136,70 +164,18 @@ fn split(id: &str, pools: &[String]) -> CheckLabels {
     CheckLabels { check: check.to_owned(), pool: pool.to_owned() }
 }
 
-/// Serve `GET /metrics` (the exposition of `metrics`) and `GET /healthz` ("ok") on `listener`
-/// until `stop` resolves, then drop the open connections. Other paths answer 404 and other methods
-/// 405 (every answer says `Allow: GET`). HTTP/1.1 only, one task per connection.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    metrics: Arc<RwLock<Metrics>>,
-    stop: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    let mut stop = std::pin::pin!(stop);
-    let mut connections = JoinSet::new();
-    loop {
-        let stream = tokio::select! {
-            () = &mut stop => return Ok(()),
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                // The client gave up between its connect and our accept.
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted) => continue,
-                Err(e) => return Err(e),
-            },
-        };
-        while connections.try_join_next().is_some() {}
-        let metrics = Arc::clone(&metrics);
-        connections.spawn(async move {
-            let service = service_fn(move |request| {
-                let response = respond(&request, &metrics);
-                async move { Ok::<_, Infallible>(response) }
-            });
-            // A connection that fails (a client that hangs up, a malformed request) is its own end.
-            let _ =
-                http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
-}
-
-fn respond(request: &Request<Incoming>, metrics: &RwLock<Metrics>) -> Response<Full<Bytes>> {
-    let text = "text/plain; charset=utf-8";
-    let (status, content_type, body) = match request.uri().path() {
-        "/metrics" | "/healthz" if request.method() != Method::GET => {
-            (StatusCode::METHOD_NOT_ALLOWED, text, "method not allowed\n".to_owned())
-        }
-        "/metrics" => (StatusCode::OK, OPENMETRICS, metrics.read().unwrap_or_else(PoisonError::into_inner).encode()),
-        "/healthz" => (StatusCode::OK, text, "ok".to_owned()),
-        _ => (StatusCode::NOT_FOUND, text, "not found\n".to_owned()),
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
-    response
-}
-
+#[cfg(test)]
+mod rules;
 #[cfg(test)]
 mod tests {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     use super::*;
     use crate::verify::Verdict;
 
-    fn result(id: &str, verdict: Verdict, duration_ms: u64) -> CheckResult {
+    pub(super) fn result(id: &str, verdict: Verdict, duration_ms: u64) -> CheckResult {
         CheckResult { id: id.into(), started_ms: 0, duration_ms, verdict }
     }
 
-    fn first_run() -> Metrics {
+    pub(super) fn first_run() -> Metrics {
         let mut metrics = Metrics::new();
         let results = [
             result("kata.guest-kernel", Verdict::pass("6.12"), 250),
@@ -224,7 +200,8 @@ mod tests {
         let text = Metrics::new().encode();
         has(&text, &[r#"osbx_acceptance_runs_total{result="ready"} 0"#], "osbx_acceptance_ready");
         has(&text, &[r#"osbx_acceptance_runs_total{result="error"} 0"#], "osbx_acceptance_check");
-        assert_eq!(text.lines().filter(|line| !line.starts_with('#')).count(), 3, "{text}");
+        has(&text, &["osbx_acceptance_accept_errors_total 0"], "osbx_acceptance_info");
+        assert_eq!(text.lines().filter(|line| !line.starts_with('#')).count(), 4, "{text}");
     }
 
     #[test]
@@ -239,7 +216,9 @@ mod tests {
             r#"osbx_acceptance_check_duration_seconds{check="opensandbox.lifecycle",pool="gpu"} 1.5"#,
             "# TYPE osbx_acceptance_check gauge",
             "osbx_acceptance_ready 0",
-            "osbx_acceptance_last_run_timestamp_seconds 1700000000.0",
+            "osbx_acceptance_last_attempt_timestamp_seconds 1700000000.0",
+            "osbx_acceptance_last_verdict_timestamp_seconds 1700000000.0",
+            "osbx_acceptance_last_run_error 0",
             "osbx_acceptance_run_duration_seconds 3.0",
             r#"osbx_acceptance_runs_total{result="not_ready"} 1"#,
             r#"osbx_acceptance_info{revision="rev-1"} 1"#,
@@ -250,50 +229,48 @@ mod tests {
     }
 
     #[test]
-    fn a_later_run_replaces_the_checks_and_an_error_keeps_them() {
+    fn a_later_run_replaces_the_checks_and_an_error_keeps_them_but_is_never_fresh_or_ready() {
         let mut metrics = first_run();
         let end = UNIX_EPOCH + Duration::from_secs(1_700_000_060);
         let results = [result("kata.guest-kernel", Verdict::pass("6.12"), 100)];
         metrics.record(&results, &["default".to_owned()], end, Duration::from_secs(1), "rev-2");
+        let ready = [
+            "osbx_acceptance_ready 1",
+            "osbx_acceptance_last_run_error 0",
+            "osbx_acceptance_last_verdict_timestamp_seconds 1700000060.0",
+        ];
+        has(&metrics.encode(), &ready, "osbx_acceptance_check{check=\"opensandbox");
         metrics.record_error(end + Duration::from_secs(60), Duration::from_millis(500));
         let lines = [
             r#"osbx_acceptance_check{check="kata.guest-kernel",pool="",state="pass"} 1"#,
-            "osbx_acceptance_ready 1",
-            "osbx_acceptance_last_run_timestamp_seconds 1700000120.0",
+            "osbx_acceptance_ready 0",
+            "osbx_acceptance_last_run_error 1",
+            "osbx_acceptance_last_attempt_timestamp_seconds 1700000120.0",
+            "osbx_acceptance_last_verdict_timestamp_seconds 1700000060.0",
             "osbx_acceptance_run_duration_seconds 0.5",
             r#"osbx_acceptance_runs_total{result="error"} 1"#,
             r#"osbx_acceptance_info{revision="rev-2"} 1"#,
         ];
         has(&metrics.encode(), &lines, "osbx_acceptance_check{check=\"opensandbox");
+        // The next run that reaches verdicts clears the error and is the verdict again.
+        metrics.record(&results, &["default".to_owned()], end + Duration::from_secs(180), Duration::ZERO, "rev-2");
+        let lines = [
+            "osbx_acceptance_ready 1",
+            "osbx_acceptance_last_run_error 0",
+            "osbx_acceptance_last_verdict_timestamp_seconds 1700000240.0",
+        ];
+        has(&metrics.encode(), &lines, "osbx_acceptance_check{check=\"opensandbox");
     }
 
-    async fn get(addr: std::net::SocketAddr, request_line: &str) -> String {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request = format!("{request_line} HTTP/1.1\r\nHost: osbx\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        response
-    }
-
-    #[tokio::test]
-    async fn serve_answers_metrics_health_and_strays_until_stopped() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server =
-            tokio::spawn(serve(listener, Arc::new(RwLock::new(first_run())), async { stopped.await.unwrap_or(()) }));
-        let response = get(addr, "GET /metrics").await;
-        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
-        assert!(response.contains(&format!("\r\ncontent-type: {OPENMETRICS}\r\n")), "{response}");
-        assert!(response.contains("\nosbx_acceptance_ready 0\n") && response.ends_with("\n# EOF\n"), "{response}");
-        let response = get(addr, "GET /healthz").await;
-        assert!(response.starts_with("HTTP/1.1 200 OK\r\n") && response.ends_with("\r\n\r\nok"), "{response}");
-        assert!(get(addr, "GET /nope").await.starts_with("HTTP/1.1 404 Not Found\r\n"));
-        let response = get(addr, "POST /metrics").await;
-        assert!(response.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{response}");
-        assert!(response.contains("\r\nallow: GET\r\n"), "{response}");
-        stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returns after stop").unwrap().unwrap();
+    #[test]
+    fn an_error_before_any_verdict_has_no_verdict_time() {
+        let mut metrics = Metrics::new();
+        metrics.record_error(UNIX_EPOCH + Duration::from_secs(1_700_000_000), Duration::from_secs(2));
+        let lines = [
+            "osbx_acceptance_ready 0",
+            "osbx_acceptance_last_run_error 1",
+            "osbx_acceptance_last_attempt_timestamp_seconds 1700000000.0",
+        ];
+        has(&metrics.encode(), &lines, "osbx_acceptance_last_verdict_timestamp_seconds");
     }
 }
