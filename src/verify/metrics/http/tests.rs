@@ -107,8 +107,14 @@ async fn connections_beyond_the_bound_wait_and_silent_or_idle_ones_end_by_themse
         let n = tokio::time::timeout(Duration::from_secs(5), waiting.read(&mut buf)).await.unwrap().unwrap();
         assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK\r\n"), "{}", String::from_utf8_lossy(&buf[..n]));
         assert!(started.elapsed() < limits.lifetime, "idle={idle_after_a_request}: {:?}", started.elapsed());
+        // Every holder ends by itself: the first to end let the waiting request in, the others
+        // end within their own head timeout (on a loaded machine, a few milliseconds later).
         for mut h in holders {
-            assert!(closed(&mut h, Duration::ZERO).await, "idle={idle_after_a_request}: a holder is still open");
+            let within = limits.head * 2;
+            assert!(
+                closed(&mut h, within).await,
+                "idle={idle_after_a_request}: a holder is still open after {within:?}"
+            );
         }
     }
 }
