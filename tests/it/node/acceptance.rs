@@ -28,15 +28,17 @@ use crate::builder::TestProfile;
 use crate::turns::{self, Need};
 
 const NS: &str = "nd-acceptance";
+/// The layer's probe namespace.
+const PROBES: &str = "nd-acceptance-probes";
 
 /// The node profile with a Kata pool on `class`, and an acceptance layer after the pools that
 /// runs `nodes` and `kata.runtimeclass` every 5 s in `nd-acceptance`.
 fn with_acceptance(image: &str, class: &str) -> TestProfile {
-    profile()
-        .pool("vm", "kata", [0, 1, 0, 1])
-        .pool_set("vm", "runtimeClassName", class)
-        .acceptance(json!({"image": image, "namespace": NS, "name": "acc", "interval": "5s",
-                           "only": ["nodes.ready", "kata.runtimeclass"]}))
+    profile().pool("vm", "kata", [0, 1, 0, 1]).pool_set("vm", "runtimeClassName", class).acceptance(
+        json!({"image": image, "namespace": NS, "name": "acc", "interval": "5s",
+                           "probeNamespace": PROBES,
+                           "only": ["nodes.ready", "kata.runtimeclass"]}),
+    )
 }
 
 /// The acceptance layer's objects as rendered, and the revision its Job checks.
@@ -269,6 +271,9 @@ async fn the_acceptance_job_and_server_run_in_the_osbx_image() {
             .as_deref(),
         Some("acc-report")
     );
-    let _ =
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).delete(NS, &DeleteParams::default()).await;
+    for ns in [NS, PROBES] {
+        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .delete(ns, &DeleteParams::default())
+            .await;
+    }
 }
