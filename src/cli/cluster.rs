@@ -176,6 +176,11 @@ pub struct InClusterFlags {
     /// grant pod creation in that namespace alone.
     #[arg(long, value_name = "NAMESPACE")]
     pub probe_namespace: Option<String>,
+    /// Run only the checks that change nothing in the cluster (the acceptance layer's serving
+    /// pod, whose identity may create nothing); with --serve, the other checks' verdicts come
+    /// from the last report of the layer's Job at the same revision and criteria.
+    #[arg(long)]
+    pub read_only: bool,
     /// The pod this run is in, named in the published report as its writer (the acceptance
     /// layer's pods set it from the downward API).
     #[arg(long, env = "OSBX_POD_NAME", value_name = "NAME", hide_env_values = true)]

@@ -234,6 +234,10 @@ pub struct RbacArgs {
     /// layer's ConfigMap with Events, and that layer, their own, not among the layers checked.
     #[arg(long)]
     pub in_cluster: bool,
+    /// With `--in-cluster`: the roles of the acceptance layer's serving pod (`verify --serve
+    /// --read-only`), which runs only the checks that change nothing and publishes its report.
+    #[arg(long, requires = "in_cluster")]
+    pub serving: bool,
     /// Bind the roles to this ServiceAccount (NAMESPACE/NAME); repeatable.
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_service_account)]
     pub service_account: Vec<(String, String)>,

@@ -92,6 +92,22 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// Whether it only reads (a GET through the service proxy included; a review of one's own
+    /// access is a question, not a change): what a pod whose identity may create nothing can do.
+    #[must_use]
+    pub(crate) fn changes_nothing(&self) -> bool {
+        match self {
+            Operation::Get(_)
+            | Operation::List(..)
+            | Operation::Wait(_)
+            | Operation::Watch(_)
+            | Operation::Url(_)
+            | Operation::Review => true,
+            Operation::Proxy { method, .. } => *method == http::Method::GET,
+            _ => false,
+        }
+    }
+
     /// The permissions this operation needs: the only place a permission is derived.
     ///
     /// Kubernetes RBAC cannot restrict `create` (the name is in the body) or the collection

@@ -176,6 +176,12 @@ impl Acceptance {
         })
     }
 
+    /// The serving pod's ServiceAccount (it creates nothing): namespace and `<name>-serve`.
+    #[must_use]
+    pub fn serving_account(&self) -> (String, String) {
+        (self.namespace.clone(), format!("{}-serve", self.name))
+    }
+
     /// The ServiceAccount the checks run as: namespace and name.
     #[must_use]
     pub fn service_account(&self) -> (String, String) {

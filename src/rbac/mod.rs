@@ -92,6 +92,9 @@ pub struct Options {
     /// For verify's runs in the cluster (the acceptance layer's Job and Deployment): their
     /// report published, and the acceptance layer, their own, not among the layers checked.
     pub in_cluster: bool,
+    /// With `in_cluster`: for the serving pod (`verify --serve --read-only`), which runs only
+    /// the checks that change nothing and publishes its report: it may create nothing else.
+    pub serving: bool,
     /// Bind the roles to these (none: the roles only).
     pub subjects: Vec<Subject>,
 }
@@ -128,8 +131,13 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
             skip: a.skip.clone(),
             bench: false,
         });
-        // In the cluster, the probes go to the namespace the acceptance layer renders for them.
-        let reach = Reach { probes: acceptance.map(|a| a.probe_namespace.clone()), ..Reach::default() };
+        // In the cluster, the probes go to the namespace the acceptance layer renders for them;
+        // the serving pod runs only what changes nothing.
+        let reach = Reach {
+            probes: acceptance.map(|a| a.probe_namespace.clone()),
+            read_only: acceptance.is_some() && opts.serving,
+            ..Reach::default()
+        };
         out.extend(session::operations(profile, &flux_objects, &selection, &reach));
         if let Some(acceptance) = acceptance {
             out.extend(publish::operations(&acceptance.report()));
@@ -245,7 +253,11 @@ fn rules(grants: &Grants) -> Vec<Value> {
 /// verify's runs in the cluster).
 #[must_use]
 pub(crate) fn role_name(profile: &Profile, opts: &Options) -> String {
-    let purpose = if opts.in_cluster { "acceptance" } else { opts.purpose.name() };
+    let purpose = match (opts.in_cluster, opts.serving) {
+        (true, true) => "acceptance-serve",
+        (true, false) => "acceptance",
+        _ => opts.purpose.name(),
+    };
     let mut name = format!("osbx-{}-{}-{purpose}", profile.name(), profile.cluster.name);
     name.truncate(253);
     name
@@ -313,23 +325,29 @@ pub(crate) fn in_cluster() -> crate::render::InCluster {
     }
 }
 
-/// The roles and bindings of the acceptance layer's ServiceAccount: what `osbx rbac --for verify
-/// --in-cluster` derives for the profile whose other layers render as `others` (the render asks
-/// this, [`crate::render::Roles`]; the namespaces those layers render are theirs, not repeated).
+/// The roles and bindings of the acceptance layer's two ServiceAccounts: the runs' (the Job's),
+/// what `osbx rbac --for verify --in-cluster` derives for the profile whose other layers render
+/// as `others`, and the serving pod's, what `… --in-cluster --serving` derives (the render asks
+/// this, [`crate::render::InCluster`]; the namespaces those layers render are theirs, not
+/// repeated).
 #[must_use]
 pub fn acceptance_roles(profile: &Profile, others: &crate::render::Rendered) -> Vec<Value> {
     let Some(acceptance) = &profile.sections.acceptance else { return Vec::new() };
-    let (namespace, name) = acceptance.service_account();
-    let opts = Options {
-        purpose: Purpose::Verify,
-        prune: false,
-        decryption_secret: false,
-        in_cluster: true,
-        subjects: vec![Subject::ServiceAccount(namespace, name)],
-    };
     let layers = deploy::layers(profile, others);
-    let objects = roles(profile, &layers, &needs(profile, &layers, &opts), &opts);
-    objects.into_iter().filter(|o| o["kind"] != "Namespace").collect()
+    let mut out = Vec::new();
+    for (serving, (namespace, name)) in [(false, acceptance.service_account()), (true, acceptance.serving_account())] {
+        let opts = Options {
+            purpose: Purpose::Verify,
+            prune: false,
+            decryption_secret: false,
+            in_cluster: true,
+            serving,
+            subjects: vec![Subject::ServiceAccount(namespace, name)],
+        };
+        let objects = roles(profile, &layers, &needs(profile, &layers, &opts), &opts);
+        out.extend(objects.into_iter().filter(|o| o["kind"] != "Namespace"));
+    }
+    out
 }
 
 /// The objects as one multi-document YAML stream, after a comment saying what they are for.

@@ -16,6 +16,7 @@ fn objects(profile: &str, purpose: Purpose, prune: bool) -> Vec<Value> {
         prune,
         decryption_secret: false,
         in_cluster: false,
+        serving: false,
         subjects: vec![Subject::ServiceAccount("ci".into(), "osbx".into())],
     };
     roles(&profile, &layers, &needs(&profile, &layers, &opts), &opts)
@@ -137,14 +138,42 @@ fn the_acceptance_layer_binds_exactly_the_in_cluster_verify_roles() {
         prune: false,
         decryption_secret: false,
         in_cluster: true,
+        serving: false,
         subjects: vec![Subject::ServiceAccount("osbx-acceptance".into(), "osbx-acceptance".into())],
     };
     let printed: Vec<Value> = roles(profile, &layers, &needs(profile, &layers, &opts), &opts)
         .into_iter()
         .filter(|o| o["kind"] != "Namespace")
         .collect();
+    let serving = Options {
+        serving: true,
+        subjects: vec![Subject::ServiceAccount("osbx-acceptance".into(), "osbx-acceptance-serve".into())],
+        ..opts.clone()
+    };
+    let printed_serving: Vec<Value> = roles(profile, &layers, &needs(profile, &layers, &serving), &serving)
+        .into_iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .collect();
     assert!(!in_layer.is_empty());
-    assert_eq!(in_layer, printed);
+    assert_eq!(in_layer, [printed.clone(), printed_serving.clone()].concat());
+    // The serving pod's identity creates and deletes nothing but its report and its Events (and
+    // asks about its own access).
+    for r in &printed_serving {
+        for rule in r["rules"].as_array().into_iter().flatten() {
+            let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            let resources: Vec<&str> =
+                rule["resources"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            assert!(!verbs.iter().any(|v| v.starts_with("delete")), "the serving pod deletes: {rule}");
+            if verbs.contains(&"create") {
+                assert!(
+                    resources.iter().all(|x| matches!(*x, "events" | "configmaps" | "selfsubjectaccessreviews")),
+                    "the serving pod creates: {rule}"
+                );
+            }
+        }
+    }
+    let serve_own = role(&printed_serving, "Role", Some("osbx-acceptance"));
+    assert_eq!(rule(serve_own, "configmaps", true)["resourceNames"], json!(["osbx-acceptance-report"]));
     let flux = role(&printed, "Role", Some("flux-system"));
     let names = &rule(flux, "kustomizations", true)["resourceNames"];
     assert!(names.as_array().unwrap().contains(&json!("opensandbox-pools")), "{names}");
@@ -190,4 +219,66 @@ fn the_acceptance_layer_binds_exactly_the_in_cluster_verify_roles() {
     let outside = Options { in_cluster: false, ..opts };
     let needs_outside = needs(profile, &layers, &outside);
     assert!(!needs_outside.iter().any(|n| format!("{n:?}").contains("osbx-acceptance-report")));
+}
+
+/// The acceptance layer's pods run as the identities derived here: the Job as `<name>`, the
+/// serving pod as `<name>-serve` with `--read-only`; each mounts a token of its own that expires
+/// 600 s after its last renewal; a NetworkPolicy admits traffic to them on the metrics port only.
+#[test]
+fn the_acceptance_pods_hold_short_lived_tokens_of_their_own_identities() {
+    let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded("fresh-cluster".into())).unwrap();
+    let rendered = renderer(None).unwrap().render(&loaded).unwrap();
+    let objects: Vec<Value> =
+        rendered.objects().into_iter().filter(|o| o.layer == "acceptance").map(|o| o.object.value).collect();
+    let of = |kind: &str| objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"));
+    for (kind, account, read_only) in [("Job", "osbx-acceptance", false), ("Deployment", "osbx-acceptance-serve", true)]
+    {
+        let spec = &of(kind)["spec"]["template"]["spec"];
+        assert_eq!(spec["serviceAccountName"], account, "{kind}");
+        assert_eq!(spec["automountServiceAccountToken"], false, "{kind}");
+        let token = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "token").unwrap();
+        assert_eq!(token["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"], 600, "{kind}");
+        let args: Vec<&str> =
+            spec["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(args.contains(&"--read-only"), read_only, "{kind}: {args:?}");
+    }
+    let accounts: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ServiceAccount")
+        .map(|o| {
+            assert_eq!(o["automountServiceAccountToken"], false, "{o}");
+            o["metadata"]["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(accounts, ["osbx-acceptance", "osbx-acceptance-serve"]);
+    let policy = of("NetworkPolicy");
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(policy["spec"]["ingress"], json!([{"ports": [{"protocol": "TCP", "port": 9464}]}]));
+    assert_eq!(policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"], "osbx-acceptance");
+}
+
+/// A `--read-only` run (the serving pod) runs the checks whose operations only read: the API
+/// reads and the server's health through the proxy, never a probe pod, a sandbox or a dry run.
+#[test]
+fn a_read_only_run_runs_only_the_checks_that_read() {
+    let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded("fresh-cluster".into())).unwrap();
+    let reach = crate::verify::Reach {
+        probes: Some("osbx-acceptance-probes".into()),
+        read_only: true,
+        ..crate::verify::Reach::default()
+    };
+    let ids = crate::verify::session::read_only_ids(&loaded.profile, &crate::verify::Selection::default(), &reach);
+    assert_eq!(
+        ids,
+        [
+            "flux.layers",
+            "nodes.ready",
+            "kata.runtimeclass",
+            "kata.annotations",
+            "opensandbox.server",
+            "opensandbox.pools"
+        ]
+    );
+    let ops = crate::verify::session::operations(&loaded.profile, &[], &crate::verify::Selection::default(), &reach);
+    assert!(ops.iter().all(crate::cluster::operation::Operation::changes_nothing), "{ops:?}");
 }

@@ -37,6 +37,11 @@ pub struct Run {
     pub owns_namespace: bool,
 }
 
+/// A new run's id: `<unix seconds>-<pid>`.
+pub(crate) fn run_id() -> String {
+    format!("{}-{}", now(), std::process::id())
+}
+
 pub(super) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -46,7 +51,7 @@ impl Run {
     /// exists), else in a namespace of its own.
     #[must_use]
     pub fn new(deadline_seconds: i64, timeout: Duration, namespace: Option<String>) -> Self {
-        let id = format!("{}-{}", now(), std::process::id());
+        let id = run_id();
         let owns_namespace = namespace.is_none();
         let namespace = namespace.unwrap_or_else(|| format!("osbx-verify-{id}"));
         Self { namespace, id, deadline_seconds, expires: now() + timeout.as_secs() + 5, owns_namespace }

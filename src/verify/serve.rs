@@ -11,7 +11,7 @@ use futures::FutureExt as _;
 
 use super::metrics::{self, Metrics};
 use super::publish::{self, Published, Publishing};
-use super::session::{Session, VerifyError};
+use super::session::{Session, VerifyError, read_only_ids};
 use super::{CheckResult, Settings};
 use crate::cluster::Cluster;
 use crate::object::ObjectRef;
@@ -123,7 +123,7 @@ pub(crate) async fn serve(
             }
             let started = Instant::now();
             let began = SystemTime::now();
-            match run(&runs, progress, halted()).await {
+            match Box::pin(run(&runs, progress, halted())).await {
                 Ok((id, results)) => {
                     write(&state).record(&results, &pools, SystemTime::now(), started.elapsed(), revision);
                     let published = Published::of(&id, &runs.publish, &criteria, began, &results);
@@ -163,15 +163,34 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
-/// One run: its id and results.
+/// One run: its id and results. A `--read-only` run runs the checks that change nothing (none,
+/// when the profile selects none of them), and takes the others' verdicts from the last report
+/// of the layer's Job at this revision and criteria (their pods run there, not here).
 async fn run(
     runs: &Runs<'_>,
     progress: &dyn Progress,
     halted: impl Future<Output = ()>,
 ) -> Result<(String, Vec<CheckResult>), VerifyError> {
-    let session = Session::start(runs.cluster, runs.profile, runs.flux_objects.clone(), runs.settings.clone()).await?;
-    let id = session.id().to_owned();
-    Ok((id, session.run(progress, halted).await?))
+    let s = &runs.settings;
+    let (id, mut results) = if s.read_only && read_only_ids(runs.profile, &s.selection, &s.reach()).is_empty() {
+        (super::probe::run_id(), Vec::new())
+    } else {
+        let session = Session::start(runs.cluster, runs.profile, runs.flux_objects.clone(), s.clone()).await?;
+        let id = session.id().to_owned();
+        (id, session.run(progress, halted).await?)
+    };
+    if s.read_only {
+        let criteria = publish::criteria(runs.profile);
+        if let Some(job) = publish::read_of_job(runs.cluster, &runs.publish.report).await?
+            && job.revision == runs.publish.revision
+            && job.criteria == criteria
+        {
+            let deep: Vec<CheckResult> =
+                job.checks.into_iter().filter(|c| !results.iter().any(|r| r.id == c.id)).collect();
+            results.extend(deep);
+        }
+    }
+    Ok((id, results))
 }
 
 fn write(state: &RwLock<Metrics>) -> std::sync::RwLockWriteGuard<'_, Metrics> {

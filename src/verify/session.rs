@@ -64,8 +64,13 @@ impl Session {
         cluster: &Cluster,
         profile: &Profile,
         flux_objects: Vec<ObjectRef>,
-        settings: Settings,
+        mut settings: Settings,
     ) -> Result<Self, VerifyError> {
+        if settings.read_only {
+            // Only what changes nothing runs (a selection of none is the caller's to avoid).
+            let only = read_only_ids(profile, &settings.selection, &settings.reach());
+            settings.selection = Selection { only, skip: Vec::new(), bench: false };
+        }
         let planned = operations(profile, &flux_objects, &settings.selection, &settings.reach());
         preflight::review(cluster, &planned, "this verify run").await?;
         let key = endpoint::api_key(cluster, profile, &settings.api_key).await;
@@ -84,10 +89,14 @@ impl Session {
         let run =
             probe::Run::new(profile.verify.probe_deadline_seconds, settings.timeout, settings.probe_namespace.clone());
         let extra_namespaces = extra_namespaces(profile);
-        let super::sweep::Swept { removed: mut swept, live_runs } =
-            super::sweep::sweep(cluster, &run, &extra_namespaces).await;
-        swept.extend(checks::sweep_sandboxes(cluster, profile, &live_runs).await);
-        run.create_namespace(cluster).await?;
+        let mut swept = Vec::new();
+        if !settings.read_only {
+            let super::sweep::Swept { removed, live_runs } =
+                super::sweep::sweep(cluster, &run, &extra_namespaces).await;
+            swept.extend(removed);
+            swept.extend(checks::sweep_sandboxes(cluster, profile, &live_runs).await);
+            run.create_namespace(cluster).await?;
+        }
         let ctx = Ctx {
             cluster: cluster.clone(),
             profile: profile.clone(),
@@ -133,7 +142,9 @@ impl Session {
             results = tokio::time::timeout(timeout, checks) => Some(results),
             () = interrupted => None,
         };
-        self.ctx.run.cleanup(&self.ctx.cluster, &self.extra_namespaces).await;
+        if !self.settings.read_only {
+            self.ctx.run.cleanup(&self.ctx.cluster, &self.extra_namespaces).await;
+        }
         match outcome {
             None => Err(VerifyError::Interrupted(self.ctx.run.namespace.clone())),
             Some(Err(_)) => Err(VerifyError::TimedOut(timeout)),
@@ -156,18 +167,45 @@ pub(crate) fn operations(
     selection: &Selection,
     reach: &Reach,
 ) -> Vec<Operation> {
-    let mut out = probe::run_operations(&extra_namespaces(profile), reach.probes.as_deref());
-    out.extend(checks::sweeping_sandboxes(profile));
+    let mut out = Vec::new();
+    if !reach.read_only {
+        out.extend(probe::run_operations(&extra_namespaces(profile), reach.probes.as_deref()));
+        out.extend(checks::sweeping_sandboxes(profile));
+    }
     for check in checks::catalogue(profile, flux_objects.to_vec(), selection) {
         if check.ids().iter().any(|id| selection.selects(id)) {
-            // A probe in the run's own namespace: the one given, when it is.
-            out.extend(check.operations(profile, reach).into_iter().map(|op| match op {
-                Operation::Probe(None) => Operation::Probe(reach.probes.clone()),
-                op => op,
-            }));
+            let ops = check_operations(check.as_ref(), profile, reach);
+            if !reach.read_only || ops.iter().all(Operation::changes_nothing) {
+                out.extend(ops);
+            }
         }
     }
     out
+}
+
+/// What `check` does for `profile` reached as `reach`: a probe in the run's own namespace goes
+/// to the one given, when it is.
+fn check_operations(check: &dyn super::Check, profile: &Profile, reach: &Reach) -> Vec<Operation> {
+    check
+        .operations(profile, reach)
+        .into_iter()
+        .map(|op| match op {
+            Operation::Probe(None) => Operation::Probe(reach.probes.clone()),
+            op => op,
+        })
+        .collect()
+}
+
+/// The ids of `selection`'s checks that change nothing in the cluster (their operations only
+/// read), what a `--read-only` run runs; in the catalogue's order.
+#[must_use]
+pub(crate) fn read_only_ids(profile: &Profile, selection: &Selection, reach: &Reach) -> Vec<String> {
+    checks::catalogue(profile, Vec::new(), selection)
+        .iter()
+        .filter(|c| check_operations(c.as_ref(), profile, reach).iter().all(Operation::changes_nothing))
+        .flat_map(|c| c.ids())
+        .filter(|id| selection.selects(id))
+        .collect()
 }
 
 /// A selection a run cannot honour: a check id (or prefix) no check of the profile has, or

@@ -46,6 +46,9 @@ pub struct Reach {
     /// layer renders one): the run creates and deletes no namespace, only its own pods there.
     /// `None`: a namespace of the run's own, created and deleted by it.
     pub probes: Option<String>,
+    /// Only the checks that change nothing run (`--read-only`: the serving pod, whose identity
+    /// may create nothing); the run creates, sweeps and deletes nothing.
+    pub read_only: bool,
 }
 
 /// How to run the checks.
@@ -61,6 +64,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// Run the probe pods in this existing namespace (see [`Reach::probes`]).
     pub probe_namespace: Option<String>,
+    /// Run only the checks that change nothing (see [`Reach::read_only`]).
+    pub read_only: bool,
 }
 
 impl Settings {
@@ -71,6 +76,7 @@ impl Settings {
             direct: self.server_url.is_some(),
             key_given: self.api_key.value().is_some(),
             probes: self.probe_namespace.clone(),
+            read_only: self.read_only,
         }
     }
 }

@@ -226,6 +226,7 @@ impl VerifyRunSettings {
                 api_key: ApiKeyValue::new(api_key),
                 timeout: f.verify_timeout,
                 probe_namespace: None,
+                read_only: false,
             },
             junit: f.junit.clone(),
             publish: None,
@@ -260,6 +261,7 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
             anyhow::bail!("--probe-namespace {ns:?} is not a namespace name: {why}");
         }
         verify.run.probe_namespace.clone_from(&c.probe_namespace);
+        verify.run.read_only = c.read_only;
         verify.publish = c.publish.as_ref().map(|(ns, name)| crate::verify::publish::Publishing {
             report: crate::object::KnownKind::CONFIG_MAP.object(Some(ns), name),
             revision: c.revision.clone().unwrap_or_default(),
@@ -310,6 +312,7 @@ impl From<&RolloutArgs> for RolloutSettings {
                     api_key: ApiKeyValue::default(),
                     timeout: a.verify_timeout,
                     probe_namespace: None,
+                    read_only: false,
                 },
             },
             output: a.output,

@@ -213,6 +213,7 @@ impl From<&RbacArgs> for RbacSettings {
                 prune: a.prune,
                 decryption_secret: a.create_decryption_secret,
                 in_cluster: a.in_cluster,
+                serving: a.serving,
                 subjects: a.user.iter().cloned().map(Subject::User).chain(accounts).collect(),
             },
         }

@@ -133,6 +133,7 @@ pub fn lookup_problems(subject: &Subject, baselines: &[&Baseline]) -> Vec<String
         prune: false,
         decryption_secret: false,
         in_cluster: false,
+        serving: false,
         subjects: Vec::new(),
     };
     let mut out = Vec::new();

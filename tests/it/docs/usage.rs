@@ -42,6 +42,7 @@ fn written(usage: &str) -> BTreeSet<String> {
             "--pod",
             "--job-name",
             "--job-uid",
+            "--read-only",
             "--serve",
             "--interval",
         ]

@@ -56,10 +56,15 @@ fn rendered(p: &TestProfile) -> (Vec<Value>, String) {
 fn on_this_node(node: &NodePlane, mut obj: Value) -> Value {
     let spec = &mut obj["spec"]["template"]["spec"];
     let (volume, mount) = service_account_volume();
-    spec["volumes"].as_array_mut().unwrap().push(volume);
-    let container = &mut spec["containers"][0];
-    container["volumeMounts"].as_array_mut().unwrap().push(mount);
+    // The rendered pods mount a short-lived token of their own there (the projected volume
+    // Kubernetes would add, with a shorter expiry): added only where the render has none.
+    let mounts = &spec["containers"][0]["volumeMounts"];
+    if !mounts.as_array().unwrap().iter().any(|m| m["mountPath"] == mount["mountPath"]) {
+        spec["volumes"].as_array_mut().unwrap().push(volume);
+        spec["containers"][0]["volumeMounts"].as_array_mut().unwrap().push(mount);
+    }
     // The rendered env (who runs, from the downward API) and the relay's.
+    let container = &mut spec["containers"][0];
     let mut env = container["env"].as_array().cloned().unwrap_or_default();
     env.extend(in_cluster_env(node).as_array().unwrap().iter().cloned());
     container["env"] = Value::Array(env);
