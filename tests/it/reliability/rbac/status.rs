@@ -26,8 +26,17 @@ struct Setup {
     objects: Vec<Value>,
 }
 
+/// The status tests' profile: a runc and a Kata pool.
+fn st_profile() -> TestProfile {
+    TestProfile::new("st").pool("pod", "runc", [1, 2, 1, 4]).pool("vm", "kata", [1, 1, 0, 2])
+}
+
 impl Setup {
     async fn start(pools_kind: bool) -> Self {
+        Self::start_with(pools_kind, st_profile()).await
+    }
+
+    async fn start_with(pools_kind: bool, profile: TestProfile) -> Self {
         let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
         let client = cluster::client_for(&plane.kubeconfig).await;
         cluster::install_crds(&client, "flux").await;
@@ -35,13 +44,17 @@ impl Setup {
             cluster::install_crds(&client, "opensandbox").await;
         }
         let dir = tempfile::tempdir().unwrap();
-        TestProfile::new("st").pool("pod", "runc", [1, 2, 1, 4]).pool("vm", "kata", [1, 1, 0, 2]).write_to(dir.path());
+        profile.write_to(dir.path());
         let profile = dir.path().join("profile.yaml");
         let out = osbx().args(["rbac", "--for", "status", "--user", USER, "--profile"]).arg(&profile).output().unwrap();
         let (stdout, stderr) = outputs(&out);
         assert_eq!(out.status.code(), Some(0), "{stderr}");
         let objects: Vec<Value> = stdout.split("\n---\n").skip(1).map(|d| serde_saphyr::from_str(d).unwrap()).collect();
-        for ns in ["st-flux", "st-system", "st-sbx"] {
+        let mut namespaces: Vec<&str> = vec!["st-flux", "st-system", "st-sbx"];
+        namespaces.extend(objects.iter().filter_map(|o| o["metadata"]["namespace"].as_str()));
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        for ns in namespaces {
             apply(&client, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
         }
         for obj in &objects {
@@ -283,4 +296,67 @@ async fn just_after_a_tick(setup: &Setup) {
         (setup.requests("LIST", "pools").await > lists).then_some(())
     })
     .await;
+}
+
+/// `osbx status` reads the acceptance layer's report from the real API server, as the printed
+/// status user, and says what it is: the verdict of the revision rendered now and fresh (Ready),
+/// older than three of the layer's intervals (stale: not Ready, with its age and the bound), or
+/// of another revision (not current) (issue 54, item 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_a_real_report_current_stale_or_of_another_revision() {
+    let profile = st_profile().acceptance(json!({"image": "registry.example.org/osbx:test", "namespace": "st-acc",
+                                                 "name": "acc", "interval": "10m"}));
+    let loaded = osbx::profile::from_value("st", &serde_saphyr::from_str(&profile.yaml()).unwrap()).unwrap();
+    let rendered = osbx::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+    let objects: Vec<_> =
+        rendered.objects().into_iter().filter(|o| o.layer == "acceptance").map(|o| o.object).collect();
+    let revision = loaded.profile.sections.acceptance.as_ref().unwrap().revision_in(objects.iter()).unwrap();
+    let setup = Setup::start_with(false, profile).await;
+    let publish = |revision: String, age: i64| {
+        let client = setup.client.clone();
+        async move {
+            let time = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second() - age)
+                .unwrap()
+                .to_string();
+            let report = json!({"run": "r-1", "writer": {"kind": "Job", "name": "acc", "uid": "u-1", "pod": "acc-x"},
+                                "revision": revision, "criteria": "c", "started": time, "time": time, "ready": true,
+                                "summary": "Ready", "checks": []});
+            apply(
+                &client,
+                &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "acc-report", "namespace": "st-acc"},
+                                   "data": {"report.json": report.to_string()}}),
+            )
+            .await;
+        }
+    };
+    let acceptance = |out: &Output| -> Value {
+        let (stdout, stderr) = outputs(out);
+        assert_ne!(out.status.code(), Some(2), "{stderr}");
+        let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        doc["acceptance"].clone()
+    };
+    // Fresh, of this revision: Ready.
+    publish(revision.clone(), 60).await;
+    let a = acceptance(&setup.status().await);
+    assert_eq!(
+        (a["ready"].as_bool(), a["current"].as_bool(), a["stale"].as_bool()),
+        (Some(true), Some(true), Some(false)),
+        "{a:#}"
+    );
+    assert_eq!(a["staleAfterSeconds"], 1800, "three intervals of 10m: {a:#}");
+    // Older than three intervals: stale, not Ready, in text too.
+    publish(revision.clone(), 2 * 3600).await;
+    let a = acceptance(&setup.status().await);
+    assert_eq!((a["current"].as_bool(), a["stale"].as_bool()), (Some(true), Some(true)), "{a:#}");
+    let mut text = osbx();
+    text.args(["status", "--profile"]).arg(&setup.profile).arg("--kubeconfig").arg(&setup.user);
+    let out = output_off_runtime(text).await;
+    assert_eq!(out.status.code(), Some(1), "a stale verdict is not Ready");
+    let line = outputs(&out).0.lines().find(|l| l.starts_with("acceptance:")).map(str::to_owned).unwrap_or_default();
+    assert!(line.contains("stale: 2h ago, older than 30m"), "{line}");
+    // Of another revision: not current.
+    publish("0123456789abcdef".to_owned(), 60).await;
+    let a = acceptance(&setup.status().await);
+    assert_eq!((a["current"].as_bool(), a["revision"].as_str()), (Some(false), Some("0123456789abcdef")), "{a:#}");
 }
