@@ -117,7 +117,7 @@ pub(super) async fn verify(
         std::fs::write(path, report::junit(&results)).with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(publishing) = &settings.publish {
-        let criteria = publish::criteria(&prepared.loaded.profile);
+        let criteria = prepared.loaded.profile.criteria();
         let published = Published::of(&run_id, publishing, &criteria, started, &results);
         publish::publish(cluster, &publishing.report, &published).await?;
         printer.action(&format!("published the report to {} as {}", publishing.report, publishing.writer));

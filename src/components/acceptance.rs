@@ -161,19 +161,14 @@ impl Acceptance {
     }
 
     /// The run a verdict of this render must come from: the layer's Job at the revision the
-    /// rendered Job checks, for the criteria of this section and `verify` (`None`: no such Job
-    /// among `objects`).
+    /// rendered Job checks, for `criteria` (the profile's: [`Acceptance::criteria`]; `None`: no
+    /// such Job among `objects`).
     pub(crate) fn expected<'a>(
         &self,
-        verify: &impl Serialize,
+        criteria: String,
         objects: impl Iterator<Item = &'a crate::object::Object>,
     ) -> Option<Expected> {
-        Some(Expected {
-            report: self.report(),
-            job: self.job(),
-            revision: self.revision_in(objects)?,
-            criteria: self.criteria(verify),
-        })
+        Some(Expected { report: self.report(), job: self.job(), revision: self.revision_in(objects)?, criteria })
     }
 
     /// The serving pod's ServiceAccount (it creates nothing): namespace and `<name>-serve`.

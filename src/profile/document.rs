@@ -240,6 +240,15 @@ impl Profile {
         self.layers.iter().find(|l| l.name == layer).and_then(LayerSpec::renders)
     }
 
+    /// The digest of the criteria the acceptance checks of this profile run by: its `acceptance`
+    /// section (the default one without) and its `verify` section
+    /// ([`crate::components::acceptance::Acceptance::criteria`]). The render mixes it into the
+    /// revision, each run publishes it, the gate compares it.
+    #[must_use]
+    pub(crate) fn criteria(&self) -> String {
+        self.sections.acceptance.clone().unwrap_or_default().criteria(&self.verify)
+    }
+
     /// The SPIFFE smoke identity `osbx verify` checks: `verify.spiffe`, else the one the `spire`
     /// section defines.
     #[must_use]

@@ -126,11 +126,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
         let checked: Vec<Layer> = layers.iter().filter(|l| Some(l.name.as_str()) != own).cloned().collect();
         let flux_objects = deploy::flux_objects(&checked);
         // In the cluster, the checks the acceptance layer selects.
-        let selection = acceptance.map_or_else(Selection::default, |a| Selection {
-            only: a.only.clone(),
-            skip: a.skip.clone(),
-            bench: false,
-        });
+        let selection = acceptance.map_or_else(Selection::default, Selection::of_acceptance);
         // In the cluster, the probes go to the namespace the acceptance layer renders for them;
         // the serving pod runs only what changes nothing.
         let reach = Reach {

@@ -139,7 +139,7 @@ fn revision(p: &Profile, others: &Rendered) -> String {
     let dirs: BTreeMap<&str, String> =
         p.layers.iter().map(|l| (l.name.as_str(), format!("{}/", l.repo_path()))).collect();
     // The criteria the runs check by: a change to them is a new revision too.
-    let mut digest = p.sections.acceptance.as_ref().map(|a| a.criteria(&p.verify)).unwrap_or_default();
+    let mut digest = p.criteria();
     digest.push('\0');
     for f in &others.files {
         let within = dirs.get(f.layer.as_str()).and_then(|d| f.path.strip_prefix(d.as_str()));

@@ -80,7 +80,7 @@ fn gated_in_cluster(
 ) -> Option<crate::components::acceptance::Expected> {
     let acceptance = member.profile.sections.acceptance.as_ref()?;
     member.profile.rendering(&crate::components::acceptance::COMPONENT)?;
-    acceptance.expected(&member.profile.verify, layers.iter().flat_map(|l| &l.objects))
+    acceptance.expected(member.profile.criteria(), layers.iter().flat_map(|l| &l.objects))
 }
 
 /// Everything a rollout does on one cluster whose render holds `objects` (`flux` its Flux

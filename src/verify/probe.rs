@@ -106,10 +106,15 @@ impl Run {
         Err(ClusterError::Api { subject: format!("Namespace/{}", self.namespace), error })
     }
 
-    /// Delete everything this run created (pods first, with no grace, then its own namespace).
+    /// Delete everything this run created (pods first, with no grace, then its own namespace;
+    /// in a namespace it was given, its pods alone: it creates nothing else there).
     pub async fn cleanup(&self, cluster: &Cluster, extra_namespaces: &[String]) {
         let selector = format!("{RUN_LABEL}={}", self.id);
-        delete_labelled(cluster, &self.namespace, &selector).await;
+        if self.owns_namespace {
+            delete_labelled(cluster, &self.namespace, &selector).await;
+        } else {
+            delete_pods(cluster, &self.namespace, &selector).await;
+        }
         for ns in extra_namespaces {
             delete_labelled(cluster, ns, &selector).await;
         }
@@ -120,11 +125,23 @@ impl Run {
     }
 }
 
+/// Delete the pods and service accounts in `namespace` that `selector` selects, with no grace.
 pub(super) async fn delete_labelled(cluster: &Cluster, namespace: &str, selector: &str) {
+    delete_pods(cluster, namespace, selector).await;
     let lp = ListParams::default().labels(selector);
-    let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
-    let _ = Api::<Pod>::namespaced(cluster.client.clone(), namespace).delete_collection(&now, &lp).await;
-    let _ = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace).delete_collection(&now, &lp).await;
+    let _ =
+        Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace).delete_collection(&at_once(), &lp).await;
+}
+
+/// Delete the pods in `namespace` that `selector` selects, with no grace.
+pub(super) async fn delete_pods(cluster: &Cluster, namespace: &str, selector: &str) {
+    let lp = ListParams::default().labels(selector);
+    let _ = Api::<Pod>::namespaced(cluster.client.clone(), namespace).delete_collection(&at_once(), &lp).await;
+}
+
+/// Deleting with no grace: the probes are done.
+fn at_once() -> DeleteParams {
+    DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }
 }
 
 /// What a run's own namespace, the sweep of earlier runs and the cleanup do

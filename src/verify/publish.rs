@@ -75,13 +75,6 @@ pub(crate) struct Publishing {
     pub writer: Writer,
 }
 
-/// The digest of the criteria a run of `profile` checks by (its `acceptance` and `verify`
-/// sections: [`crate::components::acceptance::Acceptance::criteria`]).
-#[must_use]
-pub(crate) fn criteria(profile: &crate::profile::Profile) -> String {
-    profile.sections.acceptance.clone().unwrap_or_default().criteria(&profile.verify)
-}
-
 /// One run's report, as published.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Published {
@@ -92,7 +85,7 @@ pub(crate) struct Published {
     pub writer: Writer,
     /// The revision of the layers it checked (the acceptance layer's `osbx.dev/revision`).
     pub revision: String,
-    /// The digest of the criteria it checked by ([`criteria`]).
+    /// The digest of the criteria it checked by ([`crate::profile::Profile::criteria`]).
     #[serde(default)]
     pub criteria: String,
     /// When it started (RFC 3339).

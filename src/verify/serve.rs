@@ -87,7 +87,7 @@ pub(crate) async fn serve(
         .await
         .map_err(|source| ServeError::Bind { addr: serve.addr, source })?;
     let (report, revision) = (&runs.publish.report, &runs.publish.revision);
-    let criteria = publish::criteria(runs.profile);
+    let criteria = runs.profile.criteria();
     let pools: Vec<String> = runs.profile.sections.pools.items.iter().map(|p| p.name.clone()).collect();
     let state = Arc::new(RwLock::new(Metrics::new()));
     if let Ok(Some(last)) = publish::read(runs.cluster, report).await
@@ -123,7 +123,7 @@ pub(crate) async fn serve(
             }
             let started = Instant::now();
             let began = SystemTime::now();
-            match Box::pin(run(&runs, progress, halted())).await {
+            match Box::pin(run(&runs, &criteria, progress, halted())).await {
                 Ok((id, results)) => {
                     write(&state).record(&results, &pools, SystemTime::now(), started.elapsed(), revision);
                     let published = Published::of(&id, &runs.publish, &criteria, began, &results);
@@ -168,6 +168,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// of the layer's Job at this revision and criteria (their pods run there, not here).
 async fn run(
     runs: &Runs<'_>,
+    criteria: &str,
     progress: &dyn Progress,
     halted: impl Future<Output = ()>,
 ) -> Result<(String, Vec<CheckResult>), VerifyError> {
@@ -179,16 +180,13 @@ async fn run(
         let id = session.id().to_owned();
         (id, session.run(progress, halted).await?)
     };
-    if s.read_only {
-        let criteria = publish::criteria(runs.profile);
-        if let Some(job) = publish::read_of_job(runs.cluster, &runs.publish.report).await?
-            && job.revision == runs.publish.revision
-            && job.criteria == criteria
-        {
-            let deep: Vec<CheckResult> =
-                job.checks.into_iter().filter(|c| !results.iter().any(|r| r.id == c.id)).collect();
-            results.extend(deep);
-        }
+    if s.read_only
+        && let Some(job) = publish::read_of_job(runs.cluster, &runs.publish.report).await?
+        && job.revision == runs.publish.revision
+        && job.criteria == criteria
+    {
+        let deep: Vec<CheckResult> = job.checks.into_iter().filter(|c| !results.iter().any(|r| r.id == c.id)).collect();
+        results.extend(deep);
     }
     Ok((id, results))
 }

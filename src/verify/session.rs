@@ -277,7 +277,7 @@ pub(crate) fn check_selection(profile: &Profile, selection: &Selection) -> Resul
 #[must_use]
 pub(crate) fn acceptance_selection(profile: &Profile) -> Vec<(String, String)> {
     let Some(a) = &profile.sections.acceptance else { return Vec::new() };
-    let selection = Selection { only: a.only.clone(), skip: a.skip.clone(), bench: false };
+    let selection = Selection::of_acceptance(a);
     let found = problems(profile, &selection);
     let known = found.known.join(", ");
     let mut out: Vec<(String, String)> = found
@@ -305,7 +305,7 @@ pub(crate) fn acceptance_selection(profile: &Profile) -> Vec<(String, String)> {
 #[must_use]
 pub(crate) fn probe_security(profile: &Profile) -> (&'static str, String) {
     let Some(a) = &profile.sections.acceptance else { return ("baseline", "no acceptance section".to_owned()) };
-    let selection = Selection { only: a.only.clone(), skip: a.skip.clone(), bench: false };
+    let selection = Selection::of_acceptance(a);
     let on_nodes: Vec<String> = checks::catalogue(profile, Vec::new(), &selection)
         .iter()
         .filter(|c| c.uses_the_node(profile))

@@ -18,6 +18,13 @@ pub struct Selection {
 pub(crate) const OPT_IN: &str = "workload.bench";
 
 impl Selection {
+    /// What the acceptance layer's runs select: its `only` and `skip` (no opt-in checks: its
+    /// pods pass no `--bench`).
+    #[must_use]
+    pub(crate) fn of_acceptance(a: &crate::components::acceptance::Acceptance) -> Self {
+        Self { only: a.only.clone(), skip: a.skip.clone(), bench: false }
+    }
+
     /// Whether `pattern` (an id, or a prefix of whole segments) names the check `id`.
     pub(crate) fn matches(pattern: &str, id: &str) -> bool {
         id == pattern || id.starts_with(&format!("{pattern}."))

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams};
 
-use super::probe::{EXPIRES, MANAGED_BY, RUN_LABEL, Run, delete_labelled, now};
+use super::probe::{EXPIRES, MANAGED_BY, RUN_LABEL, Run, delete_labelled, delete_pods, now};
 use crate::cluster::Cluster;
 
 /// What [`sweep`] removed, and the runs still live (the current one, and those whose probe
@@ -70,8 +70,7 @@ pub(crate) async fn sweep(cluster: &Cluster, current: &Run, extra_namespaces: &[
         let pods = Api::<Pod>::namespaced(cluster.client.clone(), &current.namespace);
         let list = pods.list(&lp).await.map(|l| l.items).unwrap_or_default();
         for run in expired_runs(list, &mut live_runs) {
-            let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
-            let _ = pods.delete_collection(&now, &ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await;
+            delete_pods(cluster, &current.namespace, &format!("{RUN_LABEL}={run}")).await;
             swept.push(format!("{} (run {run})", current.namespace));
         }
     }
