@@ -151,7 +151,7 @@ impl Reading<'_> {
             return Ok(Err("no report of a Job's run".to_owned()));
         };
         if p.revision != e.revision {
-            return Ok(Err(format!("the report of revision {} (by {})", p.revision, p.writer)));
+            return Ok(Err(format!("the report of revision {:?} (by {})", p.revision, p.writer)));
         }
         if p.criteria != e.criteria {
             return Ok(Err(format!("a report of this revision for criteria {:?}, not {}", p.criteria, e.criteria)));

@@ -54,11 +54,13 @@ impl Writer {
     }
 }
 
+/// As the gate and the run say it: the names quoted and escaped (a report is read back from the
+/// cluster, where whoever may patch the ConfigMap may write anything).
 impl std::fmt::Display for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Job { name, uid, .. } => write!(f, "Job {name} (uid {uid})"),
-            Self::Pod { name } => write!(f, "pod {name}"),
+            Self::Job { name, uid, .. } => write!(f, "Job {name:?} (uid {uid:?})"),
+            Self::Pod { name } => write!(f, "pod {name:?}"),
             Self::Unnamed => f.write_str("a run that did not name itself"),
         }
     }
@@ -264,7 +266,9 @@ mod tests {
         assert_eq!(Writer::of(Some("acc-x"), Some(("acc", " "))), Writer::Pod { name: "acc-x".into() });
         assert_eq!(Writer::of(None, None), Writer::Unnamed);
         assert_eq!(Writer::of(Some(""), None), Writer::Unnamed);
-        assert_eq!(Writer::of(None, Some(("acc", "u-1"))).to_string(), "Job acc (uid u-1)");
+        assert_eq!(Writer::of(None, Some(("acc", "u-1"))).to_string(), r#"Job "acc" (uid "u-1")"#);
+        // A name read back from the cluster is escaped, never a terminal's control sequence.
+        assert_eq!(Writer::Pod { name: "x\u{1b}[2Jy\n".into() }.to_string(), r#"pod "x\u{1b}[2Jy\n""#);
     }
 
     /// A report written before reports named their writer and criteria reads back as unnamed,
