@@ -192,6 +192,11 @@ pub struct InClusterFlags {
     /// The uid of that Job (set from the pod's `batch.kubernetes.io/controller-uid`).
     #[arg(long, env = "OSBX_JOB_UID", value_name = "UID", hide_env_values = true)]
     pub job_uid: Option<String>,
+    /// The CronJob that Job is of (the acceptance layer's, which runs every check between
+    /// revisions): its report is published beside the Job's, never as the one `osbx rollout`
+    /// trusts.
+    #[arg(long, value_name = "NAME", requires = "publish")]
+    pub cron_job: Option<String>,
     /// Run the checks every --interval until stopped, serving their metrics on ADDR
     /// (`/metrics`, OpenMetrics; `/healthz`).
     #[arg(long, value_name = "ADDR")]

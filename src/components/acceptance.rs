@@ -39,6 +39,9 @@ pub const REVISION_ANNOTATION: &str = "osbx.dev/revision";
 /// The kind of the layer's Job (`batch/v1` Job).
 pub const JOB: KnownKind = KnownKind::new("batch", "v1", "Job");
 
+/// The kind of the layer's CronJob (`batch/v1` CronJob).
+pub const CRON_JOB: KnownKind = KnownKind::new("batch", "v1", "CronJob");
+
 /// How many hex digits of a SHA-256 a revision keeps.
 pub const REVISION_DIGITS: usize = 16;
 
@@ -94,8 +97,13 @@ pub struct Acceptance {
     /// Name of the ServiceAccount, the Job, the Deployment and the ConfigMaps
     /// (`<name>-profile`, `<name>-report`).
     pub name: String,
-    /// How often the Deployment runs the checks.
+    /// How often the Deployment runs the checks that only read.
     pub interval: String,
+    /// How often a CronJob runs every selected check between revisions (the probes, sandboxes
+    /// and builds too), under the Job's identity; its verdicts reach the serving pod's metrics.
+    /// A divisor of an hour (`1m` … `30m`, `60m`) or of a day (`1h` … `12h`, `24h`), which a
+    /// CronJob's schedule can state; `null`: no CronJob (those checks run once per revision).
+    pub deep_interval: Option<String>,
     /// The port the metrics are served on (`/metrics`, OpenMetrics).
     pub port: u16,
     /// Render a scrape object for the metrics: `PodMonitor` or `VMPodScrape`.
@@ -116,6 +124,7 @@ impl Default for Acceptance {
             probe_namespace: "osbx-acceptance-probes".into(),
             name: "osbx-acceptance".into(),
             interval: "15m".into(),
+            deep_interval: Some("6h".into()),
             port: 9464,
             scrape: None,
             resources: None,
@@ -171,6 +180,14 @@ impl Acceptance {
         Some(Expected { report: self.report(), job: self.job(), revision: self.revision_in(objects)?, criteria })
     }
 
+    /// The CronJob that runs every selected check each `deepInterval` (`None`: the profile
+    /// asks for none).
+    #[must_use]
+    pub fn cron_job(&self) -> Option<ObjectRef> {
+        self.deep_interval.as_ref()?;
+        Some(CRON_JOB.object(Some(&self.namespace), &format!("{}-deep", self.name)))
+    }
+
     /// The serving pod's ServiceAccount (it creates nothing): namespace and `<name>-serve`.
     #[must_use]
     pub fn serving_account(&self) -> (String, String) {
@@ -204,12 +221,20 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
             "use a namespace of its own: its probe pods may run privileged, and the layer's own pods (which hold its token) run in `namespace`",
         );
     }
-    // `<name>-report` and `<name>-profile` must be names too.
+    // `<name>-report` and `<name>-profile` must be names too, and `<name>-deep` a CronJob's
+    // (at most 52 characters: its Jobs add 11).
     if a.name.len() > 56 {
         v.push("acceptance.name", "at most 56 characters (`-profile` is added to it)");
+    } else if a.deep_interval.is_some() && a.name.len() > 47 {
+        v.push("acceptance.name", "at most 47 characters with a `deepInterval` (the CronJob `<name>-deep` names its Jobs)");
     }
     v.dns_label("acceptance.name", &a.name);
     v.duration("acceptance.interval", &a.interval);
+    if let Some(deep) = &a.deep_interval
+        && let Err(why) = schedule(deep)
+    {
+        v.push("acceptance.deepInterval", why);
+    }
     for (field, ids) in [("acceptance.only", &a.only), ("acceptance.skip", &a.skip)] {
         for (i, id) in ids.iter().enumerate() {
             if id.is_empty() || id.contains(|c: char| c == ',' || c.is_whitespace()) {
@@ -249,6 +274,29 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
     }
 }
 
+/// The CronJob schedule of an interval: every `m` minutes of each hour (`m` divides 60), every
+/// `h` hours of each day (`h` divides 24), or daily; what no schedule states is refused.
+fn schedule(interval: &str) -> Result<String, String> {
+    let refused = || {
+        format!(
+            "{interval:?}: a CronJob can run every divisor of an hour (1m, 2m, … 30m, 60m) or of a day (1h, 2h, … 12h, 24h); use one of those"
+        )
+    };
+    let millis = crate::spec::syntax::parse_duration(interval).map(|d| d.as_millis()).ok_or_else(refused)?;
+    if millis == 0 || millis % 60_000 != 0 {
+        return Err(refused());
+    }
+    let minutes = millis / 60_000;
+    match minutes {
+        1 => Ok("* * * * *".into()),
+        m if m < 60 && 60 % m == 0 => Ok(format!("*/{m} * * * *")),
+        60 => Ok("0 * * * *".into()),
+        m if m % 60 == 0 && m < 24 * 60 && (24 * 60) % m == 0 => Ok(format!("0 */{} * * *", m / 60)),
+        m if m == 24 * 60 => Ok("0 0 * * *".into()),
+        _ => Err(refused()),
+    }
+}
+
 /// `acceptance`: the section, with the report's name and the sandbox namespace its probes read.
 fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
     if let Some(a) = &s.acceptance {
@@ -256,6 +304,8 @@ fn view(s: &Sections, _: &Site<'_>, ctx: &mut Context) {
         v["report"] = json!(a.report().name);
         v["profileConfigMap"] = json!(format!("{}-profile", a.name));
         v["revisionAnnotation"] = json!(REVISION_ANNOTATION);
+        v["cronJob"] = json!(a.cron_job().map(|c| c.name));
+        v["deepSchedule"] = json!(a.deep_interval.as_deref().and_then(|d| schedule(d).ok()));
         // The label of verify's probe namespaces, which the kata layer's admission policy binds.
         let (key, value) = super::kata::annotations::PROBE_NAMESPACE_LABEL;
         v["probeLabel"] = json!({"key": key, "value": value});
@@ -467,6 +517,48 @@ mod tests {
         );
         let e = fresh(&json!({"acceptance": {"probeNamespace": "osbx-acceptance"}})).unwrap_err();
         assert!(e.contains("acceptance.probeNamespace") && e.contains("of its own"), "{e}");
+    }
+
+    /// Every selected check runs each `deepInterval` in a CronJob under the Job's identity,
+    /// its Jobs deleted a minute after they end; its schedule is what the interval says, an
+    /// interval no schedule states is refused, and `null` renders none.
+    #[test]
+    fn a_cron_job_runs_every_check_at_the_deep_interval_as_the_job() {
+        let cron = |over: Value| find(&layer(&fresh(&over).unwrap()), "CronJob").cloned();
+        let c = cron(json!({"acceptance": {"name": "gate", "deepInterval": "30m"}})).unwrap();
+        assert_eq!((c.id.name.as_str(), c.id.namespace.as_deref()), ("gate-deep", Some("osbx-acceptance")));
+        let spec = &c.value["spec"];
+        assert_eq!((spec["schedule"].as_str(), spec["concurrencyPolicy"].as_str()), (Some("*/30 * * * *"), Some("Forbid")));
+        let job = &spec["jobTemplate"]["spec"];
+        assert_eq!(job["ttlSecondsAfterFinished"], 60);
+        assert_eq!(job["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"], json!([1]));
+        let pod = &job["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "gate", "the Job's identity");
+        assert_eq!(pod["restartPolicy"], "Never");
+        let args: Vec<&str> = pod["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(args.windows(2).any(|w| w == ["--cron-job", "gate-deep"]), "{args:?}");
+        assert!(!args.contains(&"--read-only"), "{args:?}");
+        // The same pod as the Job's, but for who it says it is.
+        let objects = layer(&fresh(&json!({"acceptance": {"name": "gate", "deepInterval": "30m"}})).unwrap());
+        let of_job = &find(&objects, "Job").unwrap().value["spec"];
+        assert_eq!(of_job["podFailurePolicy"], job["podFailurePolicy"]);
+        assert_eq!(of_job["template"]["spec"]["volumes"], pod["volumes"]);
+        for (interval, schedule) in
+            [("1m", "* * * * *"), ("15m", "*/15 * * * *"), ("60m", "0 * * * *"), ("1h", "0 * * * *"), ("6h", "0 */6 * * *"), ("24h", "0 0 * * *")]
+        {
+            let c = cron(json!({"acceptance": {"deepInterval": interval}})).unwrap();
+            assert_eq!(c.value["spec"]["schedule"], schedule, "{interval}");
+        }
+        assert_eq!(cron(json!({})).unwrap().value["spec"]["schedule"], "0 */6 * * *", "the default");
+        assert!(cron(json!({"acceptance": {"deepInterval": null}})).is_none());
+        for bad in ["7m", "90s", "5h", "48h", "30s", "often"] {
+            let e = fresh(&json!({"acceptance": {"deepInterval": bad}})).unwrap_err();
+            assert!(e.contains("acceptance.deepInterval") && e.contains("divisor of an hour"), "{bad}: {e}");
+        }
+        let long = "a".repeat(50);
+        let e = fresh(&json!({"acceptance": {"name": long}})).unwrap_err();
+        assert!(e.contains("at most 47 characters"), "{e}");
+        assert!(fresh(&json!({"acceptance": {"name": long, "deepInterval": null}})).is_ok());
     }
 
     /// The profile in the ConfigMap loads back as the same profile (the Job reads it).

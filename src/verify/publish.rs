@@ -29,6 +29,16 @@ pub(crate) enum Writer {
         /// The pod's name.
         pod: String,
     },
+    /// A pod of a Job the layer's CronJob made (every check between revisions; never what the
+    /// gate trusts).
+    Scheduled {
+        /// The CronJob's name.
+        cron_job: String,
+        /// The Job's name.
+        job: String,
+        /// The pod's name.
+        pod: String,
+    },
     /// Another pod (the serving Deployment's).
     Pod {
         /// The pod's name.
@@ -41,12 +51,15 @@ pub(crate) enum Writer {
 
 impl Writer {
     /// The writer of a run in a pod named `pod`, of the Job `job` (name and uid) when it is one
-    /// of a Job's (each `None` or empty when not known: the downward API gives a label that is
-    /// not there as empty).
+    /// of a Job's, which the CronJob `cron_job` made when it names one (each `None` or empty
+    /// when not known: the downward API gives a label that is not there as empty).
     #[must_use]
-    pub(crate) fn of(pod: Option<&str>, job: Option<(&str, &str)>) -> Self {
+    pub(crate) fn of(pod: Option<&str>, job: Option<(&str, &str)>, cron_job: Option<&str>) -> Self {
         let given = |s: Option<&str>| s.filter(|s| !s.trim().is_empty()).map(str::to_owned);
         match (given(pod), job.and_then(|(name, uid)| Some((given(Some(name))?, given(Some(uid))?)))) {
+            (pod, Some((job, _))) if let Some(cron_job) = given(cron_job) => {
+                Self::Scheduled { cron_job, job, pod: pod.unwrap_or_default() }
+            }
             (pod, Some((name, uid))) => Self::Job { name, uid, pod: pod.unwrap_or_default() },
             (Some(name), None) => Self::Pod { name },
             (None, None) => Self::Unnamed,
@@ -60,6 +73,7 @@ impl std::fmt::Display for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Job { name, uid, .. } => write!(f, "Job {name:?} (uid {uid:?})"),
+            Self::Scheduled { cron_job, job, .. } => write!(f, "Job {job:?} of the CronJob {cron_job:?}"),
             Self::Pod { name } => write!(f, "pod {name:?}"),
             Self::Unnamed => f.write_str("a run that did not name itself"),
         }
@@ -150,6 +164,10 @@ const LATEST: &str = "report.json";
 /// same ConfigMap under a field manager of their own, leave it alone.
 const OF_JOB: &str = "job.json";
 
+/// The key holding the last report of a run of the layer's CronJob (as [`OF_JOB`], under a
+/// field manager of its own).
+const SCHEDULED: &str = "scheduled.json";
+
 /// What publishing to `report` does: read it (`--serve` starts from the last report), apply it,
 /// and create Events in its namespace.
 #[must_use]
@@ -194,11 +212,16 @@ pub(crate) async fn publish(cluster: &Cluster, report: &ObjectRef, published: &P
     });
     // A Job's run also writes the key the gate reads, as a field manager of its own: a serving
     // pod's apply (without that key) then does not remove it.
-    let manager = if matches!(published.writer, Writer::Job { .. }) {
-        body["data"][OF_JOB] = json!(text);
-        format!("{}-job", crate::mark::FIELD_MANAGER)
-    } else {
-        crate::mark::FIELD_MANAGER.to_owned()
+    let manager = match published.writer {
+        Writer::Job { .. } => {
+            body["data"][OF_JOB] = json!(text);
+            format!("{}-job", crate::mark::FIELD_MANAGER)
+        }
+        Writer::Scheduled { .. } => {
+            body["data"][SCHEDULED] = json!(text);
+            format!("{}-scheduled", crate::mark::FIELD_MANAGER)
+        }
+        Writer::Pod { .. } | Writer::Unnamed => crate::mark::FIELD_MANAGER.to_owned(),
     };
     let params = PatchParams::apply(&manager).force();
     let maps = Api::<ConfigMap>::namespaced(cluster.client.clone(), namespace);
@@ -245,9 +268,38 @@ pub(crate) async fn read_of_job(cluster: &Cluster, report: &ObjectRef) -> Result
     read_key(cluster, report, OF_JOB).await
 }
 
+/// The newest report of a run that ran every selected check (the Job's, or a run of the
+/// CronJob's) at `revision` by `criteria` (`None`: neither has one).
+///
+/// # Errors
+/// [`ClusterError`] when it cannot be read.
+pub(crate) async fn read_deep(
+    cluster: &Cluster,
+    report: &ObjectRef,
+    revision: &str,
+    criteria: &str,
+) -> Result<Option<Published>, ClusterError> {
+    let Some(map) = cluster.get(report).await? else { return Ok(None) };
+    Ok(newest_of(&map, revision, criteria))
+}
+
+/// Of the Job's and the CronJob's reports in the ConfigMap `map`, the newer at `revision` by
+/// `criteria`.
+fn newest_of(map: &serde_json::Value, revision: &str, criteria: &str) -> Option<Published> {
+    [OF_JOB, SCHEDULED]
+        .into_iter()
+        .filter_map(|key| key_of(map, key))
+        .filter(|p| p.revision == revision && p.criteria == criteria)
+        .max_by_key(|p| p.time.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_second()).unwrap_or(i64::MIN))
+}
+
+fn key_of(map: &serde_json::Value, key: &str) -> Option<Published> {
+    map["data"][key].as_str().and_then(|text| serde_json::from_str(text).ok())
+}
+
 async fn read_key(cluster: &Cluster, report: &ObjectRef, key: &str) -> Result<Option<Published>, ClusterError> {
     let Some(map) = cluster.get(report).await? else { return Ok(None) };
-    Ok(map["data"][key].as_str().and_then(|text| serde_json::from_str(text).ok()))
+    Ok(key_of(&map, key))
 }
 
 #[cfg(test)]
@@ -258,17 +310,51 @@ mod tests {
     /// pod, a pod of a Job (both labels) is the Job's, a run outside a pod is unnamed.
     #[test]
     fn a_writer_is_what_the_pod_was_given() {
-        assert_eq!(Writer::of(Some("acc-1"), Some(("", ""))), Writer::Pod { name: "acc-1".into() });
+        assert_eq!(Writer::of(Some("acc-1"), Some(("", "")), None), Writer::Pod { name: "acc-1".into() });
         assert_eq!(
-            Writer::of(Some("acc-x"), Some(("acc", "u-1"))),
+            Writer::of(Some("acc-x"), Some(("acc", "u-1")), Some("")),
             Writer::Job { name: "acc".into(), uid: "u-1".into(), pod: "acc-x".into() }
         );
-        assert_eq!(Writer::of(Some("acc-x"), Some(("acc", " "))), Writer::Pod { name: "acc-x".into() });
-        assert_eq!(Writer::of(None, None), Writer::Unnamed);
-        assert_eq!(Writer::of(Some(""), None), Writer::Unnamed);
-        assert_eq!(Writer::of(None, Some(("acc", "u-1"))).to_string(), r#"Job "acc" (uid "u-1")"#);
+        assert_eq!(Writer::of(Some("acc-x"), Some(("acc", " ")), None), Writer::Pod { name: "acc-x".into() });
+        assert_eq!(Writer::of(None, None, None), Writer::Unnamed);
+        assert_eq!(Writer::of(Some(""), None, None), Writer::Unnamed);
+        assert_eq!(Writer::of(None, Some(("acc", "u-1")), None).to_string(), r#"Job "acc" (uid "u-1")"#);
+        // A Job of the CronJob is never the layer's Job, whatever its name.
+        let scheduled = Writer::of(Some("acc-deep-1-x"), Some(("acc-deep-1", "u-2")), Some("acc-deep"));
+        assert_eq!(
+            scheduled,
+            Writer::Scheduled { cron_job: "acc-deep".into(), job: "acc-deep-1".into(), pod: "acc-deep-1-x".into() }
+        );
+        assert_eq!(scheduled.to_string(), r#"Job "acc-deep-1" of the CronJob "acc-deep""#);
         // A name read back from the cluster is escaped, never a terminal's control sequence.
         assert_eq!(Writer::Pod { name: "x\u{1b}[2Jy\n".into() }.to_string(), r#"pod "x\u{1b}[2Jy\n""#);
+    }
+
+    /// The serving pod takes the other checks' verdicts from the newer of the Job's and the
+    /// CronJob's reports at its revision and criteria; one of another revision or criteria, or
+    /// the serving pod's own, never.
+    #[test]
+    fn the_deep_verdicts_are_the_newest_of_the_job_and_the_cron_job() {
+        let report = |writer: &str, revision: &str, criteria: &str, time: &str| {
+            serde_json::json!({"run": writer, "writer": {"kind": "Unnamed"}, "revision": revision, "criteria": criteria,
+                               "time": time, "ready": true, "summary": "Ready", "checks": []})
+            .to_string()
+        };
+        let map = |job: Option<String>, scheduled: Option<String>| {
+            serde_json::json!({"data": {"job.json": job, "scheduled.json": scheduled,
+                                        "report.json": report("serve", "r1", "c1", "2026-12-06T23:59:00Z")}})
+        };
+        let run = |m: &serde_json::Value| super::newest_of(m, "r1", "c1").map(|p| p.run);
+        let job = report("job", "r1", "c1", "2026-12-06T10:00:00Z");
+        let later = report("cron", "r1", "c1", "2026-12-06T16:00:00Z");
+        assert_eq!(run(&map(Some(job.clone()), Some(later.clone()))).as_deref(), Some("cron"));
+        let earlier = report("cron", "r1", "c1", "2026-12-06T04:00:00Z");
+        assert_eq!(run(&map(Some(job.clone()), Some(earlier))).as_deref(), Some("job"));
+        // Of an earlier revision or other criteria: not this run's.
+        assert_eq!(run(&map(Some(job.clone()), Some(report("cron", "r0", "c1", "2026-12-06T16:00:00Z")))).as_deref(), Some("job"));
+        assert_eq!(run(&map(Some(report("job", "r1", "c0", "2026-12-06T10:00:00Z")), None)), None);
+        assert_eq!(run(&map(None, Some(later))).as_deref(), Some("cron"));
+        assert_eq!(run(&map(None, None)), None);
     }
 
     /// A report written before reports named their writer and criteria reads back as unnamed,

@@ -164,8 +164,8 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// One run: its id and results. A `--read-only` run runs the checks that change nothing (none,
-/// when the profile selects none of them), and takes the others' verdicts from the last report
-/// of the layer's Job at this revision and criteria (their pods run there, not here).
+/// when the profile selects none of them), and takes the others' verdicts from the newest report
+/// of the layer's Job or CronJob at this revision and criteria (their pods run there, not here).
 async fn run(
     runs: &Runs<'_>,
     criteria: &str,
@@ -181,11 +181,11 @@ async fn run(
         (id, session.run(progress, halted).await?)
     };
     if s.read_only
-        && let Some(job) = publish::read_of_job(runs.cluster, &runs.publish.report).await?
-        && job.revision == runs.publish.revision
-        && job.criteria == criteria
+        && let Some(deep) =
+            publish::read_deep(runs.cluster, &runs.publish.report, &runs.publish.revision, criteria).await?
     {
-        let deep: Vec<CheckResult> = job.checks.into_iter().filter(|c| !results.iter().any(|r| r.id == c.id)).collect();
+        let deep: Vec<CheckResult> =
+            deep.checks.into_iter().filter(|c| !results.iter().any(|r| r.id == c.id)).collect();
         results.extend(deep);
     }
     Ok((id, results))

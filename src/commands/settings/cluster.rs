@@ -268,6 +268,7 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
             writer: crate::verify::publish::Writer::of(
                 c.pod.as_deref(),
                 c.job_name.as_deref().zip(c.job_uid.as_deref()),
+                c.cron_job.as_deref(),
             ),
         });
         Ok(Self {
