@@ -8,7 +8,9 @@ use crate::printer::ColorChoice;
 
 mod cluster;
 
-pub use cluster::{ApplyArgs, DiffArgs, DiffOutput, RolloutArgs, StatusArgs, StatusOutput, VerifyArgs, VerifyFlags};
+pub use cluster::{
+    ApplyArgs, DiffArgs, DiffOutput, InClusterFlags, RolloutArgs, StatusArgs, StatusOutput, VerifyArgs, VerifyFlags,
+};
 
 /// Render, apply and verify an OpenSandbox platform on Kubernetes with Flux.
 #[derive(Debug, Parser)]

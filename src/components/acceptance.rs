@@ -226,7 +226,10 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
     if a.name.len() > 56 {
         v.push("acceptance.name", "at most 56 characters (`-profile` is added to it)");
     } else if a.deep_interval.is_some() && a.name.len() > 47 {
-        v.push("acceptance.name", "at most 47 characters with a `deepInterval` (the CronJob `<name>-deep` names its Jobs)");
+        v.push(
+            "acceptance.name",
+            "at most 47 characters with a `deepInterval` (the CronJob `<name>-deep` names its Jobs)",
+        );
     }
     v.dns_label("acceptance.name", &a.name);
     v.duration("acceptance.interval", &a.interval);
@@ -528,14 +531,18 @@ mod tests {
         let c = cron(json!({"acceptance": {"name": "gate", "deepInterval": "30m"}})).unwrap();
         assert_eq!((c.id.name.as_str(), c.id.namespace.as_deref()), ("gate-deep", Some("osbx-acceptance")));
         let spec = &c.value["spec"];
-        assert_eq!((spec["schedule"].as_str(), spec["concurrencyPolicy"].as_str()), (Some("*/30 * * * *"), Some("Forbid")));
+        assert_eq!(
+            (spec["schedule"].as_str(), spec["concurrencyPolicy"].as_str()),
+            (Some("*/30 * * * *"), Some("Forbid"))
+        );
         let job = &spec["jobTemplate"]["spec"];
         assert_eq!(job["ttlSecondsAfterFinished"], 60);
         assert_eq!(job["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"], json!([1]));
         let pod = &job["template"]["spec"];
         assert_eq!(pod["serviceAccountName"], "gate", "the Job's identity");
         assert_eq!(pod["restartPolicy"], "Never");
-        let args: Vec<&str> = pod["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        let args: Vec<&str> =
+            pod["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
         assert!(args.windows(2).any(|w| w == ["--cron-job", "gate-deep"]), "{args:?}");
         assert!(!args.contains(&"--read-only"), "{args:?}");
         // The same pod as the Job's, but for who it says it is.
@@ -543,9 +550,14 @@ mod tests {
         let of_job = &find(&objects, "Job").unwrap().value["spec"];
         assert_eq!(of_job["podFailurePolicy"], job["podFailurePolicy"]);
         assert_eq!(of_job["template"]["spec"]["volumes"], pod["volumes"]);
-        for (interval, schedule) in
-            [("1m", "* * * * *"), ("15m", "*/15 * * * *"), ("60m", "0 * * * *"), ("1h", "0 * * * *"), ("6h", "0 */6 * * *"), ("24h", "0 0 * * *")]
-        {
+        for (interval, schedule) in [
+            ("1m", "* * * * *"),
+            ("15m", "*/15 * * * *"),
+            ("60m", "0 * * * *"),
+            ("1h", "0 * * * *"),
+            ("6h", "0 */6 * * *"),
+            ("24h", "0 0 * * *"),
+        ] {
             let c = cron(json!({"acceptance": {"deepInterval": interval}})).unwrap();
             assert_eq!(c.value["spec"]["schedule"], schedule, "{interval}");
         }

@@ -351,7 +351,10 @@ mod tests {
         let earlier = report("cron", "r1", "c1", "2026-12-06T04:00:00Z");
         assert_eq!(run(&map(Some(job.clone()), Some(earlier))).as_deref(), Some("job"));
         // Of an earlier revision or other criteria: not this run's.
-        assert_eq!(run(&map(Some(job.clone()), Some(report("cron", "r0", "c1", "2026-12-06T16:00:00Z")))).as_deref(), Some("job"));
+        assert_eq!(
+            run(&map(Some(job.clone()), Some(report("cron", "r0", "c1", "2026-12-06T16:00:00Z")))).as_deref(),
+            Some("job")
+        );
         assert_eq!(run(&map(Some(report("job", "r1", "c0", "2026-12-06T10:00:00Z")), None)), None);
         assert_eq!(run(&map(None, Some(later))).as_deref(), Some("cron"));
         assert_eq!(run(&map(None, None)), None);

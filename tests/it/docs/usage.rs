@@ -35,19 +35,9 @@ fn written(usage: &str) -> BTreeSet<String> {
     }
     if usage.contains("[verify flags]") {
         // The in-cluster flags are verify's own: `apply --verify` runs from outside.
-        let in_cluster = [
-            "--publish",
-            "--revision",
-            "--probe-namespace",
-            "--pod",
-            "--job-name",
-            "--job-uid",
-            "--read-only",
-            "--serve",
-            "--interval",
-        ]
-        .map(str::to_owned);
-        out.extend(flags(&sub("verify")).difference(&cluster_access()).filter(|f| !in_cluster.contains(f)).cloned());
+        let in_cluster =
+            flags(&<osbx::cli::InClusterFlags as clap::Args>::augment_args(clap::Command::new("in-cluster")));
+        out.extend(flags(&sub("verify")).difference(&cluster_access()).filter(|f| !in_cluster.contains(*f)).cloned());
         out.extend(["-p", "--profile", "--templates"].map(str::to_owned));
     }
     out

@@ -457,9 +457,10 @@ fn a_base_that_holds_only_the_profile_is_rendered_as_that_commit_holds_it() {
 
 /// What fresh-cluster's acceptance layer changes with any change to another layer: its profile,
 /// and the revision its Job and Deployment check.
-const ACCEPTANCE: [&str; 3] = [
+const ACCEPTANCE: [&str; 4] = [
     "ConfigMap/osbx-acceptance/osbx-acceptance-profile",
     "Deployment/osbx-acceptance/osbx-acceptance",
+    "CronJob/osbx-acceptance/osbx-acceptance-deep",
     "Job/osbx-acceptance/osbx-acceptance",
 ];
 
