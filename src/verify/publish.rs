@@ -290,7 +290,9 @@ fn newest_of(map: &serde_json::Value, revision: &str, criteria: &str) -> Option<
         .into_iter()
         .filter_map(|key| key_of(map, key))
         .filter(|p| p.revision == revision && p.criteria == criteria)
-        .max_by_key(|p| p.time.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_second()).unwrap_or(i64::MIN))
+        .max_by_key(|p| {
+            p.time.parse::<k8s_openapi::jiff::Timestamp>().map_or(i64::MIN, k8s_openapi::jiff::Timestamp::as_second)
+        })
 }
 
 fn key_of(map: &serde_json::Value, key: &str) -> Option<Published> {
