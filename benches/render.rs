@@ -13,7 +13,7 @@ use osbx::render::Renderer;
 fn main() {
     let n = 50u32;
     let start = Instant::now();
-    let renderers: Vec<Renderer> = (0..n).map(|_| osbx::rbac::renderer(None).expect("templates")).collect();
+    let renderers: Vec<Renderer> = (0..n).map(|_| osbx::commands::renderer(None).expect("templates")).collect();
     let compile = start.elapsed().as_secs_f64() * 1000.0 / f64::from(n);
     let homelab = load(&ProfileSource::Embedded("homelab".into())).expect("homelab");
     // A fresh renderer each time: nothing of an earlier render is reused.
@@ -25,7 +25,7 @@ fn main() {
     println!(
         "render homelab: {per:.2} ms per render (target < 5 ms); compiling the templates once per run: {compile:.1} ms"
     );
-    let renderer = osbx::rbac::renderer(None).expect("templates");
+    let renderer = osbx::commands::renderer(None).expect("templates");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let mut previous: Option<(usize, f64)> = None;

@@ -25,8 +25,9 @@ pub(super) fn run(settings: &DiffSettings, printer: Printer) -> anyhow::Result<E
 
 /// `osbx diff --base`: the offline review (no cluster).
 fn run_review(settings: &ReviewSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let renderer = super::renderer(settings.templates.as_deref())?;
     let progress = printer.progress();
-    let result = review::review(&settings.review, &progress);
+    let result = review::review(&settings.review, &renderer, &progress);
     progress.finish();
     let review = result?;
     match settings.output {

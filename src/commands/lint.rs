@@ -13,7 +13,7 @@ use crate::profile::{self, ProfileError};
 /// # Errors
 /// When the profile cannot be read or rendered at all (exit 2).
 pub(super) fn run(settings: &LintSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
-    let renderer = crate::rbac::renderer(settings.templates.as_deref())?;
+    let renderer = crate::commands::renderer(settings.templates.as_deref())?;
     let loaded = match &settings.source {
         Source::Fleet(path) => fleet::load(path, &printer.progress()).map(|f| f.members),
         Source::Profile(source) => profile::load(source).map(|p| vec![p]),

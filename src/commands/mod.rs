@@ -23,6 +23,16 @@ use clap::CommandFactory;
 use crate::cli::{Cli, Command};
 use crate::printer::Printer;
 
+/// The renderer every command renders with: the templates (embedded, with `overrides`), and
+/// what an acceptance layer asks above the render answered by `rbac` (its ServiceAccounts' roles)
+/// and `verify` (its selection of checks, its probe namespace's level): [`crate::rbac::in_cluster`].
+///
+/// # Errors
+/// [`crate::render::RenderError`] when the templates cannot be read or do not parse.
+pub fn renderer(overrides: Option<&std::path::Path>) -> Result<crate::render::Renderer, crate::render::RenderError> {
+    crate::render::Renderer::new(overrides, crate::rbac::in_cluster())
+}
+
 /// How a command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {

@@ -34,7 +34,7 @@ fn member(file: &std::path::Path, cluster: &str, templates: Option<&std::path::P
         anyhow::bail!("--cluster: no cluster {cluster:?} in {} (its clusters: {})", file.display(), names.join(", "));
     };
     let loaded = fleet.members.swap_remove(at);
-    let rendered = crate::rbac::renderer(templates)?.render(&loaded)?;
+    let rendered = crate::commands::renderer(templates)?.render(&loaded)?;
     let layers = deploy::layers(&loaded.profile, &rendered);
     Ok(Prepared { loaded, layers, rendered })
 }

@@ -16,7 +16,7 @@ use crate::{fleet, lint, profile, repo};
 /// Any failure to load, render, write or commit; nothing is written when the profile or the
 /// templates are invalid.
 pub(super) fn run(opts: &RenderSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
-    let renderer = crate::rbac::renderer(opts.templates.as_deref())?;
+    let renderer = crate::commands::renderer(opts.templates.as_deref())?;
     let mut sealed = Sealed::default();
     let (rendered, name) = match &opts.source {
         Source::Profile(source) => {

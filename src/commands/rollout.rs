@@ -15,7 +15,7 @@ use crate::rollout::{self, WaveState};
 pub(super) fn run(settings: &RolloutSettings, printer: Printer) -> anyhow::Result<ExitStatus> {
     let progress = printer.progress();
     let fleet = fleet::load(&settings.fleet, &progress)?;
-    let renderer = crate::rbac::renderer(settings.templates.as_deref())?;
+    let renderer = crate::commands::renderer(settings.templates.as_deref())?;
     let rt = runtime()?;
     let interrupt = || -> futures::future::BoxFuture<'static, ()> { Box::pin(interrupted()) };
     let report = rt.block_on(rollout::run(&fleet, &renderer, &settings.rollout, &progress, &interrupt));

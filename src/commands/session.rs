@@ -11,7 +11,7 @@ use crate::deploy::{self, Layer};
 use crate::printer::Printer;
 use crate::profile::{self, LoadedProfile};
 use crate::render::Rendered;
-use crate::verify::publish::{self, Published};
+use crate::verify::in_cluster::publish::{self, Published};
 use crate::verify::{self, report, session::Session};
 
 /// The profile, rendered into layers.
@@ -32,7 +32,7 @@ pub(super) struct Prepared {
 pub(super) fn prepare(settings: &ProfileSettings, repo: Option<&std::path::Path>) -> anyhow::Result<Prepared> {
     // The templates compile while the profile loads.
     let (loaded, renderer) = std::thread::scope(|scope| {
-        let renderer = scope.spawn(|| crate::rbac::renderer(settings.templates.as_deref()));
+        let renderer = scope.spawn(|| crate::commands::renderer(settings.templates.as_deref()));
         let loaded = profile::load(&settings.source);
         (loaded, renderer.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
     });
@@ -140,10 +140,7 @@ pub(super) async fn verify(
 /// The Flux objects a run checks: every layer's, except, for a run in the cluster (one that
 /// publishes), the acceptance layer's own (its Ready is this run's verdict).
 pub(super) fn checked_flux_objects(prepared: &Prepared, in_cluster: bool) -> Vec<crate::object::ObjectRef> {
-    let own = in_cluster
-        .then(|| prepared.loaded.profile.rendering(&crate::components::acceptance::COMPONENT))
-        .flatten()
-        .map(|(_, layer)| layer.name.as_str());
+    let own = in_cluster.then(|| prepared.loaded.profile.acceptance()).flatten().map(|(_, layer)| layer.name.as_str());
     let layers: Vec<Layer> = prepared.layers.iter().filter(|l| Some(l.name.as_str()) != own).cloned().collect();
     deploy::flux_objects(&layers)
 }

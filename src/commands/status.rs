@@ -98,7 +98,7 @@ fn fleet(settings: &StatusSettings, path: &std::path::Path, printer: Printer) ->
     let progress = printer.progress();
     let fleet = crate::fleet::load(path, &progress)?;
     progress.finish();
-    let renderer = crate::rbac::renderer(settings.profile.templates.as_deref())?;
+    let renderer = crate::commands::renderer(settings.profile.templates.as_deref())?;
     let view = rt.block_on(overview::read_fleet(&fleet, &renderer, &settings.connect, &settings.repo))?;
     if settings.output == StatusOutput::Json {
         printer.json(&view);

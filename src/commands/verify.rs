@@ -4,7 +4,7 @@ use super::ExitStatus;
 use super::session::{self, prepare, runtime, start_connect};
 use super::settings::VerifySettings;
 use crate::printer::Printer;
-use crate::verify::serve::{self, RunEnd, Runs};
+use crate::verify::in_cluster::serve::{self, RunEnd, Runs};
 
 /// Run `osbx verify`.
 ///

@@ -341,7 +341,7 @@ mod tests {
     }
 
     fn layer(loaded: &crate::profile::LoadedProfile) -> Vec<crate::object::Object> {
-        let rendered = crate::rbac::renderer(None).unwrap().render(loaded).unwrap();
+        let rendered = crate::commands::renderer(None).unwrap().render(loaded).unwrap();
         rendered.objects().into_iter().filter(|o| o.layer == "acceptance").map(|o| o.object).collect()
     }
 
@@ -424,7 +424,7 @@ mod tests {
             let text = text.replace("acceptance:\n", &format!("acceptance:\n{extra}"));
             assert!(text.contains(extra), "fresh-cluster has an acceptance section");
             let loaded = crate::profile::parse("p.yaml", text.clone()).unwrap();
-            let e = crate::rbac::renderer(None).unwrap().render(&loaded).map(|_| ()).unwrap_err();
+            let e = crate::commands::renderer(None).unwrap().render(&loaded).map(|_| ()).unwrap_err();
             (e.to_string(), text)
         };
         let (e, text) = render("  only: [nodes.ready, opensandbox.lifecyle]\n");
@@ -440,7 +440,7 @@ mod tests {
         assert!(e.contains("acceptance.only") && e.contains("prove nothing"), "{e}");
         // A prefix of whole segments names its checks.
         let loaded = fresh(&json!({"acceptance": {"only": ["kata", "opensandbox.lifecycle"]}})).unwrap();
-        assert!(crate::rbac::renderer(None).unwrap().render(&loaded).is_ok());
+        assert!(crate::commands::renderer(None).unwrap().render(&loaded).is_ok());
     }
 
     /// A fleet writes a layer whose files differ between clusters to a directory of its own: the
@@ -454,7 +454,7 @@ mod tests {
         for l in loaded.profile.layers.iter_mut().filter(|l| l.name != "acceptance") {
             l.path = Some(format!("{}-lab-a", l.repo_path()));
         }
-        let rendered = crate::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+        let rendered = crate::commands::renderer(None).unwrap().render(&loaded).unwrap();
         let moved = rendered.files.iter().filter(|f| f.path.contains("-lab-a/")).count();
         assert!(moved > 5, "the layers moved: {:?}", rendered.files.iter().map(|f| &f.path).collect::<Vec<_>>());
         assert_eq!(a.revision_in(layer(&loaded).iter()).unwrap(), base);

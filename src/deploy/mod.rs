@@ -381,7 +381,7 @@ mod tests {
 
     fn layers_of(profile: &str) -> Vec<Layer> {
         let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded(profile.into())).unwrap();
-        let rendered = crate::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+        let rendered = crate::commands::renderer(None).unwrap().render(&loaded).unwrap();
         layers(&loaded.profile, &rendered)
     }
 

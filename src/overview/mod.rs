@@ -182,7 +182,7 @@ impl AcceptanceState {
     /// revision rendered now and the age bound.
     fn of(
         report: String,
-        published: Option<crate::verify::publish::Published>,
+        published: Option<crate::verify::in_cluster::publish::Published>,
         rendered: Option<&str>,
         stale_after: i64,
     ) -> Self {
@@ -261,7 +261,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer]) -> Vec<Operation> 
         out.extend(classes.iter().map(|c| Operation::Get(Objects::Named(KnownKind::RUNTIME_CLASS.object(None, c)))));
     }
     out.extend(crate::verify::endpoint::requests(profile, &crate::verify::Reach::default(), &[http::Method::GET]));
-    if let Some(a) = &profile.sections.acceptance {
+    if let Some((a, _)) = profile.acceptance() {
         out.push(Operation::Get(Objects::Named(a.report())));
     }
     out.extend(watch::operations(profile, layers));
@@ -274,13 +274,10 @@ async fn acceptance(
     profile: &Profile,
     layers: &[Layer],
 ) -> Result<Option<AcceptanceState>, ClusterError> {
-    let Some(a) = &profile.sections.acceptance else { return Ok(None) };
-    if profile.rendering(&crate::components::acceptance::COMPONENT).is_none() {
-        return Ok(None);
-    }
+    let Some((a, _)) = profile.acceptance() else { return Ok(None) };
     let report = a.report();
     let rendered = a.revision_in(layers.iter().flat_map(|l| &l.objects));
-    let published = crate::verify::publish::read(cluster, &report).await?;
+    let published = crate::verify::in_cluster::publish::read(cluster, &report).await?;
     // The interval is checked at load (`acceptance.interval`, a duration).
     let interval = crate::spec::syntax::parse_duration(&a.interval).unwrap_or_default();
     let stale_after = i64::try_from((interval * STALE_AFTER_INTERVALS).as_secs()).unwrap_or(i64::MAX);
@@ -396,13 +393,19 @@ mod tests {
     }
 
     /// A report of `revision` that passed, published `age` seconds ago.
-    fn published(revision: &str, age: i64) -> crate::verify::publish::Published {
-        let publishing = crate::verify::publish::Publishing {
+    fn published(revision: &str, age: i64) -> crate::verify::in_cluster::publish::Published {
+        let publishing = crate::verify::in_cluster::publish::Publishing {
             report: crate::object::KnownKind::CONFIG_MAP.object(Some("ns"), "r"),
             revision: revision.to_owned(),
-            writer: crate::verify::publish::Writer::Unnamed,
+            writer: crate::verify::in_cluster::publish::Writer::Unnamed,
         };
-        let mut p = crate::verify::publish::Published::of("run-1", &publishing, "c", std::time::SystemTime::now(), &[]);
+        let mut p = crate::verify::in_cluster::publish::Published::of(
+            "run-1",
+            &publishing,
+            "c",
+            std::time::SystemTime::now(),
+            &[],
+        );
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         p.time = k8s_openapi::jiff::Timestamp::from_second(now - age).unwrap().to_string();
         p.ready = true;

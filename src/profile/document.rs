@@ -240,6 +240,15 @@ impl Profile {
         self.layers.iter().find(|l| l.name == layer).and_then(LayerSpec::renders)
     }
 
+    /// The profile's acceptance layer and its section: the one answer to whether its cluster
+    /// checks itself (render, rbac, rollout, status, review and verify ask it); `None` without
+    /// a layer of the `acceptance` component.
+    #[must_use]
+    pub fn acceptance(&self) -> Option<(&components::acceptance::Acceptance, &LayerSpec)> {
+        let (_, layer) = self.rendering(&components::acceptance::COMPONENT)?;
+        Some((self.sections.acceptance.as_ref()?, layer))
+    }
+
     /// The digest of the criteria the acceptance checks of this profile run by: its `acceptance`
     /// section (the default one without) and its `verify` section
     /// ([`crate::components::acceptance::Acceptance::criteria`]). The render mixes it into the

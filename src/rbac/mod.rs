@@ -17,13 +17,13 @@ use serde_json::{Value, json};
 use crate::cluster::need::{Need, Target};
 use crate::cluster::operation::{self, Operation};
 use crate::cluster::preflight;
-use crate::components::acceptance;
 use crate::deploy::{self, Layer, Scope};
 use crate::object::KnownKind;
 use crate::profile::Profile;
 use crate::rollout;
+use crate::verify::in_cluster::publish;
+use crate::verify::session;
 use crate::verify::{Reach, Selection};
-use crate::verify::{publish, session};
 
 /// Which commands the roles are for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -121,8 +121,8 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
         out.extend(deploy::diff_operations(profile, layers, opts.prune));
     }
     if opts.purpose.covers(Purpose::Verify) {
-        let acceptance = profile.sections.acceptance.as_ref().filter(|_| opts.in_cluster);
-        let own = acceptance.and_then(|_| profile.rendering(&acceptance::COMPONENT)).map(|(_, l)| l.name.as_str());
+        let layer = profile.acceptance().filter(|_| opts.in_cluster);
+        let (acceptance, own) = (layer.map(|(a, _)| a), layer.map(|(_, l)| l.name.as_str()));
         let checked: Vec<Layer> = layers.iter().filter(|l| Some(l.name.as_str()) != own).cloned().collect();
         let flux_objects = deploy::flux_objects(&checked);
         // In the cluster, the checks the acceptance layer selects.
@@ -299,15 +299,6 @@ pub fn roles(profile: &Profile, layers: &[Layer], needs: &BTreeSet<Need>, opts: 
         }
     }
     out
-}
-
-/// The renderer every command renders with: the templates (embedded, with `overrides`), and
-/// the roles of an acceptance layer's ServiceAccount derived here ([`acceptance_roles`]).
-///
-/// # Errors
-/// [`crate::render::RenderError`] when the templates cannot be read or do not parse.
-pub fn renderer(overrides: Option<&std::path::Path>) -> Result<crate::render::Renderer, crate::render::RenderError> {
-    Ok(crate::render::Renderer::new(overrides)?.with_in_cluster(in_cluster()))
 }
 
 /// What an acceptance layer asks above the render: its ServiceAccount's roles (derived here)

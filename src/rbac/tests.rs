@@ -1,6 +1,7 @@
 //! The roles, from the operations of each purpose.
 
 use super::*;
+use crate::commands::renderer;
 
 fn rendered(profile: &str) -> (Profile, Vec<Layer>) {
     let loaded = crate::profile::load(&crate::profile::ProfileSource::Embedded(profile.into())).unwrap();

@@ -87,18 +87,8 @@ impl Renderer {
 /// the others render (what changes when any of them does); `roles`, the RBAC objects its
 /// ServiceAccount is bound to; `profileData`, the profile as YAML (a ConfigMap's `data`);
 /// `ownsNamespace`, whether no other layer renders the acceptance namespace.
-pub(super) fn after_others(
-    loaded: &LoadedProfile,
-    others: &Rendered,
-    asks: Option<InCluster>,
-) -> Result<Value, RenderError> {
+pub(super) fn after_others(loaded: &LoadedProfile, others: &Rendered, asks: InCluster) -> Result<Value, RenderError> {
     let p = &loaded.profile;
-    let Some(asks) = asks else {
-        return Err(RenderError::Template {
-            name: "(acceptance)".into(),
-            message: "this render cannot derive the roles of the acceptance layer's ServiceAccount".into(),
-        });
-    };
     let problems = (asks.selection)(p);
     if !problems.is_empty() {
         let diagnostics = problems

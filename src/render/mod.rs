@@ -153,16 +153,18 @@ pub struct Renderer {
     /// A template and the values it reads → its output (see [`reads`]).
     outputs: Mutex<HashMap<String, String>>,
     /// What a layer rendered after the others asks above the render (see [`InCluster`]).
-    in_cluster: Option<InCluster>,
+    in_cluster: InCluster,
 }
 
 impl Renderer {
     /// The templates compiled into the binary, with files from `overrides` (same layout) taking
-    /// precedence over embedded ones of the same name.
+    /// precedence over embedded ones of the same name; `in_cluster` answers what an `acceptance`
+    /// layer asks above the render (its ServiceAccounts' roles, whether its selection of checks
+    /// holds). Every command builds it in one place, `crate::commands::renderer`.
     ///
     /// # Errors
     /// [`RenderError`] when the directory cannot be read or a template does not parse.
-    pub fn new(overrides: Option<&Path>) -> Result<Self, RenderError> {
+    pub fn new(overrides: Option<&Path>, in_cluster: InCluster) -> Result<Self, RenderError> {
         let mut sources: BTreeMap<String, String> =
             embedded::templates().iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
         if let Some(dir) = overrides {
@@ -180,17 +182,8 @@ impl Renderer {
             parsed: Mutex::default(),
             reads,
             outputs: Mutex::default(),
-            in_cluster: None,
+            in_cluster,
         })
-    }
-
-    /// The same renderer, asking `in_cluster` what an `acceptance` layer needs (its
-    /// ServiceAccount's roles, whether its selection of checks holds); without it, rendering such
-    /// a layer is an error.
-    #[must_use]
-    pub fn with_in_cluster(mut self, in_cluster: InCluster) -> Self {
-        self.in_cluster = Some(in_cluster);
-        self
     }
 
     /// Render every layer of the profile.
@@ -400,7 +393,7 @@ mod tests {
             json!({"opensandbox": {"controller": {"replicas": 3}, "server": {"config": {"log": {"level": "DEBUG"}}}}}),
             json!({"cluster": {"name": "third"}, "opensandbox": {"release": {"name": "osb", "interval": "5m"}}}),
         ];
-        let shared = crate::rbac::renderer(None).unwrap();
+        let shared = crate::commands::renderer(None).unwrap();
         let mut variants = 0;
         for (file, _) in embedded::profiles() {
             let name = file.trim_end_matches(".yaml");
@@ -410,7 +403,7 @@ mod tests {
                 let mut doc = base.clone();
                 crate::merge::merge(&mut doc, o);
                 let loaded = crate::profile::from_value(name, &doc).unwrap_or_else(|e| panic!("{name} {o}: {e:?}"));
-                let fresh = crate::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+                let fresh = crate::commands::renderer(None).unwrap().render(&loaded).unwrap();
                 let again = shared.render(&loaded).unwrap();
                 let paths = |r: &Rendered| r.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
                 assert_eq!(paths(&again), paths(&fresh), "{name} with {o}");

@@ -73,10 +73,6 @@ pub(crate) struct Settings {
     pub base: Option<String>,
     /// The profile or fleet.
     pub subject: Subject,
-    /// Templates that replace the embedded ones.
-    pub templates: Option<PathBuf>,
-    /// What an acceptance layer asks above the render, as both sides render it.
-    pub in_cluster: crate::render::InCluster,
     /// Chart expansion.
     pub charts: ChartMode,
 }
@@ -212,31 +208,27 @@ impl Review {
 /// [`ReviewError`] (exit 2): no base commit, a head that does not render or stage, a side Flux
 /// could not read, a chart that cannot be fetched or templated. A base that does not render is
 /// not an error: it is reported, and the head is shown whole.
-pub(crate) fn review(settings: &Settings, progress: &dyn Progress) -> Result<Review, ReviewError> {
+pub(crate) fn review(settings: &Settings, renderer: &Renderer, progress: &dyn Progress) -> Result<Review, ReviewError> {
     // `helm version` (a process start) runs while the sides are rendered.
     let finding = matches!(settings.charts, ChartMode::Expand { .. }).then(|| std::thread::spawn(charts::Helm::find));
     // The base commit's tree is read while the head renders; a base that cannot be found is said
     // first.
-    let (base, committed, renderer, head) = std::thread::scope(|scope| {
+    let (base, committed, head) = std::thread::scope(|scope| {
         let git = scope.spawn(|| -> Result<_, ReviewError> {
             let base = repo::base(&settings.repo, settings.base.as_deref())?;
             let committed = repo::at_commit(&settings.repo, base.commit)?;
             Ok((base, committed))
         });
         progress.step("rendering the head");
-        let rendered = Renderer::new(settings.templates.as_deref())
-            .map(|r| r.with_in_cluster(settings.in_cluster))
-            .map_err(ReviewError::from)
-            .and_then(|renderer| Ok((head(settings, &renderer, progress)?, renderer)));
+        let rendered = head(settings, renderer, progress);
         let (base, committed) = git.join().unwrap_or_else(|e| std::panic::resume_unwind(e))?;
-        let (head, renderer) = rendered?;
-        Ok::<_, ReviewError>((base, committed, renderer, head))
+        Ok::<_, ReviewError>((base, committed, rendered?))
     })?;
     progress.step(&format!("the base is {}", base.label));
-    let staged = repo::stage(&settings.repo, &head.rendered, &renderer, false)?;
+    let staged = repo::stage(&settings.repo, &head.rendered, renderer, false)?;
     let head_tree = repo::work_tree(&settings.repo, &staged)?;
     let mut dirs = cluster_dirs(&head.rendered);
-    let bases = Bases::new(settings, &renderer, &base, &mut dirs);
+    let bases = Bases::new(settings, renderer, &base, &mut dirs);
     let (base_trees, base_how, unrenderable) = bases.trees(&committed, &dirs);
     let head_how: BTreeMap<String, String> =
         dirs.keys().map(|c| (c.clone(), "rendered from the work tree".to_owned())).collect();

@@ -13,7 +13,7 @@ use crate::components::acceptance::{Expected, REVISION_ANNOTATION};
 use crate::fleet::Fleet;
 use crate::object::ObjectRef;
 use crate::progress::{ClusterState, Progress};
-use crate::verify::publish::{self, Writer};
+use crate::verify::in_cluster::publish::{self, Writer};
 use crate::verify::session::{Session, VerifyError};
 
 /// Progress of one cluster's gate, as its own line.

@@ -78,8 +78,7 @@ fn gated_in_cluster(
     member: &LoadedProfile,
     layers: &[deploy::Layer],
 ) -> Option<crate::components::acceptance::Expected> {
-    let acceptance = member.profile.sections.acceptance.as_ref()?;
-    member.profile.rendering(&crate::components::acceptance::COMPONENT)?;
+    let (acceptance, _) = member.profile.acceptance()?;
     acceptance.expected(member.profile.criteria(), layers.iter().flat_map(|l| &l.objects))
 }
 
@@ -97,9 +96,7 @@ pub(crate) fn operations(
 ) -> Vec<Operation> {
     let mut ops: Vec<Operation> = vec![Operation::Review];
     ops.extend(flux::operations(profile, flux));
-    if let Some(acceptance) = &profile.sections.acceptance
-        && profile.rendering(&crate::components::acceptance::COMPONENT).is_some()
-    {
+    if let Some((acceptance, _)) = profile.acceptance() {
         // The report, and the Job whose uid a trusted report names.
         ops.push(Operation::Get(crate::cluster::operation::Objects::Named(acceptance.report())));
         ops.push(Operation::Get(crate::cluster::operation::Objects::Named(acceptance.job())));

@@ -9,12 +9,10 @@
 
 pub(crate) mod checks;
 pub(crate) mod endpoint;
-pub(crate) mod metrics;
+pub(crate) mod in_cluster;
 pub mod probe;
-pub(crate) mod publish;
 pub(crate) mod report;
 mod scripts;
-pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod settings;
 pub(crate) mod sweep;

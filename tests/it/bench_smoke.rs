@@ -133,7 +133,7 @@ fn the_render_benchmark_fleets_render() {
     });
     std::fs::write(dir.path().join("fleet.yaml"), fleet.yaml()).unwrap();
     let loaded = osbx::fleet::load(&dir.path().join("fleet.yaml"), &osbx::progress::Silent).unwrap();
-    let rendered = osbx::fleet::render(&loaded, &osbx::rbac::renderer(None).unwrap()).unwrap();
+    let rendered = osbx::fleet::render(&loaded, &osbx::commands::renderer(None).unwrap()).unwrap();
     assert_eq!(
         rendered.files.len(),
         30,

@@ -163,7 +163,7 @@ async fn every_clusters_objects_are_accepted_by_the_api_server() {
     let fleet = osbx::fleet::load(&dir.path().join("fleet.yaml"), &osbx::progress::Silent).unwrap();
     let client = cluster::client().await;
     cluster::install_all_crds().await;
-    let renderer = osbx::rbac::renderer(None).unwrap();
+    let renderer = osbx::commands::renderer(None).unwrap();
     for member in &fleet.members {
         let objects = renderer.render(member).unwrap().objects();
         cluster::ensure_namespaces(&client, &objects).await;

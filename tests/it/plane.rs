@@ -12,7 +12,7 @@ use crate::support::shipped_profiles;
 
 fn render(profile: &str) -> Vec<osbx::render::RenderedObject> {
     let loaded = osbx::profile::load(&osbx::profile::ProfileSource::from_arg(Some(profile))).unwrap();
-    let renderer = osbx::rbac::renderer(None).unwrap();
+    let renderer = osbx::commands::renderer(None).unwrap();
     renderer.render(&loaded).unwrap().objects()
 }
 
@@ -210,7 +210,7 @@ async fn standin_sets_flux_readiness_with_observed_generation() {
 /// The pools layer's Kustomization in the render of `doc`, and the render's Pools.
 fn pools_layer(doc: &Value) -> (Value, Vec<Value>) {
     let loaded = osbx::profile::from_value("profile.yaml", doc).unwrap();
-    let objects = osbx::rbac::renderer(None).unwrap().render(&loaded).unwrap().objects();
+    let objects = osbx::commands::renderer(None).unwrap().render(&loaded).unwrap().objects();
     let kustomization = objects
         .iter()
         .find(|o| {
@@ -253,7 +253,7 @@ async fn a_pools_layer_that_does_not_wait_lists_its_pools_for_flux_to_health_che
     let client = cluster::client().await;
     cluster::install_all_crds().await;
     let loaded = osbx::profile::from_value("profile.yaml", &doc).unwrap();
-    let objects = osbx::rbac::renderer(None).unwrap().render(&loaded).unwrap().objects();
+    let objects = osbx::commands::renderer(None).unwrap().render(&loaded).unwrap().objects();
     cluster::ensure_namespaces(&client, &objects).await;
     let (api, name) = api_for(&client, &k).await;
     let live = api.patch(&name, &PatchParams::apply("osbx").dry_run(), &Patch::Apply(&k)).await.unwrap();

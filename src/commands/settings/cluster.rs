@@ -46,6 +46,8 @@ pub(in crate::commands) struct LiveDiffSettings {
 pub(in crate::commands) struct ReviewSettings {
     /// What to review, and how.
     pub review: crate::review::Settings,
+    /// Templates that replace the embedded ones (both sides render with them).
+    pub templates: Option<PathBuf>,
     /// Output format.
     pub output: DiffOutput,
     /// `-o markdown`'s size limit.
@@ -96,10 +98,9 @@ impl TryFrom<&DiffArgs> for DiffSettings {
                 repo: a.repo.clone().unwrap_or_else(|| PathBuf::from(".")),
                 base: Some(base.clone()).filter(|b| !b.is_empty()),
                 subject,
-                templates: a.profile.templates.clone(),
-                in_cluster: crate::rbac::in_cluster(),
                 charts,
             },
+            templates: a.profile.templates.clone(),
             output: a.output,
             max_size: a.max_size,
         }))
@@ -214,7 +215,7 @@ pub(in crate::commands) struct VerifyRunSettings {
     pub junit: Option<PathBuf>,
     /// Publish the report to this ConfigMap, with the revision checked and who checked it (in the
     /// cluster).
-    pub publish: Option<crate::verify::publish::Publishing>,
+    pub publish: Option<crate::verify::in_cluster::publish::Publishing>,
 }
 
 impl VerifyRunSettings {
@@ -244,7 +245,7 @@ pub(in crate::commands) struct VerifySettings {
     /// The run.
     pub verify: VerifyRunSettings,
     /// Run every interval, serving the metrics on this address (`--serve`).
-    pub serve: Option<crate::verify::serve::Serve>,
+    pub serve: Option<crate::verify::in_cluster::serve::Serve>,
     /// Output format.
     pub output: Output,
 }
@@ -262,10 +263,10 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
         }
         verify.run.probe_namespace.clone_from(&c.probe_namespace);
         verify.run.read_only = c.read_only;
-        verify.publish = c.publish.as_ref().map(|(ns, name)| crate::verify::publish::Publishing {
+        verify.publish = c.publish.as_ref().map(|(ns, name)| crate::verify::in_cluster::publish::Publishing {
             report: crate::object::KnownKind::CONFIG_MAP.object(Some(ns), name),
             revision: c.revision.clone().unwrap_or_default(),
-            writer: crate::verify::publish::Writer::of(
+            writer: crate::verify::in_cluster::publish::Writer::of(
                 c.pod.as_deref(),
                 c.job_name.as_deref().zip(c.job_uid.as_deref()),
                 c.cron_job.as_deref(),
@@ -275,7 +276,7 @@ impl TryFrom<&VerifyArgs> for VerifySettings {
             profile: (&a.profile).into(),
             connect: (&a.cluster).into(),
             verify,
-            serve: c.serve.map(|addr| crate::verify::serve::Serve { addr, interval: c.interval }),
+            serve: c.serve.map(|addr| crate::verify::in_cluster::serve::Serve { addr, interval: c.interval }),
             output: a.output,
         })
     }

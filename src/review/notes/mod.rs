@@ -38,9 +38,7 @@ pub(crate) struct AcceptanceJob {
 impl AcceptanceJob {
     /// The acceptance layer's Job of `profile` (`None`: it renders no acceptance layer).
     pub(crate) fn of(profile: &crate::profile::Profile) -> Option<Self> {
-        use crate::components::acceptance::COMPONENT;
-        let acceptance = profile.sections.acceptance.as_ref()?;
-        let layer = profile.layers.iter().find(|l| !l.external && l.component == Some(&COMPONENT))?;
+        let (acceptance, layer) = profile.acceptance()?;
         Some(Self { layer: layer.name.clone(), job: acceptance.job() })
     }
 

@@ -95,7 +95,7 @@ impl Release {
 pub fn subjects() -> &'static [Subject] {
     static SUBJECTS: OnceLock<Vec<Subject>> = OnceLock::new();
     SUBJECTS.get_or_init(|| {
-        let renderer = osbx::rbac::renderer(None).expect("load the embedded templates");
+        let renderer = osbx::commands::renderer(None).expect("load the embedded templates");
         let render = |label: String, origin: Origin, loaded: &osbx::profile::LoadedProfile| {
             let rendered = renderer.render(loaded).unwrap_or_else(|e| panic!("{label}: render: {e}"));
             let layers = osbx::deploy::layers(&loaded.profile, &rendered);

@@ -289,7 +289,7 @@ fn kata_deploy_closes_hypervisor_annotations_for_every_shim_it_knows() {
     document["pools"]["items"] = serde_json::json!(items);
     let label = "fresh-cluster with every kata-deploy 4.1.0 shim";
     let loaded = osbx::profile::from_value(label, &document).unwrap_or_else(|e| panic!("{label}: {e}"));
-    let renderer = osbx::rbac::renderer(None).expect("templates");
+    let renderer = osbx::commands::renderer(None).expect("templates");
     let rendered = renderer.render(&loaded).unwrap_or_else(|e| panic!("{label}: render: {e}"));
     let objects: Vec<serde_json::Value> = rendered.objects().into_iter().map(|o| o.object.value).collect();
     let hr = objects
@@ -468,7 +468,7 @@ pub(crate) type KataDropIns = BTreeMap<String, (String, Option<String>)>;
 pub(crate) fn kata_deploy_install(document: &serde_json::Value) -> (KataDropIns, Option<String>) {
     let label = "a kata tier profile";
     let loaded = osbx::profile::from_value(label, document).unwrap_or_else(|e| panic!("{label}: {e}"));
-    let renderer = osbx::rbac::renderer(None).expect("templates");
+    let renderer = osbx::commands::renderer(None).expect("templates");
     let rendered = renderer.render(&loaded).unwrap_or_else(|e| panic!("{label}: render: {e}"));
     let objects: Vec<serde_json::Value> = rendered.objects().into_iter().map(|o| o.object.value).collect();
     let hr = objects

@@ -44,7 +44,7 @@ fn with_acceptance(image: &str, class: &str) -> TestProfile {
 /// The acceptance layer's objects as rendered, and the revision its Job checks.
 fn rendered(p: &TestProfile) -> (Vec<Value>, String) {
     let loaded = osbx::profile::from_value("node profile", &serde_saphyr::from_str(&p.yaml()).unwrap()).unwrap();
-    let rendered = osbx::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+    let rendered = osbx::commands::renderer(None).unwrap().render(&loaded).unwrap();
     let objects: Vec<_> =
         rendered.objects().into_iter().filter(|o| o.layer == "acceptance").map(|o| o.object).collect();
     let a = loaded.profile.sections.acceptance.as_ref().unwrap();

@@ -127,7 +127,7 @@ async fn exec_through_the_server_proxy_reaches_execd_and_a_pool_without_it_fails
 /// `count` Pools.
 async fn apply_pools(client: &kube::Client, profile: &crate::builder::TestProfile, count: usize) {
     let loaded = osbx::profile::from_value("node profile", &serde_saphyr::from_str(&profile.yaml()).unwrap()).unwrap();
-    let rendered = osbx::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+    let rendered = osbx::commands::renderer(None).unwrap().render(&loaded).unwrap();
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nd-sbx"}});
     let pools: Vec<serde_json::Value> =
         rendered.objects().into_iter().filter(|o| o.object.id.kind() == "Pool").map(|o| o.object.value).collect();

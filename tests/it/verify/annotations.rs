@@ -86,7 +86,7 @@ async fn the_policy_denies_annotated_sandbox_pods_and_kata_annotations_proves_it
     p.write_to(dir.path());
     let loaded = osbx::profile::load(&osbx::profile::ProfileSource::File(dir.path().join("profile.yaml")))
         .unwrap_or_else(|e| panic!("{e}"));
-    let rendered = osbx::rbac::renderer(None).unwrap().render(&loaded).unwrap_or_else(|e| panic!("{e}"));
+    let rendered = osbx::commands::renderer(None).unwrap().render(&loaded).unwrap_or_else(|e| panic!("{e}"));
     let objects: Vec<Value> = rendered.objects().into_iter().map(|o| o.object.value).collect();
     let kinds = |k: &str| objects.iter().filter(|o| o["kind"] == k).cloned().collect::<Vec<_>>();
     let policy = kinds("ValidatingAdmissionPolicy");

@@ -309,7 +309,7 @@ async fn status_reads_a_real_report_current_stale_or_of_another_revision() {
     let profile = st_profile().acceptance(json!({"image": "registry.example.org/osbx:test", "namespace": "st-acc",
                                                  "name": "acc", "interval": "10m"}));
     let loaded = osbx::profile::from_value("st", &serde_saphyr::from_str(&profile.yaml()).unwrap()).unwrap();
-    let rendered = osbx::rbac::renderer(None).unwrap().render(&loaded).unwrap();
+    let rendered = osbx::commands::renderer(None).unwrap().render(&loaded).unwrap();
     let objects: Vec<_> =
         rendered.objects().into_iter().filter(|o| o.layer == "acceptance").map(|o| o.object).collect();
     let revision = loaded.profile.sections.acceptance.as_ref().unwrap().revision_in(objects.iter()).unwrap();

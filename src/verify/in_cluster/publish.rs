@@ -9,11 +9,11 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{CheckResult, Outcome, all_passed, report};
 use crate::cluster::operation::{Objects, Operation};
 use crate::cluster::preflight::{self, PreflightError};
 use crate::cluster::{Cluster, ClusterError};
 use crate::object::{KnownKind, ObjectRef};
+use crate::verify::{CheckResult, Outcome, all_passed, report};
 
 /// Who wrote a report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,12 +11,12 @@ use futures::FutureExt as _;
 
 use super::metrics::{self, Metrics};
 use super::publish::{self, Published, Publishing};
-use super::session::{Session, VerifyError, read_only_ids};
-use super::{CheckResult, Settings};
 use crate::cluster::Cluster;
 use crate::object::ObjectRef;
 use crate::profile::Profile;
 use crate::progress::Progress;
+use crate::verify::session::{Session, VerifyError, read_only_ids};
+use crate::verify::{CheckResult, Settings};
 
 /// Where and how often.
 #[derive(Debug, Clone, Copy)]
@@ -174,7 +174,7 @@ async fn run(
 ) -> Result<(String, Vec<CheckResult>), VerifyError> {
     let s = &runs.settings;
     let (id, mut results) = if s.read_only && read_only_ids(runs.profile, &s.selection, &s.reach()).is_empty() {
-        (super::probe::run_id(), Vec::new())
+        (crate::verify::probe::run_id(), Vec::new())
     } else {
         let session = Session::start(runs.cluster, runs.profile, runs.flux_objects.clone(), s.clone()).await?;
         let id = session.id().to_owned();

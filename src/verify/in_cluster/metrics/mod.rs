@@ -17,7 +17,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 pub(crate) use self::http::{Limits, Liveness, serve};
-use super::{CheckResult, Outcome};
+use crate::verify::{CheckResult, Outcome};
 
 /// The content type of the OpenMetrics text exposition.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -92,7 +92,7 @@ impl Metrics {
             }
             durations.get_or_create(&check).set(Duration::from_millis(r.duration_ms).as_secs_f64());
         }
-        let ready = !results.is_empty() && super::all_passed(results);
+        let ready = !results.is_empty() && crate::verify::all_passed(results);
         let mut registry = Registry::default();
         registry.register("osbx_acceptance_check", "1 for the state of a check in the last run", states);
         let help = "Wall time of a check in the last run";
