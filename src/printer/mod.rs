@@ -3,13 +3,54 @@
 //! Data (diffs, lists, ids) goes to stdout; progress, warnings and errors go to stderr with the
 //! Flux glyphs (`►` action, `✚` created, `−` deleted, `✔` success, `⚠` warning, `✗` failure). Colour follows
 //! `--color` and whether each stream is a terminal.
+//!
+//! What reaches the terminal may hold text read from a cluster, a repository or a pull request
+//! (a report's evidence, a condition's message, a name): every text is passed through
+//! [`visible`] first, so that a control character or a bidirectional override in it is shown
+//! escaped and never acts on the terminal; the printer's own colours are added after.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::borrow::Cow;
 
 use console::{Style, Term};
 
 mod progress;
 
 pub use progress::ProgressView;
+
+/// `text` as the terminal may be given it: each control character but a line feed and a tab,
+/// and each bidirectional embedding, override or isolate (which reorder what a line shows), as
+/// its escape (`\u{1b}`); anything else as it is.
+#[must_use]
+pub fn visible(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars().map(|c| if unsafe_char(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect(),
+    )
+}
+
+/// A JSON text with each character [`visible`] escapes written as a JSON escape (`\u009b`).
+fn json_visible(text: &str) -> Cow<'_, str> {
+    if visible(text).len() == text.len() {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if visible(c.encode_utf8(&mut [0; 4])).len() > c.len_utf8() {
+                    format!("\\u{:04x}", u32::from(c))
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
 
 /// The terminal rows `lines` take at `width` columns: a line wider than the terminal wraps onto
 /// as many rows as it needs (an empty line takes one).
@@ -78,7 +119,7 @@ impl Printer {
 
     /// A line of data on stdout.
     pub fn data(&self, line: &str) {
-        println!("{line}");
+        println!("{}", visible(line));
     }
 
     /// Show `lines` in place of `shown` (what the last call showed): on a terminal, the old
@@ -97,7 +138,7 @@ impl Printer {
                 let _ = write!(frame, "\x1b[{up}A\r\x1b[J");
             }
             for l in lines {
-                frame.push_str(l);
+                frame.push_str(&visible(l));
                 frame.push('\n');
             }
             let mut out = std::io::stdout().lock();
@@ -107,7 +148,7 @@ impl Printer {
         }
         if shown.is_empty() {
             for l in lines {
-                println!("{l}");
+                println!("{}", visible(l));
             }
             return;
         }
@@ -118,7 +159,7 @@ impl Printer {
         let now = k8s_openapi::jiff::Timestamp::now();
         println!("--- {}", now.strftime("%H:%M:%S"));
         for l in changed {
-            println!("{l}");
+            println!("{}", visible(&l));
         }
     }
 
@@ -133,51 +174,51 @@ impl Printer {
     /// `► message` on stderr (hidden by `--quiet`).
     pub fn action(&self, message: &str) {
         if !self.quiet {
-            eprintln!("{} {message}", self.err_style(Style::new().cyan()).apply_to("►"));
+            eprintln!("{} {}", self.err_style(Style::new().cyan()).apply_to("►"), visible(message));
         }
     }
 
     /// `✚ message` on stderr (hidden by `--quiet`).
     pub fn created(&self, message: &str) {
         if !self.quiet {
-            eprintln!("{} {message}", self.err_style(Style::new().green()).apply_to("✚"));
+            eprintln!("{} {}", self.err_style(Style::new().green()).apply_to("✚"), visible(message));
         }
     }
 
     /// `− message` on stderr, in red (hidden by `--quiet`).
     pub fn deleted(&self, message: &str) {
         if !self.quiet {
-            eprintln!("{} {message}", self.err_style(Style::new().red()).apply_to("−"));
+            eprintln!("{} {}", self.err_style(Style::new().red()).apply_to("−"), visible(message));
         }
     }
 
     /// `✔ message` on stderr (hidden by `--quiet`).
     pub fn success(&self, message: &str) {
         if !self.quiet {
-            eprintln!("{} {message}", self.err_style(Style::new().green()).apply_to("✔"));
+            eprintln!("{} {}", self.err_style(Style::new().green()).apply_to("✔"), visible(message));
         }
     }
 
     /// `⚠ message` on stderr.
     pub fn warn(&self, message: &str) {
-        eprintln!("{} {message}", self.err_style(Style::new().yellow()).apply_to("⚠"));
+        eprintln!("{} {}", self.err_style(Style::new().yellow()).apply_to("⚠"), visible(message));
     }
 
     /// `✗ message` on stderr.
     pub fn failure(&self, message: &str) {
-        eprintln!("{} {message}", self.err_style(Style::new().red()).apply_to("✗"));
+        eprintln!("{} {}", self.err_style(Style::new().red()).apply_to("✗"), visible(message));
     }
 
     /// `error: top` then `  caused by: link` for each cause, on stderr.
     pub fn error(&self, err: &anyhow::Error) {
         let red = self.err_style(Style::new().red().bold());
-        eprintln!("{} {err}", red.apply_to("error:"));
+        eprintln!("{} {}", red.apply_to("error:"), visible(&err.to_string()));
         // A cause already said by what was printed (errors that quote their source) is left out.
         let mut said = err.to_string();
         for cause in err.chain().skip(1) {
             let text = cause.to_string();
             if !said.contains(&text) {
-                eprintln!("  caused by: {text}");
+                eprintln!("  caused by: {}", visible(&text));
                 said.push_str(&text);
             }
         }
@@ -194,7 +235,7 @@ impl Printer {
 
     /// One object's diff under a bold `Kind/ns/name action` header, on stdout.
     pub fn object_diff(&self, subject: &str, action: &str, diff: &str) {
-        println!("{}", self.out_style(Style::new().bold()).apply_to(format!("► {subject} {action}")));
+        println!("{}", self.out_style(Style::new().bold()).apply_to(visible(&format!("► {subject} {action}"))));
         self.diff_text(diff);
     }
 
@@ -216,9 +257,9 @@ impl Printer {
         for e in &review.changes {
             let from = e.release.as_ref().map_or_else(String::new, |r| format!(", chart of {r}"));
             let subject = format!("{} {} [{}; layer {}{from}]", e.object, e.action, e.clusters.join(", "), e.layer);
-            println!("{}", self.out_style(Style::new().bold()).apply_to(format!("► {subject}")));
+            println!("{}", self.out_style(Style::new().bold()).apply_to(visible(&format!("► {subject}"))));
             for n in &e.notes {
-                println!("  {} {n}", note.apply_to("◆"));
+                println!("  {} {}", note.apply_to("◆"), visible(n));
             }
             self.diff_text(&e.diff);
         }
@@ -248,7 +289,9 @@ impl Printer {
     /// A JSON document on stdout.
     pub fn json(&self, value: &impl serde::Serialize) {
         match serde_json::to_string_pretty(value) {
-            Ok(text) => println!("{text}"),
+            // serde_json escapes C0 controls; the others that act on a terminal are escaped
+            // here, as JSON escapes (they occur only inside strings).
+            Ok(text) => println!("{}", json_visible(&text)),
             Err(e) => eprintln!("error: cannot encode JSON: {e}"),
         }
     }
@@ -267,6 +310,7 @@ impl Printer {
             self.out_style(Style::new().bold()),
         );
         for line in text.lines() {
+            let line = &*visible(line);
             let styled = if line.starts_with("+++") || line.starts_with("---") {
                 head.apply_to(line)
             } else if line.starts_with('+') {
@@ -286,6 +330,21 @@ impl Printer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Text read from a cluster or a pull request never acts on the terminal: control characters
+    /// (an escape sequence, a carriage return that rewrites a line) and bidirectional overrides
+    /// are shown escaped, in text and in JSON (as JSON escapes, so it stays JSON).
+    #[test]
+    fn text_from_elsewhere_is_shown_escaped() {
+        assert!(matches!(visible("nodes.ready PASS: 1 node\n\tReady ✔"), Cow::Borrowed(_)));
+        assert_eq!(visible("evil\u{1b}[2J\rgood"), "evil\\u{1b}[2J\\u{d}good");
+        assert_eq!(visible("a\u{9b}31mb\u{202e}c"), "a\\u{9b}31mb\\u{202e}c");
+        let json = serde_json::to_string(&serde_json::json!({"e": "x\u{1b}y\u{9b}z\u{2066}"})).unwrap();
+        let shown = json_visible(&json);
+        assert_eq!(shown, r#"{"e":"x\u001by\u009bz\u2066"}"#);
+        let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back["e"], "x\u{1b}y\u{9b}z\u{2066}", "the same JSON");
+    }
 
     fn strings(lines: &[&str]) -> Vec<String> {
         lines.iter().map(|l| (*l).to_owned()).collect()

@@ -123,6 +123,7 @@ impl crate::progress::Progress for ProgressView {
             }
         } else {
             let glyph = if phase == Phase::Ready { "✔" } else { "►" };
+            let unit = super::visible(unit);
             self.line(&format!("{} layer {unit}: {phase}", self.style(Style::new().cyan()).apply_to(glyph)));
         }
     }
@@ -140,14 +141,14 @@ impl crate::progress::Progress for ProgressView {
                 let glyph = self.style(color).apply_to(glyph);
                 match bar {
                     Some(bar) => bar.finish_with_message(format!("{glyph} {outcome}")),
-                    None => self.line(&format!("{glyph} check {check}: {outcome}")),
+                    None => self.line(&format!("{glyph} check {}: {outcome}", super::visible(check))),
                 }
             }
         }
     }
 
     fn status(&self, object: &crate::object::ObjectRef, status: &crate::readiness::StatusResult) {
-        let text = format!("{object} {}: {}", status.status, status.message);
+        let text = super::visible(&format!("{object} {}: {}", status.status, status.message)).into_owned();
         let active = self
             .layers
             .lock()
@@ -190,12 +191,13 @@ impl crate::progress::Progress for ProgressView {
             Some("") => "committed already".to_owned(),
             Some(c) => format!("committed {}", &c[..c.len().min(12)]),
         };
-        self.line(&format!("{glyph} wave {wave} ({}): {what}", clusters.join(", ")));
+        let clusters = super::visible(&clusters.join(", ")).into_owned();
+        self.line(&format!("{glyph} wave {} ({clusters}): {what}", super::visible(wave)));
     }
 
     fn cluster(&self, wave: &str, cluster: &str, state: &crate::progress::ClusterState) {
         use crate::progress::ClusterState;
-        let unit = format!("{cluster} ({wave})");
+        let unit = super::visible(&format!("{cluster} ({wave})")).into_owned();
         let (kind, text) = match state {
             ClusterState::Reconciling(what) => ("reconciling", format!("reconciling: {what}")),
             ClusterState::Verifying(what) if what.is_empty() => ("verifying", "verifying".to_owned()),
@@ -203,6 +205,7 @@ impl crate::progress::Progress for ProgressView {
             ClusterState::Passed => ("passed", "passed".to_owned()),
             ClusterState::Failed(why) => ("failed", format!("failed: {why}")),
         };
+        let text = super::visible(&text).into_owned();
         let done = matches!(state, ClusterState::Passed | ClusterState::Failed(_));
         let good = matches!(state, ClusterState::Passed);
         let glyph = match (done, good) {
@@ -228,11 +231,11 @@ impl crate::progress::Progress for ProgressView {
     }
 
     fn step(&self, what: &str) {
-        self.line(&format!("{} {what}", self.style(Style::new().cyan()).apply_to("►")));
+        self.line(&format!("{} {}", self.style(Style::new().cyan()).apply_to("►"), super::visible(what)));
     }
 
     fn warn(&self, message: &str) {
-        let text = format!("{} {message}", self.style(Style::new().yellow()).apply_to("⚠"));
+        let text = format!("{} {}", self.style(Style::new().yellow()).apply_to("⚠"), super::visible(message));
         match &self.bars {
             Some(mp) => {
                 let _ = mp.println(text);

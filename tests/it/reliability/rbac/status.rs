@@ -322,7 +322,9 @@ async fn status_reads_a_real_report_current_stale_or_of_another_revision() {
                 .to_string();
             let report = json!({"run": "r-1", "writer": {"kind": "Job", "name": "acc", "uid": "u-1", "pod": "acc-x"},
                                 "revision": revision, "criteria": "c", "started": time, "time": time, "ready": true,
-                                "summary": "Ready", "checks": []});
+                                // Whoever may write the ConfigMap may write anything: a terminal's
+                                // escape sequence (setting its title) is shown, never run.
+                                "summary": "Ready\u{1b}]0;owned\u{7}", "checks": []});
             apply(
                 &client,
                 &json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -357,6 +359,8 @@ async fn status_reads_a_real_report_current_stale_or_of_another_revision() {
     assert_eq!(out.status.code(), Some(1), "a stale verdict is not Ready");
     let line = outputs(&out).0.lines().find(|l| l.starts_with("acceptance:")).map(str::to_owned).unwrap_or_default();
     assert!(line.contains("stale: 2h ago, older than 30m"), "{line}");
+    assert!(line.contains(r"Ready\u{1b}]0;owned\u{7}, revision"), "{line}");
+    assert!(!out.stdout.contains(&0x1b) && !out.stdout.contains(&0x07), "{line}");
     // Of another revision: not current.
     publish("0123456789abcdef".to_owned(), 60).await;
     let a = acceptance(&setup.status().await);
