@@ -2,6 +2,7 @@
 //! least-privilege CI account, long fuzzing, and verify under load.
 
 mod faults;
+mod forward_proxy;
 mod fuzz;
 mod inventory;
 mod load;
