@@ -25,6 +25,7 @@
 mod acceptance;
 mod image;
 mod probes;
+mod runbook;
 mod runtime;
 mod sandboxes;
 mod spiffe;
