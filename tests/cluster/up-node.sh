@@ -50,6 +50,12 @@ busybox=$debs/busybox-static/bin/busybox
 # --- network -------------------------------------------------------------------------------------
 ip link del "$bridge" 2>/dev/null || true
 ip link add "$bridge" type bridge
+# A fixed address of its own (locally administered): a bridge without one takes the lowest of its
+# ports' addresses, so it changed whenever the pod whose veth lent it ended, and the other pods'
+# neighbour entries for 198.18.0.1 went on naming the old one: their traffic to this machine (the
+# relay to the API server, a server on the node's address) was lost until ARP asked again, about
+# 30 s (an in-cluster verify run's requests timed out while its probe pods came and went).
+ip link set "$bridge" address 02:00:c6:12:00:01
 ip addr add "$node_ip/24" dev "$bridge"
 ip link set "$bridge" up
 mkdir -p "$node/cni/net.d" "$node/cni/ipam"

@@ -42,7 +42,7 @@ fn with_acceptance(image: &str, class: &str) -> TestProfile {
 }
 
 /// The acceptance layer's objects as rendered, and the revision its Job checks.
-fn rendered(p: &TestProfile) -> (Vec<Value>, String) {
+pub(super) fn rendered(p: &TestProfile) -> (Vec<Value>, String) {
     let loaded = osbx::profile::from_value("node profile", &serde_saphyr::from_str(&p.yaml()).unwrap()).unwrap();
     let rendered = osbx::commands::renderer(None).unwrap().render(&loaded).unwrap();
     let objects: Vec<_> =
@@ -53,7 +53,7 @@ fn rendered(p: &TestProfile) -> (Vec<Value>, String) {
 }
 
 /// The pod template of a Job or Deployment, pointed at the relay and given its token volume.
-fn on_this_node(node: &NodePlane, mut obj: Value) -> Value {
+pub(super) fn on_this_node(node: &NodePlane, mut obj: Value) -> Value {
     let spec = &mut obj["spec"]["template"]["spec"];
     let (volume, mount) = service_account_volume();
     // The rendered pods mount a short-lived token of their own there (the projected volume
@@ -77,8 +77,8 @@ async fn apply(client: &kube::Client, obj: &Value) {
 }
 
 /// Apply the layer's objects but its workloads (the namespaces the roles name created first), then
-/// the Job; its pod template's revision.
-async fn apply_layer(client: &kube::Client, node: &NodePlane, objects: &[Value]) {
+/// the Job `acc` in `ns` (the layer's namespace), the old one deleted first.
+pub(super) async fn apply_layer(client: &kube::Client, node: &NodePlane, objects: &[Value], ns: &str) {
     let mut namespaces: Vec<&str> = objects.iter().filter_map(|o| o["metadata"]["namespace"].as_str()).collect();
     namespaces.sort_unstable();
     namespaces.dedup();
@@ -89,7 +89,7 @@ async fn apply_layer(client: &kube::Client, node: &NodePlane, objects: &[Value])
         apply(client, o).await;
     }
     // As Flux does with `kustomize.toolkit.fluxcd.io/force: enabled`: the old Job deleted, the new one created.
-    let jobs = Api::<Job>::namespaced(client.clone(), NS);
+    let jobs = Api::<Job>::namespaced(client.clone(), ns);
     let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Foreground), ..DeleteParams::default() };
     let _ = jobs.delete("acc", &dp).await;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -101,10 +101,10 @@ async fn apply_layer(client: &kube::Client, node: &NodePlane, objects: &[Value])
     apply(client, &on_this_node(node, job)).await;
 }
 
-/// The Job's end: `Complete` or `Failed` with its reason.
-async fn job_end(client: &kube::Client) -> (String, String) {
-    let jobs = Api::<Job>::namespaced(client.clone(), NS);
-    let deadline = Instant::now() + Duration::from_secs(240);
+/// The end of the Job `acc` in `ns`: `Complete` or `Failed` with its reason (within `limit`).
+pub(super) async fn job_end(client: &kube::Client, ns: &str, limit: Duration) -> (String, String) {
+    let jobs = Api::<Job>::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + limit;
     loop {
         let job = jobs.get("acc").await.unwrap();
         let ended = job
@@ -116,13 +116,14 @@ async fn job_end(client: &kube::Client) -> (String, String) {
         if let Some(c) = ended {
             return (c.type_, c.reason.unwrap_or_default());
         }
-        assert!(Instant::now() < deadline, "the Job did not end in 240 s: {}", logs(client).await);
+        assert!(Instant::now() < deadline, "the Job did not end in {limit:?}: {}", logs(client, ns).await);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
-async fn logs(client: &kube::Client) -> String {
-    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+/// The logs of the pods in `ns`.
+pub(super) async fn logs(client: &kube::Client, ns: &str) -> String {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
     let mut out = String::new();
     for p in pods.list(&ListParams::default()).await.unwrap() {
         let name = p.metadata.name.unwrap_or_default();
@@ -132,9 +133,9 @@ async fn logs(client: &kube::Client) -> String {
     out
 }
 
-/// The report ConfigMap's `report.json`.
-async fn report(client: &kube::Client) -> Value {
-    let map = Api::<ConfigMap>::namespaced(client.clone(), NS).get("acc-report").await.unwrap();
+/// The report ConfigMap's (`acc-report` in `ns`) `report.json`.
+pub(super) async fn report(client: &kube::Client, ns: &str) -> Value {
+    let map = Api::<ConfigMap>::namespaced(client.clone(), ns).get("acc-report").await.unwrap();
     serde_json::from_str(&map.data.unwrap()["report.json"]).unwrap()
 }
 
@@ -164,7 +165,7 @@ async fn scrape(client: &kube::Client, port: u16, until: impl Fn(&str) -> bool) 
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    panic!("the metrics never showed what was awaited:\n{last}\n{}", logs(client).await);
+    panic!("the metrics never showed what was awaited:\n{last}\n{}", logs(client, NS).await);
 }
 
 /// The rendered Job runs `osbx verify` in the image to completion: PASS (the pool's class has a
@@ -185,11 +186,11 @@ async fn the_acceptance_job_and_server_run_in_the_osbx_image() {
     // PASS.
     let (objects, revision) = rendered(&with_acceptance(image, "runc"));
     let started = Instant::now();
-    apply_layer(&client, node, &objects).await;
-    let (end, reason) = job_end(&client).await;
+    apply_layer(&client, node, &objects, NS).await;
+    let (end, reason) = job_end(&client, NS, Duration::from_secs(240)).await;
     eprintln!("node-bench: acceptance job PASS {:.1}s", started.elapsed().as_secs_f64());
-    assert_eq!(end, "Complete", "{reason}: {}", logs(&client).await);
-    let r = report(&client).await;
+    assert_eq!(end, "Complete", "{reason}: {}", logs(&client, NS).await);
+    let r = report(&client, NS).await;
     assert_eq!((r["ready"].as_bool(), r["revision"].as_str()), (Some(true), Some(revision.as_str())), "{r:#}");
     assert_eq!(outcome(&r, "nodes.ready"), "PASS");
     assert_eq!(outcome(&r, "kata.runtimeclass"), "PASS");
@@ -250,11 +251,11 @@ async fn the_acceptance_job_and_server_run_in_the_osbx_image() {
     let (objects, broken) = rendered(&with_acceptance(image, "kata-clh-runtime-rs"));
     assert_ne!(broken, revision);
     let started = Instant::now();
-    apply_layer(&client, node, &objects).await;
-    let (end, reason) = job_end(&client).await;
+    apply_layer(&client, node, &objects, NS).await;
+    let (end, reason) = job_end(&client, NS, Duration::from_secs(240)).await;
     eprintln!("node-bench: acceptance job FAIL {:.1}s", started.elapsed().as_secs_f64());
-    assert_eq!((end.as_str(), reason.as_str()), ("Failed", "PodFailurePolicy"), "{}", logs(&client).await);
-    let r = report(&client).await;
+    assert_eq!((end.as_str(), reason.as_str()), ("Failed", "PodFailurePolicy"), "{}", logs(&client, NS).await);
+    let r = report(&client, NS).await;
     assert_eq!((r["ready"].as_bool(), r["revision"].as_str()), (Some(false), Some(broken.as_str())), "{r:#}");
     assert_eq!(outcome(&r, "kata.runtimeclass"), "FAIL");
     let events = Api::<Event>::namespaced(client.clone(), NS).list(&ListParams::default()).await.unwrap();

@@ -15,9 +15,15 @@
 //! absent, the agent down), `opensandbox.pools` and `opensandbox.lifecycle.*` (pool pods as real
 //! containers), `opensandbox.exec.*` (the played execd inside a pool's real container, behind the
 //! real server's proxy; and a pool that does not start it), the build pools' workload probe
-//! (`workload.*`: Debian's dockerd in a privileged real container, both sides of `--bench`). Held back: a Kata VM (no registry serves Kata; `kata.guest-kernel` in a VM,
-//! `kata.host-kvm` and `kata.vmm-shared-memory` meet QEMU in `tests/run kata` and the stand-in
-//! elsewhere).
+//! (`workload.*`: Debian's dockerd in a privileged real container, both sides of `--bench`). In
+//! the cluster (`runbook`): the acceptance Job in the osbx image, as the rendered ServiceAccount
+//! and roles, runs the runbook of these (not their failure cases, nor `--bench`): nodes, runtime
+//! classes, the guest-kernel probe, pools, the Lifecycle API and exec through the API server's
+//! service proxy to the real server with the key read from its Secret, the workload probe in the
+//! layer's probe namespace, SPIFFE issued and denied; its report agrees check by check with
+//! `osbx verify` run from outside on the same node. Held back: a Kata VM (no registry serves
+//! Kata; `kata.guest-kernel` in a VM, `kata.host-kvm` and `kata.vmm-shared-memory` meet QEMU in
+//! `tests/run kata` and the stand-in elsewhere).
 //!
 //! One node per machine, shared by the tests of this module, which take turns in the node's lane
 //! (`crate::turns`), beside the end-to-end scenarios and the Kata tier.
@@ -25,6 +31,7 @@
 mod acceptance;
 mod image;
 mod probes;
+mod runbook;
 mod runtime;
 mod sandboxes;
 mod spiffe;

@@ -9,6 +9,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::{NodePlane, assert_check, profile, report};
+use crate::builder::TestProfile;
 use crate::cluster::RealServer;
 use crate::turns::{self, Need};
 
@@ -64,19 +65,7 @@ async fn exec_through_the_server_proxy_reaches_execd_and_a_pool_without_it_fails
     let node = NodePlane::get();
     let client = node.client().await;
     crate::cluster::install_crds(&client, "opensandbox").await;
-    let bin = json!({"name": "opensandbox-bin", "mountPath": "/opt/opensandbox"});
-    let installer = json!({
-        "name": "execd-installer", "image": node.var("EXECD_IMAGE"), "command": ["/bin/sh", "-c"],
-        "args": ["cp ./execd /opt/opensandbox/execd && cp ./bootstrap.sh /opt/opensandbox/bootstrap.sh && chmod 0755 /opt/opensandbox/execd /opt/opensandbox/bootstrap.sh"],
-        "volumeMounts": [bin]});
-    let p = profile()
-        .pool("live", "runc", [1, 1, 1, 2])
-        .pool_set("live", "command", json!(["/opt/opensandbox/bootstrap.sh", "sleep", "3600"]))
-        .pool_set("live", "env", json!([{"name": "EXECD", "value": "/opt/opensandbox/execd"}]))
-        .pool_set("live", "volumeMounts", json!([bin]))
-        .pool_set("live", "initContainers", json!([installer]))
-        .pool_set("live", "volumes", json!([{"name": "opensandbox-bin", "emptyDir": {}}]))
-        .pool("bare", "runc", [1, 1, 1, 2]);
+    let p = with_execd(profile().pool("live", "runc", [1, 1, 1, 2]), node, "live").pool("bare", "runc", [1, 1, 1, 2]);
     apply_pools(&client, &p, 2).await;
     for pool in ["live", "bare"] {
         ready_pod(&client, pool).await;
@@ -123,9 +112,25 @@ async fn exec_through_the_server_proxy_reaches_execd_and_a_pool_without_it_fails
     assert_eq!(live_code, Some(0), "{live_stderr}");
 }
 
+/// The pool `pool` of `p` started as OpenSandbox lays out execd: the execd installer init
+/// container copies `/execd` and `/bootstrap.sh` of the execd image into the emptyDir at
+/// `/opt/opensandbox`, and the main container runs `bootstrap.sh sleep 3600`.
+pub(super) fn with_execd(p: TestProfile, node: &NodePlane, pool: &str) -> TestProfile {
+    let bin = json!({"name": "opensandbox-bin", "mountPath": "/opt/opensandbox"});
+    let installer = json!({
+        "name": "execd-installer", "image": node.var("EXECD_IMAGE"), "command": ["/bin/sh", "-c"],
+        "args": ["cp ./execd /opt/opensandbox/execd && cp ./bootstrap.sh /opt/opensandbox/bootstrap.sh && chmod 0755 /opt/opensandbox/execd /opt/opensandbox/bootstrap.sh"],
+        "volumeMounts": [bin]});
+    p.pool_set(pool, "command", json!(["/opt/opensandbox/bootstrap.sh", "sleep", "3600"]))
+        .pool_set(pool, "env", json!([{"name": "EXECD", "value": "/opt/opensandbox/execd"}]))
+        .pool_set(pool, "volumeMounts", json!([bin]))
+        .pool_set(pool, "initContainers", json!([installer]))
+        .pool_set(pool, "volumes", json!([{"name": "opensandbox-bin", "emptyDir": {}}]))
+}
+
 /// Apply the pools layer's objects of `profile` as osbx renders them (its namespace first):
 /// `count` Pools.
-async fn apply_pools(client: &kube::Client, profile: &crate::builder::TestProfile, count: usize) {
+pub(super) async fn apply_pools(client: &kube::Client, profile: &TestProfile, count: usize) {
     let loaded = osbx::profile::from_value("node profile", &serde_saphyr::from_str(&profile.yaml()).unwrap()).unwrap();
     let rendered = osbx::commands::renderer(None).unwrap().render(&loaded).unwrap();
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nd-sbx"}});
@@ -139,7 +144,7 @@ async fn apply_pools(client: &kube::Client, profile: &crate::builder::TestProfil
 }
 
 /// A Ready pod of `pool` (within 60 s).
-async fn ready_pod(client: &kube::Client, pool: &str) -> Pod {
+pub(super) async fn ready_pod(client: &kube::Client, pool: &str) -> Pod {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "nd-sbx");
     let start = Instant::now();
     let labels = format!("sandbox.opensandbox.io/pool-name={pool}");
@@ -160,7 +165,7 @@ async fn ready_pod(client: &kube::Client, pool: &str) -> Pod {
 }
 
 /// Delete the Pools `names` (their pods go with them), so that later tests see the node as before.
-async fn delete_pools(client: &kube::Client, names: &[&str]) {
+pub(super) async fn delete_pools(client: &kube::Client, names: &[&str]) {
     for name in names {
         let pool = json!({"apiVersion": "sandbox.opensandbox.io/v1alpha1", "kind": "Pool",
                           "metadata": {"name": name, "namespace": "nd-sbx"}});

@@ -11,7 +11,7 @@ use crate::support::root;
 use crate::turns::{self, Need};
 
 /// The smoke fixture (what the spire-smoke layer renders), with the node's SPIRE class.
-async fn smoke_fixture(client: &kube::Client, node: &NodePlane, id: &str) {
+pub(super) async fn smoke_fixture(client: &kube::Client, node: &NodePlane, id: &str) {
     crate::cluster::install_crds(client, "spire").await;
     let objects = [
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nd-smoke"}}),
@@ -27,12 +27,14 @@ async fn smoke_fixture(client: &kube::Client, node: &NodePlane, id: &str) {
     }
 }
 
+/// The profile's `verify.spiffe` for the smoke fixture, expecting `id`.
+pub(super) fn smoke_section(node: &NodePlane, id: &str) -> serde_json::Value {
+    json!({"namespace": "nd-smoke", "serviceAccount": "spire-smoke", "id": id, "image": node.var("SPIRE_AGENT_IMAGE"),
+           "socketHostPath": node.var("SPIRE_AGENT_SOCKET_DIR"), "clusterSpiffeId": "nd-smoke", "retrySeconds": 45})
+}
+
 fn spiffe_profile(node: &NodePlane, id: &str) -> crate::builder::TestProfile {
-    profile().set(
-        "verify.spiffe",
-        json!({"namespace": "nd-smoke", "serviceAccount": "spire-smoke", "id": id, "image": node.var("SPIRE_AGENT_IMAGE"),
-               "socketHostPath": node.var("SPIRE_AGENT_SOCKET_DIR"), "clusterSpiffeId": "nd-smoke", "retrySeconds": 45}),
-    )
+    profile().set("verify.spiffe", smoke_section(node, id))
 }
 
 fn agent(action: &str, node: &NodePlane) {

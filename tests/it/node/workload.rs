@@ -15,11 +15,11 @@ use super::{NodePlane, assert_check, check, profile, report};
 use crate::support::root;
 use crate::turns::{self, Need};
 
-const IMAGE: &str = "osbx.test/docker:20.10";
+pub(super) const IMAGE: &str = "osbx.test/docker:20.10";
 
 /// The probe image, built from the guest image's files and imported into the node's containerd
 /// once per test binary.
-fn import_image(node: &NodePlane) {
+pub(super) fn import_image(node: &NodePlane) {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         let out = std::process::Command::new(root().join("tests/cluster/guest-image")).output().unwrap();
@@ -36,7 +36,7 @@ fn import_image(node: &NodePlane) {
 }
 
 /// `stat -f -c %T` of a path on this machine.
-fn filesystem(path: &str) -> String {
+pub(super) fn filesystem(path: &str) -> String {
     let out = std::process::Command::new("stat").args(["-f", "-c", "%T", path]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
