@@ -139,7 +139,7 @@ pub(super) async fn report(client: &kube::Client, ns: &str) -> Value {
     serde_json::from_str(&map.data.unwrap()["report.json"]).unwrap()
 }
 
-fn outcome(report: &Value, id: &str) -> String {
+pub(super) fn outcome(report: &Value, id: &str) -> String {
     let checks = report["checks"].as_array().unwrap();
     let c = checks.iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no {id} in {report:#}"));
     c["outcome"].as_str().unwrap().to_owned()

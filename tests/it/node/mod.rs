@@ -31,6 +31,7 @@
 mod acceptance;
 mod image;
 mod probes;
+mod regression;
 mod runbook;
 mod runtime;
 mod sandboxes;

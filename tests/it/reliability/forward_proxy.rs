@@ -78,7 +78,8 @@ async fn tunnel(kind: Kind, mut client: TcpStream, seen: &Mutex<Vec<String>>) ->
                 }
             }
             let text = String::from_utf8_lossy(&head).into_owned();
-            let Some(target) = text.strip_prefix("CONNECT ").and_then(|r| r.split(' ').next()).map(str::to_owned) else {
+            let Some(target) = text.strip_prefix("CONNECT ").and_then(|r| r.split(' ').next()).map(str::to_owned)
+            else {
                 client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n").await?;
                 return Ok(());
             };
@@ -146,7 +147,7 @@ fn through(kubeconfig: &Path, dir: &Path, proxy: &str) -> (PathBuf, String) {
     let mut server = String::new();
     for c in kc["clusters"].as_array_mut().unwrap() {
         c["cluster"]["proxy-url"] = Value::String(proxy.to_owned());
-        server = c["cluster"]["server"].as_str().unwrap().trim_start_matches("https://").to_owned();
+        c["cluster"]["server"].as_str().unwrap().trim_start_matches("https://").clone_into(&mut server);
     }
     let path = dir.join(format!("kubeconfig-{}", proxy.split(':').next().unwrap()));
     std::fs::write(&path, serde_json::to_string_pretty(&kc).unwrap()).unwrap();
