@@ -228,10 +228,7 @@ pub(crate) async fn publish(cluster: &Cluster, report: &ObjectRef, published: &P
     let written = maps.patch(&report.name, &params, &Patch::Apply(&body)).await.map_err(api)?;
     let events = Api::<Event>::namespaced(cluster.client.clone(), namespace);
     for failed in published.checks.iter().filter(|c| matches!(c.verdict.outcome, Outcome::Fail | Outcome::Error)) {
-        let message: String = format!("{} {}: {}", failed.id, failed.verdict.outcome, failed.verdict.evidence)
-            .chars()
-            .take(1024)
-            .collect();
+        let message = event_message(failed);
         let event: Event = serde_json::from_value(json!({
             "metadata": {"generateName": format!("{}.", report.name), "namespace": namespace},
             "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": report.name, "namespace": namespace,
@@ -250,6 +247,21 @@ pub(crate) async fn publish(cluster: &Cluster, report: &ObjectRef, published: &P
         events.create(&PostParams::default(), &event).await.map_err(api)?;
     }
     Ok(())
+}
+
+/// What the Event of a check that did not pass says (at most 1,024 characters, an Event's
+/// bound): `<id> <OUTCOME>: <evidence>`, then why and the fix when the check knows them (the
+/// evidence alone, "1 node(s)", would not say what is wrong).
+fn event_message(failed: &CheckResult) -> String {
+    use std::fmt::Write as _;
+    let v = &failed.verdict;
+    let mut message = format!("{} {}: {}", failed.id, v.outcome, v.evidence);
+    for (label, text) in [("why", &v.diagnosis), ("fix", &v.fix)] {
+        if let Some(text) = text {
+            let _ = write!(message, "; {label}: {text}");
+        }
+    }
+    message.chars().take(1024).collect()
 }
 
 /// The report last published to `report` (`None`: none yet, or not one osbx wrote).
@@ -330,6 +342,23 @@ mod tests {
         assert_eq!(scheduled.to_string(), r#"Job "acc-deep-1" of the CronJob "acc-deep""#);
         // A name read back from the cluster is escaped, never a terminal's control sequence.
         assert_eq!(Writer::Pod { name: "x\u{1b}[2Jy\n".into() }.to_string(), r#"pod "x\u{1b}[2Jy\n""#);
+    }
+
+    /// A Warning Event says what failed, why and the fix, within an Event's bound.
+    #[test]
+    fn an_event_says_why_a_check_failed() {
+        let result =
+            |verdict| crate::verify::CheckResult { id: "nodes.ready".into(), started_ms: 0, duration_ms: 0, verdict };
+        let failed = result(
+            crate::verify::Verdict::fail("1 node(s), 1 for Kata", "nd-node is cordoned")
+                .with_fix("kubectl uncordon nd-node"),
+        );
+        assert_eq!(
+            super::event_message(&failed),
+            "nodes.ready FAIL: 1 node(s), 1 for Kata; why: nd-node is cordoned; fix: kubectl uncordon nd-node"
+        );
+        let long = result(crate::verify::Verdict::fail("e".repeat(2000), "d"));
+        assert_eq!(super::event_message(&long).chars().count(), 1024);
     }
 
     /// The serving pod takes the other checks' verdicts from the newer of the Job's and the
