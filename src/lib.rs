@@ -27,6 +27,7 @@ mod embedded;
 pub mod fleet;
 mod flux;
 mod hash;
+mod images;
 mod init;
 mod lint;
 mod mark;

@@ -69,6 +69,13 @@ pub enum Command {
     ///
     /// Exit status: 0 clean (warnings allowed), 1 errors found, 2 could not lint.
     Lint(LintArgs),
+    /// List every image the platform as rendered will pull, and who pulls it: the rendered
+    /// pods, the pods each HelmRelease's chart installs (expanded with helm, offline, from the
+    /// review's chart cache), the images in a component's configuration and the checks' probe
+    /// images. No cluster is contacted.
+    ///
+    /// Exit status: 0 listed, 2 error (the profile or a chart cannot be read).
+    Images(ImagesArgs),
     /// Write a commented starter profile (or fleet file), with the schema editors validate it
     /// against beside it.
     ///
@@ -187,6 +194,39 @@ pub struct LintArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
+}
+
+/// `osbx images`.
+#[derive(Debug, Args)]
+pub struct ImagesArgs {
+    /// Profile and templates.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Every cluster of a fleet file instead (each image with the clusters that pull it).
+    #[arg(long, conflicts_with = "profile")]
+    pub fleet: Option<PathBuf>,
+    /// Read charts from this copy of the chart cache and never fetch (air-gapped).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_charts")]
+    pub charts: Option<PathBuf>,
+    /// Do not expand charts: the rendered pods, the components' and the checks' images only.
+    #[arg(long)]
+    pub no_charts: bool,
+    /// Output format: text, json, or skopeo-sync (the source YAML of `skopeo sync --src yaml`).
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: ImagesOutput,
+}
+
+/// `osbx images` output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ImagesOutput {
+    /// Each image, then who pulls it.
+    #[default]
+    Text,
+    /// `{image: [puller, …]}`.
+    Json,
+    /// Per registry, each repository's tags and digests, as `skopeo sync --src yaml` reads
+    /// them.
+    SkopeoSync,
 }
 
 /// Which commands `osbx rbac` prints roles for.

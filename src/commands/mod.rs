@@ -4,6 +4,7 @@
 
 mod apply;
 mod diff;
+mod images;
 mod init;
 mod lint;
 mod profiles;
@@ -68,6 +69,7 @@ pub fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Status(args) => status::run(&(&args).try_into()?, printer),
         Command::Rollout(args) => rollout::run(&(&args).into(), printer),
         Command::Lint(args) => lint::run(&(&args).try_into()?, printer),
+        Command::Images(args) => images::run(&(&args).try_into()?, printer),
         Command::Init(args) => init::run(&(&args).into(), printer),
         Command::Rbac(args) => rbac::run(&(&args).into(), printer),
         Command::Secret(cmd) => secret::run(cmd, printer),

@@ -57,6 +57,10 @@ pub struct Component {
     /// The layer renders after every other one, and its view has their `revision` (a digest of
     /// what they render), the `roles` its ServiceAccount is bound to and the `profile` as YAML.
     pub(crate) after_others: bool,
+    /// Images its workloads make others pull that no rendered pod names (an image in a
+    /// configuration file, pulled by the pods the component's controllers create), each with who
+    /// pulls it: what `osbx images` lists beside the rendered and expanded pods'.
+    pub(crate) pulled: fn(sections: &Sections) -> Vec<(String, &'static str)>,
 }
 
 impl Component {
@@ -80,6 +84,7 @@ impl Component {
             supplied: |_| None,
             health: &[],
             after_others: false,
+            pulled: |_| Vec::new(),
         }
     }
 }

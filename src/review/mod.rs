@@ -77,6 +77,24 @@ pub(crate) struct Settings {
     pub charts: ChartMode,
 }
 
+impl ChartMode {
+    /// As `--charts DIR` and `--no-charts` say: off, from that copy of the cache (never
+    /// fetching), or from the default cache.
+    ///
+    /// # Errors
+    /// `--charts` names no directory.
+    pub(crate) fn of(charts: Option<&std::path::Path>, off: bool) -> anyhow::Result<Self> {
+        Ok(match (charts, off) {
+            (_, true) => Self::Off,
+            (Some(dir), false) => {
+                anyhow::ensure!(dir.is_dir(), "--charts {}: no such directory", dir.display());
+                Self::Expand { cache: charts::CacheRoot::Dir(dir.to_path_buf()), air_gapped: true }
+            }
+            (None, false) => Self::Expand { cache: charts::default_cache(), air_gapped: false },
+        })
+    }
+}
+
 /// Why a review could not be made (exit 2).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReviewError {

@@ -99,34 +99,67 @@ pub(crate) fn parse_duration(s: &str) -> Option<std::time::Duration> {
 /// # Errors
 /// Which part is not of the grammar, and why.
 pub(crate) fn check_image_reference(s: &str) -> Result<(), String> {
-    let (rest, digest) = match s.split_once('@') {
-        Some((rest, digest)) => (rest, Some(digest)),
-        None => (s, None),
-    };
-    if let Some(digest) = digest {
-        check_image_digest(digest)?;
+    ImageRef::parse(s).map(|_| ())
+}
+
+/// An image reference as a registry reads it: the registry host (`docker.io` when none is
+/// named), the repository (`library/<name>` for a one-component name on `docker.io`), the tag
+/// and the digest (`latest` is the tag when neither is given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ImageRef {
+    /// `registry.example.org:5000`, `docker.io`.
+    pub registry: String,
+    /// `library/busybox`, `opensandbox/execd`.
+    pub repository: String,
+    /// The tag, when named (`latest` when neither a tag nor a digest is).
+    pub tag: Option<String>,
+    /// `sha256:…`, when named.
+    pub digest: Option<String>,
+}
+
+impl ImageRef {
+    /// Parse `s` by the distribution reference grammar ([`check_image_reference`]).
+    ///
+    /// # Errors
+    /// Which part is not of the grammar, and why.
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
+        let (rest, digest) = match s.split_once('@') {
+            Some((rest, digest)) => (rest, Some(digest)),
+            None => (s, None),
+        };
+        if let Some(digest) = digest {
+            check_image_digest(digest)?;
+        }
+        let (name, tag) = match rest.rfind(':') {
+            Some(i) if !rest[i + 1..].contains('/') => (&rest[..i], Some(&rest[i + 1..])),
+            _ => (rest, None),
+        };
+        if let Some(tag) = tag {
+            check_image_tag(tag)?;
+        }
+        if name.is_empty() {
+            return Err("it names no repository".into());
+        }
+        if name.len() > 255 {
+            return Err(format!("its name is {} characters long, more than 255", name.len()));
+        }
+        let (registry, path) = match name.split_once('/') {
+            Some((first, remote))
+                if first.contains(['.', ':'])
+                    || first == "localhost"
+                    || first.bytes().any(|b| b.is_ascii_uppercase()) =>
+            {
+                check_image_host(first)?;
+                (first, remote)
+            }
+            _ => ("docker.io", name),
+        };
+        path.split('/').try_for_each(check_image_path_component)?;
+        let repository =
+            if registry == "docker.io" && !path.contains('/') { format!("library/{path}") } else { path.to_owned() };
+        let tag = tag.map(str::to_owned).or_else(|| digest.is_none().then(|| "latest".to_owned()));
+        Ok(Self { registry: registry.to_owned(), repository, tag, digest: digest.map(str::to_owned) })
     }
-    let (name, tag) = match rest.rfind(':') {
-        Some(i) if !rest[i + 1..].contains('/') => (&rest[..i], Some(&rest[i + 1..])),
-        _ => (rest, None),
-    };
-    if let Some(tag) = tag {
-        check_image_tag(tag)?;
-    }
-    if name.is_empty() {
-        return Err("it names no repository".into());
-    }
-    if name.len() > 255 {
-        return Err(format!("its name is {} characters long, more than 255", name.len()));
-    }
-    let mut path = name;
-    if let Some((first, remote)) = name.split_once('/')
-        && (first.contains(['.', ':']) || first == "localhost" || first.bytes().any(|b| b.is_ascii_uppercase()))
-    {
-        check_image_host(first)?;
-        path = remote;
-    }
-    path.split('/').try_for_each(check_image_path_component)
 }
 
 /// `host[:port]`, the host a DNS name, an IPv4 address or a bracketed IPv6 address.

@@ -206,6 +206,12 @@ pub trait Check: Send + Sync {
     fn uses_the_node(&self, _profile: &Profile) -> bool {
         false
     }
+    /// The images its probe pods (or what runs in them) pull, for this profile: what `osbx
+    /// images` lists for the check, asked only of a check that does something
+    /// ([`Check::operations`] not empty).
+    fn images(&self, _profile: &Profile) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Run the selected checks concurrently, each under its own timeout, each after the checks it

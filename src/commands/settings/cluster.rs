@@ -80,19 +80,7 @@ impl TryFrom<&DiffArgs> for DiffSettings {
             Some(fleet) => crate::review::Subject::Fleet(fleet.clone()),
             None => crate::review::Subject::Profile(ProfileSource::from_arg(a.profile.profile.as_deref())),
         };
-        let charts = match (&a.charts, a.no_charts) {
-            (_, true) => crate::review::ChartMode::Off,
-            (Some(dir), false) => {
-                anyhow::ensure!(dir.is_dir(), "--charts {}: no such directory", dir.display());
-                crate::review::ChartMode::Expand {
-                    cache: crate::review::charts::CacheRoot::Dir(dir.clone()),
-                    air_gapped: true,
-                }
-            }
-            (None, false) => {
-                crate::review::ChartMode::Expand { cache: crate::review::charts::default_cache(), air_gapped: false }
-            }
-        };
+        let charts = crate::review::ChartMode::of(a.charts.as_deref(), a.no_charts)?;
         Ok(Self::Review(ReviewSettings {
             review: crate::review::Settings {
                 repo: a.repo.clone().unwrap_or_else(|| PathBuf::from(".")),

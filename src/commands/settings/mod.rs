@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::chart::Chart;
 use crate::cli::{
-    ClusterArgs, InitArgs, LimitArgs, LintArgs, Output, ProfileArgs, RbacArgs, RbacFor, RenderArgs, RuntimeArg,
+    ClusterArgs, ImagesArgs, ImagesOutput, InitArgs, LimitArgs, LintArgs, Output, ProfileArgs, RbacArgs, RbacFor,
+    RenderArgs, RuntimeArg,
 };
 use crate::cluster::ConnectOptions;
 use crate::init::{Runtimes, Starter};
@@ -179,6 +180,35 @@ impl TryFrom<&LintArgs> for LintSettings {
             chart: a.chart.as_deref().map(Chart::load).transpose()?,
             repo: a.repo.clone(),
             age_key_file: a.age_key_file.clone(),
+            output: a.output,
+        })
+    }
+}
+
+/// `osbx images`.
+#[derive(Debug, Clone)]
+pub(super) struct ImagesSettings {
+    /// Which profile or fleet.
+    pub source: Source,
+    /// Template overrides.
+    pub templates: Option<PathBuf>,
+    /// How charts are expanded (as the review expands them).
+    pub charts: crate::review::ChartMode,
+    /// Output format.
+    pub output: ImagesOutput,
+}
+
+impl TryFrom<&ImagesArgs> for ImagesSettings {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &ImagesArgs) -> anyhow::Result<Self> {
+        Ok(Self {
+            source: match &a.fleet {
+                Some(path) => Source::Fleet(path.clone()),
+                None => Source::Profile(ProfileSource::from_arg(a.profile.profile.as_deref())),
+            },
+            templates: a.profile.templates.clone(),
+            charts: crate::review::ChartMode::of(a.charts.as_deref(), a.no_charts)?,
             output: a.output,
         })
     }

@@ -38,6 +38,7 @@ pub(crate) static COMPONENT: Component = Component {
     supplied: |_| None,
     health: &[],
     after_others: false,
+    pulled: |_| Vec::new(),
 };
 
 /// The shim osbx enables unless the profile names others: Cloud Hypervisor with runtime-rs.

@@ -31,6 +31,19 @@ pub(crate) static COMPONENT: Component = Component {
     supplied: |s| s.opensandbox.api_key_secret(),
     health: &[],
     after_others: false,
+    pulled: |s| {
+        let c = &s.opensandbox.server.config;
+        std::iter::once((
+            c.runtime.execd_image.clone(),
+            "each sandbox pod (the server's [runtime] execd_image: the execd installer)",
+        ))
+        .chain(
+            c.egress
+                .as_ref()
+                .map(|e| (e.image.clone(), "each sandbox pod with egress rules (the server's [egress] image)")),
+        )
+        .collect()
+    },
 };
 
 /// A sandbox as the controller holds it: created by the server (in `namespaces.sandbox`), from a

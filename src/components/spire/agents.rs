@@ -20,6 +20,7 @@ pub(crate) static COMPONENT: Component = Component {
     supplied: |_| None,
     health: &[],
     after_others: false,
+    pulled: |_| Vec::new(),
 };
 
 fn validate(sections: &Sections, site: &Site<'_>, v: &mut Violations) {

@@ -113,6 +113,11 @@ impl Check for Lifecycle {
         self.reclaim && super::reclaim::shim_of(profile, &self.pool).is_ok()
     }
 
+    /// Reclaim's host probe (the sandbox itself runs on a pod of the pool, already rendered).
+    fn images(&self, profile: &Profile) -> Vec<String> {
+        if self.uses_the_node(profile) { vec![profile.verify.host_probe_image.clone()] } else { Vec::new() }
+    }
+
     /// The sandbox takes one of the pool's idle pods: the Pools check reads `available` first.
     fn after(&self) -> Vec<String> {
         vec![super::opensandbox::POOLS.to_owned()]

@@ -12,12 +12,31 @@ mod workload;
 
 pub(crate) use lifecycle::{sweep_sandboxes, sweeping_sandboxes};
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde_json::Value;
 
 use super::{Check, Selection};
 use crate::cluster::{Cluster, ClusterError};
 use crate::object::{Gvk, ObjectRef};
 use crate::profile::Profile;
+
+/// The images the checks of `profile` pull (their probe pods, and what runs in them), each with
+/// the ids of the checks that pull it: asked of every check that does something for the profile
+/// (`osbx images`).
+#[must_use]
+pub(crate) fn images(profile: &Profile) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for check in catalogue(profile, Vec::new(), &Selection::default()) {
+        if check.operations(profile, &super::Reach::default()).is_empty() {
+            continue;
+        }
+        for image in check.images(profile) {
+            out.entry(image).or_default().extend(check.ids());
+        }
+    }
+    out
+}
 
 /// Every check for a profile, in report order; `selection` decides what a check that reports
 /// several verdicts does for the ones not selected (the reclaim of a Lifecycle sandbox).

@@ -273,6 +273,10 @@ impl Check for Spiffe {
 
     /// Probe pods in the smoke namespace, the wrong ServiceAccount there, and reading the smoke
     /// ClusterSPIFFEID to explain a missing identity.
+    fn images(&self, profile: &Profile) -> Vec<String> {
+        profile.spiffe_smoke().map(|smoke| smoke.image.clone()).into_iter().collect()
+    }
+
     fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         let Some(smoke) = profile.spiffe_smoke() else { return Vec::new() };
         let mut out = vec![

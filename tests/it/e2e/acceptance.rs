@@ -57,8 +57,8 @@ pub(super) fn with_acceptance(p: &mut Value) {
                              "only": ["flux.layers", "nodes.ready", "opensandbox.pools"]});
 }
 
-/// Play the kubelet of the acceptance Job's pods until aborted: each pod that kwok made Running
-/// is run once (see the module docs) and ends with its container's exit code.
+/// Play the kubelet of the acceptance Job's pods until aborted: each pod of the Job that kwok made
+/// Running is run once (see the module docs) and ends with its container's exit code.
 async fn kubelet(client: Client, kubeconfig: PathBuf, dir: PathBuf, runs: Arc<Mutex<Vec<Run>>>) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let mut done = BTreeSet::new();
@@ -66,7 +66,15 @@ async fn kubelet(client: Client, kubeconfig: PathBuf, dir: PathBuf, runs: Arc<Mu
         let list = pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
         for pod in list {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let job = pod.metadata.owner_references.iter().flatten().find(|o| o.kind == "Job").map(|o| o.uid.clone());
+            // The layer's Job's pods only: the CronJob's Jobs (`acc-deep-…`, at their schedule, which a
+            // run that crosses it meets) are left to kwok.
+            let job = pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == "Job" && o.name == NAME)
+                .map(|o| o.uid.clone());
             let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
             let (Some(job_uid), true) = (job, running) else { continue };
             if !done.insert(uid.clone()) {

@@ -10,6 +10,7 @@ mod bad_input;
 mod bench;
 mod fleet;
 mod hostile;
+mod images;
 mod sources;
 
 use std::path::{Path, PathBuf};
@@ -105,11 +106,16 @@ impl Case {
         let mut cmd = osbx();
         cmd.arg("diff").arg(format!("--base={base}")).arg("-p").arg(self.profile_path()).arg("--repo").arg(&self.repo);
         cmd.args(args);
+        self.with_helm(&mut cmd);
+        cmd
+    }
+
+    /// `cmd` given the helm, the chart cache and helm's homes of this case.
+    pub fn with_helm(&self, cmd: &mut assert_cmd::Command) {
         cmd.env("OSBX_HELM", crate::charts::helm::helm()).env("OSBX_CHART_CACHE", self.scratch().join("chart-cache"));
         for (var, sub) in [("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"), ("HELM_DATA_HOME", "data")] {
             cmd.env(var, self.scratch().join("helm-home").join(sub));
         }
-        cmd
     }
 
     /// A review as JSON, its exit code checked.

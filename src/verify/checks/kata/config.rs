@@ -45,6 +45,10 @@ impl Check for Config {
         true
     }
 
+    fn images(&self, profile: &Profile) -> Vec<String> {
+        vec![profile.verify.host_probe_image.clone()]
+    }
+
     fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         if profile.site().layer_of(&kata::COMPONENT).is_none() {
             return Vec::new();

@@ -25,6 +25,10 @@ impl Check for HostKvm {
         true
     }
 
+    fn images(&self, profile: &Profile) -> Vec<String> {
+        vec![profile.verify.host_probe_image.clone()]
+    }
+
     fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         if_kata(profile, || vec![Operation::Probe(None), Operation::List(node(), None)])
     }

@@ -107,6 +107,10 @@ impl Check for GuestKernel {
         if_kata(profile, || vec![Operation::Probe(None), Operation::Get(Objects::Any(node(), None))])
     }
 
+    fn images(&self, profile: &Profile) -> Vec<String> {
+        vec![profile.verify.probe_image.clone()]
+    }
+
     fn run<'a>(&'a self, ctx: &'a Ctx) -> BoxFuture<'a, Vec<Verdict>> {
         Box::pin(async move {
             let Some(class) = ctx.profile.sections.pools.kata_classes().into_iter().next() else {

@@ -23,6 +23,11 @@ impl Check for VmmSharedMemory {
         true
     }
 
+    /// The guest it measures runs the probe image; the host probe reads the VMM.
+    fn images(&self, profile: &Profile) -> Vec<String> {
+        vec![profile.verify.probe_image.clone(), profile.verify.host_probe_image.clone()]
+    }
+
     fn operations(&self, profile: &Profile, _: &Reach) -> Vec<Operation> {
         if_kata(profile, || vec![Operation::Probe(None)])
     }

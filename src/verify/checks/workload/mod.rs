@@ -141,6 +141,12 @@ impl Check for Workload {
         true
     }
 
+    /// The probe pod's image, and kind's node image, which its dockerd pulls when named.
+    fn images(&self, profile: &Profile) -> Vec<String> {
+        let w = &profile.verify.workload;
+        std::iter::once(w.docker_image.clone()).chain(w.kind_node_image.clone()).collect()
+    }
+
     fn operations(&self, _: &Profile, _: &Reach) -> Vec<Operation> {
         vec![Operation::Probe(None)]
     }

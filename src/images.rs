@@ -1,0 +1,280 @@
+//! `osbx images`: every image the platform as rendered will pull, and who pulls it — the
+//! containers of the rendered objects, of the objects each HelmRelease's chart installs
+//! (expanded by helm with the values osbx renders, as the offline review expands them: the same
+//! cache, no cluster), the images a component's configuration makes its controllers' pods pull
+//! ([`crate::components::Component::pulled`]), and the probe images of verify's checks
+//! ([`crate::verify::checks::images`]; the acceptance layer's own image is a rendered
+//! container). Pure: the expansion is given.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::object::Object;
+use crate::profile::LoadedProfile;
+use crate::render::Rendered;
+use crate::spec::syntax::ImageRef;
+
+/// Who pulls an image.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub(crate) enum Puller {
+    /// A container of a rendered object, or of an object a chart installs.
+    Container {
+        /// The cluster (the profile's `cluster.name`).
+        cluster: String,
+        /// The layer that renders the object or its HelmRelease.
+        layer: String,
+        /// The chart that installs the object (`name version`), when a chart does.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        chart: Option<String>,
+        /// `Kind/namespace/name`.
+        object: String,
+        /// The container's name.
+        container: String,
+    },
+    /// Pods a component's controllers create from its configuration.
+    Component {
+        /// The cluster (the profile's `cluster.name`).
+        cluster: String,
+        /// The component's layer.
+        layer: String,
+        /// Which pods, and the setting that names the image.
+        what: String,
+    },
+    /// A check's probe pods (`osbx verify`, and the acceptance layer's runs).
+    Check {
+        /// The cluster whose profile selects the check.
+        cluster: String,
+        /// The check's id.
+        check: String,
+    },
+}
+
+impl std::fmt::Display for Puller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Container { cluster, layer, chart, object, container } => {
+                write!(f, "{cluster} / {layer}: {object} container {container}")?;
+                chart.as_ref().map_or(Ok(()), |c| write!(f, " (chart {c})"))
+            }
+            Self::Component { cluster, layer, what } => write!(f, "{cluster} / {layer}: {what}"),
+            Self::Check { cluster, check } => write!(f, "{cluster}: check {check}"),
+        }
+    }
+}
+
+/// Every image, each with who pulls it (sorted; an image once, its pullers in order).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(transparent)]
+pub(crate) struct Images(pub BTreeMap<String, BTreeSet<Puller>>);
+
+/// The objects a HelmRelease's chart installs (`None`: charts are not expanded).
+pub(crate) type Expand<'a> =
+    dyn Fn(&Object, &[&Object]) -> Result<(String, Vec<Object>), crate::review::charts::ChartError> + Sync + 'a;
+
+impl Images {
+    /// Add what the profile `loaded`, rendered as `rendered`, pulls; each HelmRelease expanded
+    /// by `expand` (its chart's `name version`, and its objects) when given.
+    ///
+    /// # Errors
+    /// A chart that cannot be expanded.
+    pub(crate) fn add(
+        &mut self,
+        loaded: &LoadedProfile,
+        rendered: &Rendered,
+        expand: Option<&Expand<'_>>,
+    ) -> Result<(), crate::review::charts::ChartError> {
+        let profile = &loaded.profile;
+        let cluster = &profile.cluster.name;
+        let objects = rendered.objects();
+        let side: Vec<&Object> = objects.iter().map(|o| &o.object).collect();
+        for o in &objects {
+            if crate::flux::HELM_RELEASE.is(&o.object.id.gvk) {
+                if let Some(expand) = expand {
+                    let (chart, installed) = expand(&o.object, &side)?;
+                    for object in &installed {
+                        self.containers(cluster, &o.layer, Some(&chart), object);
+                    }
+                }
+                continue;
+            }
+            self.containers(cluster, &o.layer, None, &o.object);
+        }
+        for layer in &profile.layers {
+            let Some(component) = layer.renders() else { continue };
+            for (image, what) in (component.pulled)(&profile.sections) {
+                let puller =
+                    Puller::Component { cluster: cluster.clone(), layer: layer.name.clone(), what: what.to_owned() };
+                self.0.entry(image).or_default().insert(puller);
+            }
+        }
+        for (image, checks) in crate::verify::checks::images(profile) {
+            for check in checks {
+                self.0.entry(image.clone()).or_default().insert(Puller::Check { cluster: cluster.clone(), check });
+            }
+        }
+        Ok(())
+    }
+
+    /// The containers of `object` (wherever its pod templates are: a Pod, a workload, a
+    /// CronJob, a custom resource such as a Pool), each with its image.
+    fn containers(&mut self, cluster: &str, layer: &str, chart: Option<&str>, object: &Object) {
+        let kind = object.id.gvk.kind.as_str();
+        if matches!(kind, "ConfigMap" | "Secret" | "CustomResourceDefinition") {
+            return;
+        }
+        let mut found = Vec::new();
+        pod_containers(&object.value, &mut found);
+        for (container, image) in found {
+            let puller = Puller::Container {
+                cluster: cluster.to_owned(),
+                layer: layer.to_owned(),
+                chart: chart.map(str::to_owned),
+                object: object.id.to_string(),
+                container,
+            };
+            self.0.entry(image).or_default().insert(puller);
+        }
+    }
+
+    /// As `skopeo sync --src yaml` reads them: per registry, each repository and its tags (and
+    /// digests); an image that does not parse is left out and returned.
+    #[must_use]
+    pub(crate) fn skopeo_sync(&self) -> (BTreeMap<String, Value>, Vec<String>) {
+        let mut registries: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+        let mut refused = Vec::new();
+        for image in self.0.keys() {
+            match ImageRef::parse(image) {
+                Ok(r) => {
+                    let versions = registries.entry(r.registry).or_default().entry(r.repository).or_default();
+                    // A digest is what is pulled, whatever tag is beside it.
+                    versions.extend(r.digest.or(r.tag));
+                }
+                Err(why) => refused.push(format!("{image:?}: {why}")),
+            }
+        }
+        let out = registries
+            .into_iter()
+            .map(|(registry, images)| (registry, serde_json::json!({"images": images})))
+            .collect();
+        (out, refused)
+    }
+}
+
+/// Every `(container name, image)` under `value`: the entries with an `image` of each
+/// `initContainers`, `containers` and `ephemeralContainers` list at any depth.
+fn pod_containers(value: &Value, out: &mut Vec<(String, String)>) {
+    const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if LISTS.contains(&key.as_str())
+                    && let Value::Array(list) = v
+                {
+                    for c in list {
+                        if let Some(image) = c["image"].as_str() {
+                            out.push((c["name"].as_str().unwrap_or_default().to_owned(), image.to_owned()));
+                        }
+                    }
+                } else {
+                    pod_containers(v, out);
+                }
+            }
+        }
+        Value::Array(list) => list.iter().for_each(|v| pod_containers(v, out)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn images(profile: &str) -> Images {
+        let (_, text) = crate::profile::embedded_text(profile).unwrap();
+        let loaded = crate::profile::parse("p.yaml", text).unwrap();
+        let rendered = crate::commands::renderer(None).unwrap().render(&loaded).unwrap();
+        let mut images = Images::default();
+        images.add(&loaded, &rendered, None).unwrap();
+        images
+    }
+
+    /// Without the charts: the rendered pods (the pools, the acceptance layer's Job, CronJob and
+    /// Deployment), the images in the server's configuration, and the checks' probe images,
+    /// each with who pulls it.
+    #[test]
+    fn the_rendered_pods_the_components_and_the_checks_pull_their_images() {
+        let all = images("fresh-cluster");
+        let by = |image: &str| all.0.get(image).unwrap_or_else(|| panic!("no {image} in {:#?}", all.0.keys()));
+        let acceptance = by("registry.example.org/osbx:0.1.0");
+        for object in [
+            "Job/osbx-acceptance/osbx-acceptance",
+            "CronJob/osbx-acceptance/osbx-acceptance-deep",
+            "Deployment/osbx-acceptance/osbx-acceptance",
+        ] {
+            assert!(
+                acceptance.iter().any(|p| matches!(p, Puller::Container { object: o, container, .. } if o == object && container == "osbx")),
+                "{object}: {acceptance:?}"
+            );
+        }
+        let execd = all.0.iter().find(|(i, _)| i.contains("execd")).unwrap();
+        assert!(
+            execd.1.iter().any(|p| matches!(p, Puller::Component { layer, .. } if layer == "opensandbox")),
+            "{execd:?}"
+        );
+        let probe = by("busybox:1.37");
+        assert!(
+            probe.iter().any(|p| matches!(p, Puller::Check { check, .. } if check == "kata.guest-kernel")),
+            "{probe:?}"
+        );
+        assert!(
+            by("python:3.13-alpine")
+                .iter()
+                .any(|p| matches!(p, Puller::Check { check, .. } if check == "kata.host-kvm"))
+        );
+        // A pool's image, from the Pool's pod template.
+        assert!(
+            all.0
+                .values()
+                .flatten()
+                .any(|p| matches!(p, Puller::Container { object, .. } if object.starts_with("Pool/"))),
+            "{all:#?}"
+        );
+        // No HelmRelease is read as a pod without its chart.
+        assert!(
+            !all.0
+                .values()
+                .flatten()
+                .any(|p| matches!(p, Puller::Container { object, .. } if object.starts_with("HelmRelease/")))
+        );
+    }
+
+    #[test]
+    fn skopeo_sync_lists_each_registry_s_repositories_and_tags() {
+        let mut all = Images::default();
+        for image in [
+            "busybox:1.37",
+            "docker:27-dind",
+            "registry.example.org:5000/team/osbx@sha256:0123456789abcdef0123456789abcdef",
+            "ghcr.io/spiffe/spire-agent:1.15.3",
+            "cgr.dev/chainguard/bash:latest@sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58",
+            "Bad Image",
+        ] {
+            all.0.entry(image.to_owned()).or_default();
+        }
+        let (yaml, refused) = all.skopeo_sync();
+        assert_eq!(
+            serde_json::to_value(&yaml).unwrap(),
+            serde_json::json!({
+                // A digest is what is pulled: the tag beside it is not listed.
+                "cgr.dev": {"images": {"chainguard/bash": ["sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58"]}},
+                "docker.io": {"images": {"library/busybox": ["1.37"], "library/docker": ["27-dind"]}},
+                "ghcr.io": {"images": {"spiffe/spire-agent": ["1.15.3"]}},
+                "registry.example.org:5000": {"images": {"team/osbx": ["sha256:0123456789abcdef0123456789abcdef"]}},
+            })
+        );
+        assert_eq!(refused.len(), 1, "{refused:?}");
+    }
+}

@@ -1,0 +1,90 @@
+//! `osbx images` with the real charts: every HelmRelease of fresh-cluster expanded by the real
+//! helm from the loopback sources (kata-deploy from OCI, SPIRE from a Helm repository,
+//! OpenSandbox from git), as the review expands them, beside the rendered pods, the server's
+//! configured images and the checks' probe images; `-o skopeo-sync` groups them by registry.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::{Case, profile, sources};
+use crate::support::outputs;
+
+/// Who pulls `image`, as `osbx images -o json` says.
+fn pullers<'a>(all: &'a Value, image: &str) -> &'a Vec<Value> {
+    all[image].as_array().unwrap_or_else(|| panic!("no {image}"))
+}
+
+#[test]
+fn images_lists_what_every_chart_installs_beside_the_rendered_pods_and_the_checks() {
+    let sources = sources();
+    let p = profile(Some(&sources));
+    let case = Case::new(Some(sources), &p);
+    let run = |output: &str| {
+        let mut images = crate::support::osbx();
+        images.args(["images", "-o", output, "-p"]).arg(case.profile_path());
+        case.with_helm(&mut images);
+        images.output().unwrap()
+    };
+    let out = run("json");
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let all: Value = serde_json::from_str(&stdout).unwrap();
+    let map = all.as_object().unwrap();
+    // Each chart's pods, named by the chart's own values (read here from the chart as shipped).
+    let values = std::fs::read_to_string(
+        crate::support::root().join("../shared/charts/kata-deploy-4.1.0/kata-deploy/values.yaml"),
+    )
+    .unwrap();
+    let doc: Value = serde_saphyr::from_str(&values).unwrap();
+    let kata = doc["image"]["reference"].as_str().unwrap();
+    let by_chart = |prefix: &str, chart: &str, layer: &str| {
+        let (image, by) = map
+            .iter()
+            .find(|(i, _)| i.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no image {prefix}…: {:?}", map.keys().collect::<Vec<_>>()));
+        assert!(
+            by.as_array().unwrap().iter().any(|p| p["kind"] == "container"
+                && p["layer"] == layer
+                && p["chart"].as_str().is_some_and(|c| c.starts_with(chart))),
+            "{image}: {by:#}"
+        );
+    };
+    // The chart in job mode: its dispatcher image, named after the reference its values give.
+    by_chart(kata, "kata-deploy ", "kata");
+    by_chart("ghcr.io/spiffe/spire-agent:", "spire ", "spire-agents");
+    let opensandbox: BTreeSet<&str> = map
+        .values()
+        .flat_map(|by| by.as_array().unwrap())
+        .filter(|p| p["layer"] == "opensandbox" && p["chart"].is_string())
+        .filter_map(|p| p["object"].as_str())
+        .collect();
+    assert!(
+        opensandbox.iter().any(|o| o.starts_with("Deployment/")),
+        "the chart's controller and server: {opensandbox:?}"
+    );
+    // What the render holds, the server's configuration and the checks, as without charts.
+    assert!(
+        pullers(&all, "registry.example.org/osbx:0.1.0")
+            .iter()
+            .any(|p| p["object"] == "Job/osbx-acceptance/osbx-acceptance")
+    );
+    assert!(
+        map.iter()
+            .any(|(i, by)| i.contains("/execd:") && by.as_array().unwrap().iter().any(|p| p["kind"] == "component"))
+    );
+    assert!(pullers(&all, "busybox:1.37").iter().any(|p| p["kind"] == "check" && p["check"] == "kata.guest-kernel"));
+    // No chart's image is missed by the copier's list: each image's repository is under its
+    // registry there.
+    let out = run("skopeo-sync");
+    let (text, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let sync: Value = serde_saphyr::from_str(&text).unwrap();
+    for image in map.keys() {
+        let registry = match image.split_once('/') {
+            Some((host, _)) if host.contains(['.', ':']) || host == "localhost" => host,
+            _ => "docker.io",
+        };
+        assert!(sync[registry]["images"].is_object(), "{image}: no {registry} in\n{text}");
+    }
+}
