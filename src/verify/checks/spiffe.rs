@@ -104,6 +104,18 @@ enum Probed {
     Stuck(String),
 }
 
+/// The probe pod `name` under `sa` in the smoke namespace. That namespace is never the run's
+/// own: other runs (the acceptance layer's Job and CronJob, an operator's) probe there too, so
+/// the pod's name carries this run's id.
+fn smoke_pod(run: &probe::Run, smoke: &SpiffeSmoke, name: &str, sa: &str, class: Option<&str>) -> serde_json::Value {
+    let mut pod = probe::pod(run, name, "spiffe", &scripts::spiffe(run, smoke, sa, class));
+    pod["metadata"]["namespace"] = json!(smoke.namespace);
+    if run.owns_namespace {
+        pod["metadata"]["name"] = json!(format!("{name}-{}", run.id));
+    }
+    pod
+}
+
 impl Spiffe {
     /// Run one probe pod under `sa`; the kubelet restarts its container on failure, in the same
     /// pod, so what the node registered for that pod (an entry with its `k8s:pod-uid`) holds for
@@ -118,8 +130,7 @@ impl Spiffe {
         limit: Duration,
         span: Option<Duration>,
     ) -> Result<Probed, String> {
-        let mut pod = probe::pod(&ctx.run, name, "spiffe", &scripts::spiffe(&ctx.run, smoke, sa, class));
-        pod["metadata"]["namespace"] = json!(smoke.namespace);
+        let pod = smoke_pod(&ctx.run, smoke, name, sa, class);
         let (ns, name) = probe::create_pod(&ctx.cluster, &pod).await.map_err(|e| e.to_string())?;
         let start = Instant::now();
         let mut first_failure: Option<(Instant, i32)> = None;
@@ -312,6 +323,24 @@ impl Check for Spiffe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two runs probe the shared smoke namespace at once (the acceptance layer's Job and
+    /// CronJob, an operator's run): each pod's name carries its run's id, whether the run has a
+    /// namespace of its own or was given one.
+    #[test]
+    fn a_smoke_pod_is_named_after_its_run_in_the_shared_namespace() {
+        let smoke = crate::profile::SpiffeSmoke {
+            namespace: "spire-smoke".into(),
+            service_account: "spire-smoke".into(),
+            ..serde_json::from_value(json!({})).unwrap()
+        };
+        for given in [None, Some("osbx-acceptance-probes".to_owned())] {
+            let run = probe::Run::new(60, Duration::from_secs(600), given.clone());
+            let pod = smoke_pod(&run, &smoke, "spiffe-issued", "spire-smoke", None);
+            assert_eq!(pod["metadata"]["namespace"], "spire-smoke");
+            assert_eq!(pod["metadata"]["name"], format!("spiffe-issued-{}", run.id), "{given:?}");
+        }
+    }
 
     #[test]
     fn classifies_agent_answers() {
