@@ -88,3 +88,32 @@ fn images_lists_what_every_chart_installs_beside_the_rendered_pods_and_the_check
         assert!(sync[registry]["images"].is_object(), "{image}: no {registry} in\n{text}");
     }
 }
+
+/// `--fleet`: every cluster's images, each puller naming its cluster; a cluster's own pool image
+/// is named for that cluster alone.
+#[test]
+fn a_fleets_images_name_the_clusters_that_pull_each() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("profile.yaml"), serde_json::to_string_pretty(&profile(None)).unwrap()).unwrap();
+    let fleet = serde_json::json!({
+        "apiVersion": "osbx.dev/v1alpha1", "kind": "Fleet", "metadata": {"name": "labs"}, "base": "profile.yaml",
+        "clusters": [
+            {"name": "lab-a"},
+            {"name": "lab-b", "overrides": {"pools": {"defaults": {"image": "registry.example/lab-b/code-interpreter:v2"}}}},
+        ],
+    });
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(&path, serde_json::to_string_pretty(&fleet).unwrap()).unwrap();
+    let out =
+        crate::support::osbx().args(["images", "--no-charts", "-o", "json", "--fleet"]).arg(&path).output().unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let all: Value = serde_json::from_str(&stdout).unwrap();
+    let clusters = |image: &str| -> BTreeSet<String> {
+        pullers(&all, image).iter().filter_map(|p| p["cluster"].as_str()).map(str::to_owned).collect()
+    };
+    assert_eq!(clusters("registry.example/lab-b/code-interpreter:v2"), BTreeSet::from(["lab-b".to_owned()]));
+    assert_eq!(clusters("registry.example.org/osbx:0.1.0"), BTreeSet::from(["lab-a".to_owned(), "lab-b".to_owned()]));
+    let shared = all.as_object().unwrap().keys().find(|i| i.ends_with("/code-interpreter:v1.1.0")).unwrap();
+    assert_eq!(clusters(shared), BTreeSet::from(["lab-a".to_owned()]), "lab-b's pools use its own image");
+}
