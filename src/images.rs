@@ -4,7 +4,7 @@
 //! cache, no cluster), the images a component's configuration makes its controllers' pods pull
 //! ([`crate::components::Component::pulled`]), and the probe images of verify's checks
 //! ([`crate::verify::checks::images`]; the acceptance layer's own image is a rendered
-//! container). Pure: the expansion is given.
+//! container).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::object::Object;
 use crate::profile::LoadedProfile;
 use crate::render::Rendered;
+use crate::review::charts::{ChartError, Charts};
 use crate::spec::syntax::ImageRef;
 
 /// Who pulls an image.
@@ -70,13 +71,9 @@ impl std::fmt::Display for Puller {
 #[serde(transparent)]
 pub(crate) struct Images(pub BTreeMap<String, BTreeSet<Puller>>);
 
-/// The objects a HelmRelease's chart installs (`None`: charts are not expanded).
-pub(crate) type Expand<'a> =
-    dyn Fn(&Object, &[&Object]) -> Result<(String, Vec<Object>), crate::review::charts::ChartError> + Sync + 'a;
-
 impl Images {
     /// Add what the profile `loaded`, rendered as `rendered`, pulls; each HelmRelease expanded
-    /// by `expand` (its chart's `name version`, and its objects) when given.
+    /// by `charts` when given (as the review expands it).
     ///
     /// # Errors
     /// A chart that cannot be expanded.
@@ -84,17 +81,18 @@ impl Images {
         &mut self,
         loaded: &LoadedProfile,
         rendered: &Rendered,
-        expand: Option<&Expand<'_>>,
-    ) -> Result<(), crate::review::charts::ChartError> {
+        charts: Option<&Charts>,
+    ) -> Result<(), ChartError> {
         let profile = &loaded.profile;
         let cluster = &profile.cluster.name;
         let objects = rendered.objects();
         let side: Vec<&Object> = objects.iter().map(|o| &o.object).collect();
         for o in &objects {
             if crate::flux::HELM_RELEASE.is(&o.object.id.gvk) {
-                if let Some(expand) = expand {
-                    let (chart, installed) = expand(&o.object, &side)?;
-                    for object in &installed {
+                if let Some(charts) = charts {
+                    let expansion = charts.expand(&o.object, &side)?;
+                    let chart = format!("{} {}", expansion.chart.name, expansion.chart.version);
+                    for (object, _) in &expansion.objects {
                         self.containers(cluster, &o.layer, Some(&chart), object);
                     }
                 }

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use self::charts::{ChartError, Charts};
+use self::charts::{ChartError, Expanders};
 use self::compare::{compare_cluster, fold};
 use self::flux::FluxError;
 pub(crate) use self::markdown::markdown;
@@ -250,31 +250,23 @@ pub(crate) fn review(settings: &Settings, renderer: &Renderer, progress: &dyn Pr
     let (base_trees, base_how, unrenderable) = bases.trees(&committed, &dirs);
     let head_how: BTreeMap<String, String> =
         dirs.keys().map(|c| (c.clone(), "rendered from the work tree".to_owned())).collect();
-    // A private cache of this run's own (no home to keep one in) lives until the review ends.
-    let mut _private_cache = None;
-    let charts = match &settings.charts {
+    // Every cluster of one run renders for its own Kubernetes version; charts are keyed by it.
+    let mut charts = match &settings.charts {
         ChartMode::Off => None,
-        ChartMode::Expand { cache, air_gapped } => {
-            let (cache, private) = cache.open().map_err(|source| ReviewError::Chart {
+        ChartMode::Expand { cache, air_gapped } => Some(
+            Expanders::open(cache, *air_gapped, || {
+                finding.map_or_else(charts::Helm::find, |f| f.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            })
+            .map_err(|source| ReviewError::Chart {
                 side: "head",
                 file: None,
                 source: Box::new(source),
-            })?;
-            _private_cache = private;
-            let found =
-                finding.map_or_else(charts::Helm::find, |f| f.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-            let helm =
-                found.map_err(|source| ReviewError::Chart { side: "head", file: None, source: Box::new(source) })?;
-            // Every cluster of one run renders for its own Kubernetes version; charts are
-            // keyed by it.
-            Some((helm, cache, *air_gapped))
-        }
+            })?,
+        ),
     };
-    let helm = charts.as_ref().map(|(h, _, _)| format!("helm {}", h.version));
+    let helm = charts.as_ref().map(|c| format!("helm {}", c.helm().version));
     let mut counts = Vec::new();
     let mut entries: Vec<Entry> = Vec::new();
-    // One expander per Kubernetes version: a fleet's clusters share fetched charts and templates.
-    let mut expanders: BTreeMap<String, Charts> = BTreeMap::new();
     for (cluster, base_tree) in &base_trees {
         progress.step(&format!("cluster {cluster}: reading both sides"));
         let dir = &dirs[cluster];
@@ -296,19 +288,17 @@ pub(crate) fn review(settings: &Settings, renderer: &Renderer, progress: &dyn Pr
             || crate::spec::KUBERNETES_VERSION.to_owned(),
             |p| p.profile.cluster.kubernetes_version.clone(),
         );
-        let (before, after) = match &charts {
+        let (before, after) = match &mut charts {
             None => (
                 ClusterSide { layers: before, ..ClusterSide::default() },
                 ClusterSide { layers: after, ..ClusterSide::default() },
             ),
-            Some((helm, cache, air_gapped)) => {
+            Some(charts) => {
                 progress.step(&format!(
                     "cluster {cluster}: expanding charts (helm {}, Kubernetes {kube_version})",
-                    helm.version
+                    charts.helm().version
                 ));
-                let expander = expanders
-                    .entry(kube_version.clone())
-                    .or_insert_with(|| Charts::new(helm.clone(), cache.clone(), *air_gapped, kube_version));
+                let expander = charts.for_version(&kube_version);
                 (expand(expander, "base", before, &base_files)?, expand(expander, "head", after, &head_files)?)
             }
         };

@@ -57,6 +57,13 @@ pub(super) enum Source {
     Fleet(PathBuf),
 }
 
+impl Source {
+    /// `--fleet FILE` when given, else `-p PROFILE` (the embedded default without it).
+    fn of(fleet: Option<&Path>, profile: Option<&str>) -> Self {
+        fleet.map_or_else(|| Self::Profile(ProfileSource::from_arg(profile)), |path| Self::Fleet(path.to_path_buf()))
+    }
+}
+
 /// `osbx render`.
 #[derive(Debug, Clone)]
 pub(super) struct RenderSettings {
@@ -98,10 +105,7 @@ impl std::fmt::Debug for SecretValue {
 impl From<RenderArgs> for RenderSettings {
     fn from(a: RenderArgs) -> Self {
         Self {
-            source: match a.fleet {
-                Some(path) => Source::Fleet(path),
-                None => Source::Profile(ProfileSource::from_arg(a.profile.as_deref())),
-            },
+            source: Source::of(a.fleet.as_deref(), a.profile.as_deref()),
             out: a.out,
             templates: a.templates,
             check: a.check,
@@ -171,10 +175,7 @@ impl TryFrom<&LintArgs> for LintSettings {
 
     fn try_from(a: &LintArgs) -> anyhow::Result<Self> {
         Ok(Self {
-            source: match &a.fleet {
-                Some(path) => Source::Fleet(path.clone()),
-                None => Source::Profile(ProfileSource::from_arg(a.profile.profile.as_deref())),
-            },
+            source: Source::of(a.fleet.as_deref(), a.profile.profile.as_deref()),
             templates: a.profile.templates.clone(),
             pool_crd: a.pool_crd.as_deref().map(read_yaml).transpose()?,
             chart: a.chart.as_deref().map(Chart::load).transpose()?,
@@ -203,10 +204,7 @@ impl TryFrom<&ImagesArgs> for ImagesSettings {
 
     fn try_from(a: &ImagesArgs) -> anyhow::Result<Self> {
         Ok(Self {
-            source: match &a.fleet {
-                Some(path) => Source::Fleet(path.clone()),
-                None => Source::Profile(ProfileSource::from_arg(a.profile.profile.as_deref())),
-            },
+            source: Source::of(a.fleet.as_deref(), a.profile.profile.as_deref()),
             templates: a.profile.templates.clone(),
             charts: crate::review::ChartMode::of(a.charts.as_deref(), a.no_charts)?,
             output: a.output,

@@ -5,7 +5,9 @@
 //! verify --in-cluster` derives (the render asks the derivation, [`crate::render::Roles`]), the
 //! profile as a ConfigMap, a Job that runs `osbx verify` once per revision (Flux's Ready of the
 //! layer, and of every layer that `dependsOn` it, then means the checks passed at that revision),
-//! a Deployment that runs them every `interval` and serves their metrics (`osbx verify --serve`),
+//! a CronJob that runs them every `deepInterval` between revisions under the Job's identity, a
+//! Deployment that runs the read-only ones every `interval` and serves every check's metrics
+//! (`osbx verify --serve`),
 //! and a `PodMonitor` or `VMPodScrape` for it when the profile names one. Each run publishes its
 //! report to the ConfigMap [`Acceptance::report`] names. The layer renders after every other one,
 //! with their revision ([`Component::after_others`]).
@@ -25,7 +27,7 @@ pub(crate) static COMPONENT: Component = Component {
     after_others: true,
     ..Component::without_chart(
         "acceptance",
-        "the acceptance checks in the cluster: a Job per revision and a Deployment serving their metrics",
+        "the acceptance checks in the cluster: a Job per revision, a CronJob between revisions and a Deployment serving their metrics",
         "acceptance",
         validate,
         view,

@@ -183,6 +183,46 @@ pub(crate) struct Expansion {
     pub upgrade_crds: String,
 }
 
+/// Chart expansion for every Kubernetes version a run renders for: the helm and the cache
+/// shared, one [`Charts`] per version (a fleet's clusters share fetched charts and templates);
+/// a private cache of the run's own (no home to keep one in) lives as long as this.
+pub(crate) struct Expanders {
+    helm: Helm,
+    cache: PathBuf,
+    air_gapped: bool,
+    by_version: BTreeMap<String, Charts>,
+    _private: Option<tempfile::TempDir>,
+}
+
+impl Expanders {
+    /// Open `cache` (`air_gapped`: only read from it), then find helm with `helm`.
+    ///
+    /// # Errors
+    /// [`ChartError`]: the cache cannot be made, or helm found.
+    pub(crate) fn open(
+        cache: &CacheRoot,
+        air_gapped: bool,
+        helm: impl FnOnce() -> Result<Helm, ChartError>,
+    ) -> Result<Self, ChartError> {
+        let (cache, private) = cache.open()?;
+        Ok(Self { helm: helm()?, cache, air_gapped, by_version: BTreeMap::new(), _private: private })
+    }
+
+    /// The helm charts are expanded with.
+    #[must_use]
+    pub(crate) fn helm(&self) -> &Helm {
+        &self.helm
+    }
+
+    /// The expander of templates for Kubernetes `kube_version`.
+    pub(crate) fn for_version(&mut self, kube_version: &str) -> &Charts {
+        let (helm, cache, air_gapped) = (&self.helm, &self.cache, self.air_gapped);
+        self.by_version
+            .entry(kube_version.to_owned())
+            .or_insert_with(|| Charts::new(helm.clone(), cache.clone(), air_gapped, kube_version.to_owned()))
+    }
+}
+
 /// Results computed once per key by whichever caller comes first (the others wait for it).
 type Memo<T> = Mutex<BTreeMap<String, Arc<OnceLock<Result<T, ChartError>>>>>;
 
