@@ -71,6 +71,61 @@ impl std::fmt::Display for Puller {
 #[serde(transparent)]
 pub(crate) struct Images(pub BTreeMap<String, BTreeSet<Puller>>);
 
+/// What a mirror makes of the images: where each is copied from, and those it does not cover.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Mirrored {
+    /// Each image on a mirror → the image it is a copy of (`images.mirror`'s inverse).
+    pub sources: BTreeMap<String, String>,
+    /// The images a profile with a mirror still pulls from elsewhere: a chart's image that no
+    /// value osbx sets names, each with who pulls it and why.
+    pub outside: BTreeMap<String, (BTreeSet<Puller>, String)>,
+}
+
+impl Mirrored {
+    /// Note where each image `loaded` pulls (`of`, its own images) comes from on its mirror.
+    pub(crate) fn add(&mut self, loaded: &LoadedProfile, of: &Images) {
+        let mirror = &loaded.profile.images.mirror;
+        if !mirror.is_set() {
+            return;
+        }
+        for (image, by) in &of.0 {
+            if let Some(source) = mirror.source(image) {
+                self.sources.insert(image.clone(), source);
+                continue;
+            }
+            match mirror.image(image) {
+                Ok(same) if same == *image => {}
+                Ok(mirrored) => {
+                    let why = format!("not from the mirror (it would be {mirrored})");
+                    self.outside
+                        .entry(image.clone())
+                        .or_insert_with(|| (BTreeSet::new(), why))
+                        .0
+                        .extend(by.iter().cloned());
+                }
+                Err(u) => {
+                    self.outside
+                        .entry(image.clone())
+                        .or_insert_with(|| (BTreeSet::new(), u.why))
+                        .0
+                        .extend(by.iter().cloned());
+                }
+            }
+        }
+    }
+
+    /// `crane copy SOURCE MIRRORED`, one line per image copied onto a mirror (an image that is
+    /// not a reference is never written: the lines are for a shell).
+    #[must_use]
+    pub(crate) fn crane(&self) -> Vec<String> {
+        self.sources
+            .iter()
+            .filter(|(to, from)| ImageRef::parse(to).is_ok() && ImageRef::parse(from).is_ok())
+            .map(|(to, from)| format!("crane copy {from} {to}"))
+            .collect()
+    }
+}
+
 impl Images {
     /// Add what the profile `loaded`, rendered as `rendered`, pulls; each HelmRelease expanded
     /// by `charts` when given (as the review expands it).
@@ -116,15 +171,34 @@ impl Images {
         Ok(())
     }
 
+    /// Add `other`'s images and their pullers.
+    pub(crate) fn merge(&mut self, other: Self) {
+        for (image, by) in other.0 {
+            self.0.entry(image).or_default().extend(by);
+        }
+    }
+
     /// The containers of `object` (wherever its pod templates are: a Pod, a workload, a
     /// CronJob, a custom resource such as a Pool), each with its image.
     fn containers(&mut self, cluster: &str, layer: &str, chart: Option<&str>, object: &Object) {
         let kind = object.id.gvk.kind.as_str();
-        if matches!(kind, "ConfigMap" | "Secret" | "CustomResourceDefinition") {
+        if matches!(kind, "Secret" | "CustomResourceDefinition") {
             return;
         }
         let mut found = Vec::new();
-        pod_containers(&object.value, &mut found);
+        if kind == "ConfigMap" {
+            // The pod templates a controller creates pods from (kata-deploy's dispatcher reads
+            // its per-node Jobs from one): every value that is YAML with containers in it.
+            for (key, text) in object.value["data"].as_object().into_iter().flatten() {
+                let Some(text) = text.as_str().filter(|t| t.contains("containers")) else { continue };
+                let Ok(docs) = serde_saphyr::from_multiple::<Value>(text) else { continue };
+                let mut inner = Vec::new();
+                docs.iter().for_each(|doc| pod_containers(doc, &mut inner));
+                found.extend(inner.into_iter().map(|(c, image)| (format!("{c} (of the template in {key})"), image)));
+            }
+        } else {
+            pod_containers(&object.value, &mut found);
+        }
         for (container, image) in found {
             let puller = Puller::Container {
                 cluster: cluster.to_owned(),
@@ -138,12 +212,16 @@ impl Images {
     }
 
     /// As `skopeo sync --src yaml` reads them: per registry, each repository and its tags (and
-    /// digests); an image that does not parse is left out and returned.
+    /// digests) — with a mirror, of the images it copies from — ; an image that does not parse
+    /// is left out and returned.
     #[must_use]
-    pub(crate) fn skopeo_sync(&self) -> (BTreeMap<String, Value>, Vec<String>) {
+    pub(crate) fn skopeo_sync(&self, mirrored: &Mirrored) -> (BTreeMap<String, Value>, Vec<String>) {
         let mut registries: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
         let mut refused = Vec::new();
-        for image in self.0.keys() {
+        // With a mirror, what it copies; the user's own images on it are not copied.
+        let images: Vec<&String> =
+            if mirrored.sources.is_empty() { self.0.keys().collect() } else { mirrored.sources.values().collect() };
+        for image in images {
             match ImageRef::parse(image) {
                 Ok(r) => {
                     let versions = registries.entry(r.registry).or_default().entry(r.repository).or_default();
@@ -249,6 +327,64 @@ mod tests {
         );
     }
 
+    /// Every pod spec under `value` (a map with `containers`).
+    fn pod_specs<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
+        match value {
+            Value::Object(map) if map.contains_key("containers") => out.push(value),
+            Value::Object(map) => map.values().for_each(|v| pod_specs(v, out)),
+            Value::Array(list) => list.iter().for_each(|v| pod_specs(v, out)),
+            _ => {}
+        }
+    }
+
+    /// Every shipped profile with a mirror for all registries and a pull Secret: every image
+    /// osbx renders, configures or probes with is on the mirror, every pod spec osbx renders
+    /// pulls with the Secret, and every chart is given both through its values.
+    #[test]
+    fn with_a_mirror_every_image_osbx_names_is_on_it_and_every_pod_has_the_pull_secret() {
+        let renderer = crate::commands::renderer(None).unwrap();
+        for (name, _) in crate::profile::embedded_profiles() {
+            let (_, text) = crate::profile::embedded_text(&name).unwrap();
+            let text = format!(
+                "{text}\nimages:\n  mirror:\n    docker.io: mirror.corp/hub\n    \"*\": mirror.corp/all\n  pullSecrets: [mirror-pull]\n"
+            );
+            let loaded = crate::profile::parse("p.yaml", text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let rendered = renderer.render(&loaded).unwrap();
+            let mut all = Images::default();
+            all.add(&loaded, &rendered, None).unwrap();
+            for image in all.0.keys() {
+                assert!(
+                    image.starts_with("mirror.corp/hub/") || image.starts_with("mirror.corp/all/"),
+                    "{name}: {image}"
+                );
+            }
+            let mut mirrored = Mirrored::default();
+            mirrored.add(&loaded, &all);
+            assert!(mirrored.outside.is_empty(), "{name}: {:?}", mirrored.outside);
+            assert_eq!(mirrored.sources.len(), all.0.len(), "{name}: every image has its source");
+            for o in rendered.objects() {
+                let mut specs = Vec::new();
+                pod_specs(&o.object.value, &mut specs);
+                for spec in specs {
+                    assert_eq!(
+                        spec["imagePullSecrets"],
+                        serde_json::json!([{"name": "mirror-pull"}]),
+                        "{name}: {}",
+                        o.object.id
+                    );
+                }
+                // A chart's values: its images and pull Secrets are set there.
+                if o.object.id.gvk.kind == "ConfigMap" && o.object.id.name.ends_with("values") {
+                    let values = o.object.value["data"]["values.yaml"].as_str().unwrap();
+                    assert!(values.contains("mirror-pull"), "{name}: {}: {values}", o.object.id);
+                    assert!(values.contains("mirror.corp/all"), "{name}: {}: {values}", o.object.id);
+                }
+            }
+            let a = &loaded.profile.verify;
+            assert!(a.probe_image.starts_with("mirror.corp/hub/library/busybox:"), "{name}: {}", a.probe_image);
+        }
+    }
+
     #[test]
     fn skopeo_sync_lists_each_registry_s_repositories_and_tags() {
         let mut all = Images::default();
@@ -262,7 +398,7 @@ mod tests {
         ] {
             all.0.entry(image.to_owned()).or_default();
         }
-        let (yaml, refused) = all.skopeo_sync();
+        let (yaml, refused) = all.skopeo_sync(&Mirrored::default());
         assert_eq!(
             serde_json::to_value(&yaml).unwrap(),
             serde_json::json!({

@@ -211,7 +211,8 @@ pub struct ImagesArgs {
     /// Do not expand charts: the rendered pods, the components' and the checks' images only.
     #[arg(long)]
     pub no_charts: bool,
-    /// Output format: text, json, or skopeo-sync (the source YAML of `skopeo sync --src yaml`).
+    /// Output format: text, json, skopeo-sync (the source YAML of `skopeo sync --src yaml`) or
+    /// crane (a `crane copy SOURCE MIRROR` line per image, with `images.mirror`).
     #[arg(short, long, value_enum, default_value_t)]
     pub output: ImagesOutput,
 }
@@ -225,8 +226,10 @@ pub enum ImagesOutput {
     /// `{image: [puller, …]}`.
     Json,
     /// Per registry, each repository's tags and digests, as `skopeo sync --src yaml` reads
-    /// them.
+    /// them (with `images.mirror`: of the images copied onto it).
     SkopeoSync,
+    /// `crane copy SOURCE MIRROR`, one line per image copied onto `images.mirror`.
+    Crane,
 }
 
 /// Which commands `osbx rbac` prints roles for.

@@ -3,7 +3,7 @@
 use super::ExitStatus;
 use super::settings::{ImagesSettings, Source};
 use crate::cli::ImagesOutput;
-use crate::images::Images;
+use crate::images::{Images, Mirrored};
 use crate::printer::Printer;
 use crate::progress::Progress as _;
 use crate::review::ChartMode;
@@ -26,6 +26,7 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
         ChartMode::Expand { cache, air_gapped } => Some(Expanders::open(cache, *air_gapped, Helm::find)?),
     };
     let mut images = Images::default();
+    let mut mirrored = Mirrored::default();
     let progress = printer.progress();
     for member in &members {
         let rendered = renderer.render(member)?;
@@ -37,13 +38,22 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
             ));
             c.for_version(&member.profile.cluster.kubernetes_version)
         });
-        images.add(member, &rendered, expander)?;
+        let mut own = Images::default();
+        own.add(member, &rendered, expander)?;
+        mirrored.add(member, &own);
+        images.merge(own);
     }
     progress.finish();
     match settings.output {
         ImagesOutput::Json => printer.json(&images),
+        ImagesOutput::Crane => {
+            if !members.iter().any(|m| m.profile.images.mirror.is_set()) {
+                anyhow::bail!("-o crane writes the copies onto images.mirror, and the profile has none");
+            }
+            mirrored.crane().iter().for_each(|line| printer.data(line));
+        }
         ImagesOutput::SkopeoSync => {
-            let (yaml, refused) = images.skopeo_sync();
+            let (yaml, refused) = images.skopeo_sync(&mirrored);
             for r in &refused {
                 printer.warn(&format!("left out, not an image reference: {r}"));
             }
@@ -58,5 +68,14 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
             }
         }
     }
-    Ok(ExitStatus::Success)
+    // With a mirror, an image still pulled from elsewhere is a chart's image no value osbx sets
+    // names: the platform would not run from the mirror alone.
+    for (image, (by, why)) in &mirrored.outside {
+        let pullers: Vec<String> = by.iter().map(ToString::to_string).collect();
+        printer.failure(&format!(
+            "{image}: {why}; pulled by {}. osbx rewrites the images of the charts it knows through their values: set the value of this chart that names it (in the section's `values`) to the image on your mirror",
+            pullers.join("; ")
+        ));
+    }
+    Ok(if mirrored.outside.is_empty() { ExitStatus::Success } else { ExitStatus::Failure })
 }

@@ -26,7 +26,7 @@ use serde_json::Value;
 use tera::Context;
 
 use crate::object::ObjectRef;
-use crate::spec::{TargetCluster, Violations};
+use crate::spec::{Images, TargetCluster, Violations};
 
 /// One component: its name and what it contributes to loading, rendering, linting and applying
 /// a profile.
@@ -61,6 +61,11 @@ pub struct Component {
     /// configuration file, pulled by the pods the component's controllers create), each with who
     /// pulls it: what `osbx images` lists beside the rendered and expanded pods'.
     pub(crate) pulled: fn(sections: &Sections) -> Vec<(String, &'static str)>,
+    /// With `images.mirror`, rewrite every image of its section onto the mirror: the images it
+    /// renders, those in configuration it writes, and those its charts pull, through each
+    /// chart's own image values ([`crate::spec::mirror::ChartImage`]); and give its charts' pods
+    /// `images.pullSecrets`. Run once when a valid profile loads.
+    pub(crate) images: fn(sections: &mut Sections, images: &Images, violations: &mut Violations),
 }
 
 impl Component {
@@ -85,6 +90,7 @@ impl Component {
             health: &[],
             after_others: false,
             pulled: |_| Vec::new(),
+            images: |_, _, _| {},
         }
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::verify::{SpiffeSmoke, Verify};
 use crate::components::{self, Component, Sections, Site};
 use crate::spec::syntax::normalize_repo_path;
-use crate::spec::{Secrets, TargetCluster};
+use crate::spec::{Images, Secrets, TargetCluster};
 
 /// The only `apiVersion` this build understands.
 pub(crate) const API_VERSION: &str = "osbx.dev/v1alpha1";
@@ -41,6 +41,8 @@ pub struct Profile {
     /// The components' sections (`opensandbox`, `pools`, `kata`, `spire`).
     #[serde(flatten)]
     pub sections: Sections,
+    /// The registry mirror every image is pulled from, and the pull Secrets of every pod.
+    pub images: Images,
     /// Where the Secrets osbx supplies are kept (`sops`: encrypted in git).
     pub secrets: Secrets,
     /// How `osbx verify` probes the platform.
@@ -67,6 +69,7 @@ impl Default for Profile {
                 },
             ],
             sections: Sections::default(),
+            images: Images::default(),
             secrets: Secrets::default(),
             verify: Verify::default(),
         }
@@ -76,7 +79,7 @@ impl Default for Profile {
 /// Every top-level key, in schema order: the document's own and [`Sections::KEYS`].
 static KEYS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
     let own = ["apiVersion", "kind", "metadata", "cluster", "layers"];
-    own.into_iter().chain(Sections::KEYS.iter().copied()).chain(["secrets", "verify"]).collect()
+    own.into_iter().chain(Sections::KEYS.iter().copied()).chain(["images", "secrets", "verify"]).collect()
 });
 
 /// Read key by key, so that a section's errors keep their location (serde's `flatten` would
@@ -104,6 +107,7 @@ impl<'de> Deserialize<'de> for Profile {
                         "metadata" => p.metadata = map.next_value()?,
                         "cluster" => p.cluster = map.next_value()?,
                         "layers" => p.layers = map.next_value()?,
+                        "images" => p.images = map.next_value()?,
                         "secrets" => p.secrets = map.next_value()?,
                         "verify" => p.verify = map.next_value()?,
                         other => {

@@ -11,7 +11,7 @@ mod verify;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use crate::spec::{Locations, Pos, Sealed, Secrets, Sops, TargetCluster, Violation, Violations};
+pub use crate::spec::{Images, Locations, Mirror, Pos, Sealed, Secrets, Sops, TargetCluster, Violation, Violations};
 pub use document::*;
 pub use verify::{SpiffeSmoke, Verify};
 
@@ -212,16 +212,18 @@ pub fn embedded_text(name: &str) -> Result<(String, String), ProfileError> {
 /// # Errors
 /// [`ProfileError::Invalid`] with every problem found, located.
 pub fn from_value(origin: &str, value: &serde_json::Value) -> Result<LoadedProfile, ProfileError> {
-    match serde::Deserialize::deserialize(value).map(|p: Profile| p) {
-        Ok(profile) if validate::validate(&profile).is_empty() => Ok(LoadedProfile {
+    if let Ok(mut profile) = serde::Deserialize::deserialize(value).map(|p: Profile| p)
+        && validate::settle(&mut profile).is_empty()
+    {
+        return Ok(LoadedProfile {
             profile,
             origin: origin.to_owned(),
             text: String::new(),
             locations: Locations::default(),
             sealed: crate::spec::Sealed::default(),
-        }),
-        _ => parse(origin, serde_saphyr::to_string(value).unwrap_or_default()),
+        });
     }
+    parse(origin, serde_saphyr::to_string(value).unwrap_or_default())
 }
 
 /// Parse and check profile text; `origin` names it in messages.
@@ -230,11 +232,11 @@ pub fn from_value(origin: &str, value: &serde_json::Value) -> Result<LoadedProfi
 /// [`ProfileError::Invalid`] with every problem found.
 pub fn parse(origin: &str, text: String) -> Result<LoadedProfile, ProfileError> {
     let locations = Locations::index(&text);
-    let profile: Profile = match serde_saphyr::from_str(&text) {
+    let mut profile: Profile = match serde_saphyr::from_str(&text) {
         Ok(p) => p,
         Err(e) => return Err(ProfileError::Invalid(vec![serde_diagnostic(origin, &text, &locations, &e)])),
     };
-    let violations = validate::validate(&profile);
+    let violations = validate::settle(&mut profile);
     if !violations.is_empty() {
         let diagnostics = violations
             .into_iter()

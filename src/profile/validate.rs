@@ -12,7 +12,7 @@ use crate::spec::{Violation, Violations};
 
 /// Check a whole profile; an empty list means it is valid.
 #[must_use]
-pub(super) fn validate(p: &Profile) -> Vec<Violation> {
+fn validate(p: &Profile) -> Vec<Violation> {
     let mut v = Violations::default();
     if p.api_version != API_VERSION {
         v.push("apiVersion", format!("unsupported apiVersion {:?}: expected {API_VERSION:?}", p.api_version));
@@ -50,6 +50,7 @@ pub(super) fn validate(p: &Profile) -> Vec<Violation> {
     }
     layers(p, &mut v);
     p.secrets.validate(&mut v);
+    p.images.validate(&mut v);
     let site = p.site();
     for c in components::ALL {
         (c.validate)(&p.sections, &site, &mut v);
@@ -66,6 +67,30 @@ pub(super) fn validate(p: &Profile) -> Vec<Violation> {
     {
         let known: Vec<&str> = crate::components::kata::shim::SHIMS.iter().map(|s| s.name).collect();
         v.push("verify.kataShim", format!("{name:?} is not a Kata shim osbx knows ({})", known.join(", ")));
+    }
+    v.into_vec()
+}
+
+/// Check a profile, then settle what the checked profile implies: with `images.mirror`, every
+/// image onto the mirror (each component's, verify's), and `images.pullSecrets` to the charts'
+/// pods. An empty list means it is valid and settled.
+#[must_use]
+pub(super) fn settle(p: &mut Profile) -> Vec<Violation> {
+    let found = validate(p);
+    if !found.is_empty() {
+        return found;
+    }
+    let images = p.images.clone();
+    let mut v = Violations::default();
+    for c in components::ALL {
+        (c.images)(&mut p.sections, &images, &mut v);
+    }
+    if images.mirror.is_set() {
+        // The smoke identity the `spire` section defines, written out so its image is rewritten.
+        if p.verify.spiffe.is_none() {
+            p.verify.spiffe = p.spiffe_smoke();
+        }
+        p.verify.mirror(&images.mirror, &mut v);
     }
     v.into_vec()
 }

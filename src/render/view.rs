@@ -15,6 +15,7 @@ pub(super) fn base(p: &Profile, read: impl Fn(&str) -> bool) -> Context {
         ctx.insert("profile", p);
     }
     ctx.insert("cluster", &p.cluster);
+    ctx.insert("images", &p.images);
     if read("layers") {
         ctx.insert("layers", &p.layers.iter().map(layer).collect::<Vec<_>>());
     }

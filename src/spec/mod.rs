@@ -4,6 +4,7 @@
 
 mod cluster;
 mod locate;
+pub(crate) mod mirror;
 pub(crate) mod secrets;
 pub(crate) mod syntax;
 pub(crate) mod values;
@@ -12,5 +13,6 @@ mod violations;
 pub use cluster::TargetCluster;
 pub(crate) use cluster::{FLUX_HEALTH_EXPRS, KUBERNETES_VERSION};
 pub use locate::{Locations, Pos};
+pub use mirror::{Images, Mirror};
 pub use secrets::{Sealed, Secrets, Sops};
 pub use violations::{Violation, Violations};

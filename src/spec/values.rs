@@ -98,7 +98,7 @@ mod tests {
 }
 
 /// A container image reference split as the charts expect it.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ImageRef {
     /// Image repository (default: the chart's).

@@ -35,6 +35,9 @@ pub struct Run {
     pub expires: u64,
     /// The namespace is the run's own: created and deleted by it (not one it was given).
     pub owns_namespace: bool,
+    /// The pull Secrets every probe pod names (`images.pullSecrets`; they must exist in the
+    /// probe namespace).
+    pub pull_secrets: Vec<String>,
 }
 
 /// A new run's id: `<unix seconds>-<pid>`.
@@ -54,7 +57,14 @@ impl Run {
         let id = run_id();
         let owns_namespace = namespace.is_none();
         let namespace = namespace.unwrap_or_else(|| format!("osbx-verify-{id}"));
-        Self { namespace, id, deadline_seconds, expires: now() + timeout.as_secs() + 5, owns_namespace }
+        Self {
+            namespace,
+            id,
+            deadline_seconds,
+            expires: now() + timeout.as_secs() + 5,
+            owns_namespace,
+            pull_secrets: Vec::new(),
+        }
     }
 
     /// The probe pod deadline (`verify.probeDeadlineSeconds`; 180 s when it is not a count of

@@ -42,13 +42,17 @@ const RECLAIM: &str = include_str!("scripts/reclaim.py");
 const KATA_CONFIG: &str = include_str!("scripts/kata_config.py");
 
 pub(super) fn base_spec(run: &Run, containers: &Value) -> Value {
-    json!({
+    let mut spec = json!({
         "restartPolicy": "Never",
         "activeDeadlineSeconds": run.deadline_seconds,
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": false,
         "containers": containers,
-    })
+    });
+    if !run.pull_secrets.is_empty() {
+        spec["imagePullSecrets"] = run.pull_secrets.iter().map(|name| json!({"name": name})).collect();
+    }
+    spec
 }
 
 pub(super) fn container(name: &str, image: &str, command: &Value) -> Value {

@@ -86,8 +86,9 @@ impl Session {
                 key,
             ),
         };
-        let run =
+        let mut run =
             probe::Run::new(profile.verify.probe_deadline_seconds, settings.timeout, settings.probe_namespace.clone());
+        run.pull_secrets.clone_from(&profile.images.pull_secrets);
         let extra_namespaces = extra_namespaces(profile);
         let mut swept = Vec::new();
         if !settings.read_only {

@@ -25,6 +25,11 @@ use crate::spec::values::Resources;
 /// The table entry of this component.
 pub(crate) static COMPONENT: Component = Component {
     after_others: true,
+    images: |s, images, v| {
+        if let Some(a) = &mut s.acceptance {
+            images.mirror.rewrite(&mut a.image, "acceptance.image", v);
+        }
+    },
     ..Component::without_chart(
         "acceptance",
         "the acceptance checks in the cluster: a Job per revision, a CronJob between revisions and a Deployment serving their metrics",

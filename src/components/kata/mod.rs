@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 use tera::Context;
 
 use super::{Component, Sections, Site};
-use crate::spec::Violations;
+use crate::spec::mirror::{ChartImage, Shape};
+use crate::spec::{Images, Violations};
 
 pub mod annotations;
 pub mod shim;
@@ -39,7 +40,46 @@ pub(crate) static COMPONENT: Component = Component {
     health: &[],
     after_others: false,
     pulled: |_| Vec::new(),
+    images,
 };
+
+/// The images kata-deploy pulls, by their values (each `reference` beside a `tag` that defaults
+/// to the chart's version): the installer (the DaemonSet, or the per-node Jobs the dispatcher
+/// creates from the chart's Job template), the dispatcher, kubectl of the hook Jobs and
+/// kata-monitor.
+const CHART_IMAGES: &[ChartImage] = &[
+    ChartImage {
+        path: "image.reference",
+        shape: Shape::Reference,
+        default: "quay.io/kata-containers/kata-deploy",
+        about: "the installer",
+    },
+    ChartImage {
+        path: "job.dispatcherImage.reference",
+        shape: Shape::Reference,
+        default: "quay.io/kata-containers/kata-deploy-job-dispatcher",
+        about: "the Job dispatcher",
+    },
+    ChartImage {
+        path: "kubectlImage.reference",
+        shape: Shape::Reference,
+        default: "quay.io/kata-containers/kubectl",
+        about: "the hook Jobs' kubectl",
+    },
+    ChartImage {
+        path: "monitor.image.reference",
+        shape: Shape::Reference,
+        default: "quay.io/kata-containers/kata-monitor",
+        about: "kata-monitor",
+    },
+];
+
+/// kata-deploy's images onto the mirror and the pull Secrets to its pods, through its values.
+fn images(sections: &mut Sections, images: &Images, v: &mut Violations) {
+    let Some(k) = &mut sections.kata else { return };
+    images.mirror.chart_values(&mut k.values, CHART_IMAGES, "kata.values", v);
+    images.chart_pull_secrets(&mut k.values, &["imagePullSecrets"]);
+}
 
 /// The shim osbx enables unless the profile names others: Cloud Hypervisor with runtime-rs.
 pub(crate) const DEFAULT_SHIM: &str = "clh-runtime-rs";

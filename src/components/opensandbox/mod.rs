@@ -15,9 +15,10 @@ pub use self::extra::CHART_FACTS;
 pub(crate) use self::release::*;
 use super::{Component, Sections, Site, Supplied};
 use crate::object::{KnownKind, ObjectRef};
-use crate::spec::Violations;
+use crate::spec::mirror::{ChartImage, Shape};
 use crate::spec::syntax::GIT_TIMEOUT_UNITS;
 use crate::spec::values::{ImageRef, Resources};
+use crate::spec::{Images, Violations};
 
 /// The table entry of this component.
 pub(crate) static COMPONENT: Component = Component {
@@ -44,7 +45,50 @@ pub(crate) static COMPONENT: Component = Component {
         )
         .collect()
     },
+    images,
 };
+
+/// The images the chart pulls that the profile has no field of its own for, by their values
+/// (the umbrella chart's paths into its subcharts), with the chart's defaults.
+const CHART_IMAGES: &[ChartImage] = &[
+    ChartImage {
+        path: "opensandbox-controller.controller.snapshot.imageCommitterImage",
+        shape: Shape::Reference,
+        default: "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox/image-committer:v0.1.1",
+        about: "the controller's snapshot commit Jobs",
+    },
+    ChartImage {
+        path: "opensandbox-server.server.gateway.image.repository",
+        shape: Shape::Reference,
+        default: "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox/ingress",
+        about: "the server's gateway",
+    },
+];
+
+/// The controller's and the server's images, the images in the server's configuration and the
+/// chart's other images onto the mirror (the profile's own fields where it has them, else the
+/// chart's values); the pull Secrets to both subcharts' pods.
+fn images(sections: &mut Sections, images: &Images, v: &mut Violations) {
+    let o = &mut sections.opensandbox;
+    let mirror = &images.mirror;
+    if mirror.is_set() {
+        let controller = o.controller.image.repository.get_or_insert_with(|| format!("{REGISTRY}/controller"));
+        mirror.rewrite(controller, "opensandbox.controller.image.repository", v);
+        let server = o.server.image.get_or_insert_with(|| ImageRef::default());
+        let repository = server.repository.get_or_insert_with(|| format!("{REGISTRY}/server"));
+        mirror.rewrite(repository, "opensandbox.server.image.repository", v);
+        let config = &mut o.server.config;
+        mirror.rewrite(&mut config.runtime.execd_image, "opensandbox.server.config.runtime.execdImage", v);
+        if let Some(egress) = &mut config.egress {
+            mirror.rewrite(&mut egress.image, "opensandbox.server.config.egress.image", v);
+        }
+        mirror.chart_values(&mut o.values, CHART_IMAGES, "opensandbox.values", v);
+    }
+    images.chart_pull_secrets(
+        &mut o.values,
+        &["opensandbox-controller.imagePullSecrets", "opensandbox-server.imagePullSecrets"],
+    );
+}
 
 /// A sandbox as the controller holds it: created by the server (in `namespaces.sandbox`), from a
 /// pool or a template. The chart installs its CRD.

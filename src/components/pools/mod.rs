@@ -14,12 +14,13 @@ use super::{Component, Sections, Site, kata as kata_component, opensandbox};
 mod kata;
 pub(crate) use self::kata::PoolKata;
 use crate::object::{KnownKind, ObjectRef};
-use crate::spec::Violations;
 use crate::spec::values::Resources;
+use crate::spec::{Images, Violations};
 
 /// The table entry of this component.
 pub(crate) static COMPONENT: Component = Component {
     health: &[&HEALTH],
+    images,
     ..Component::without_chart("pools", "the OpenSandbox Pools", "pools", validate, view)
 };
 
@@ -421,6 +422,36 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
         }
         if let Some(image) = written(pool.image.as_ref()) {
             v.image(&format!("{at}.image"), image);
+        }
+    }
+}
+
+/// Every pool's images onto the mirror: the main container's and each init container's, of
+/// `defaults` and of each pool (the pull Secrets reach the Pools' pods through the template).
+fn images(s: &mut Sections, images: &Images, v: &mut Violations) {
+    let mirror = &images.mirror;
+    if !mirror.is_set() {
+        return;
+    }
+    let templates = std::iter::once((
+        "pools.defaults".to_owned(),
+        &mut s.pools.defaults.image,
+        &mut s.pools.defaults.init_containers,
+    ));
+    let pools = s
+        .pools
+        .items
+        .iter_mut()
+        .enumerate()
+        .map(|(i, p)| (format!("pools.items[{i}]"), &mut p.image, &mut p.init_containers));
+    for (at, image, init) in templates.chain(pools) {
+        if let Some(image) = image {
+            mirror.rewrite(image, &format!("{at}.image"), v);
+        }
+        for (i, container) in init.iter_mut().flatten().enumerate() {
+            if let Some(Value::String(image)) = container.get_mut("image") {
+                mirror.rewrite(image, &format!("{at}.initContainers[{i}].image"), v);
+            }
         }
     }
 }

@@ -6,7 +6,8 @@ use tera::Context;
 
 use super::{Spire, TrustBundle, section};
 use crate::components::{Component, Sections, Site};
-use crate::spec::Violations;
+use crate::spec::mirror::{ChartImage, Shape};
+use crate::spec::{Images, Violations};
 
 /// The table entry of this component.
 pub(crate) static COMPONENT: Component = Component {
@@ -21,7 +22,67 @@ pub(crate) static COMPONENT: Component = Component {
     health: &[],
     after_others: false,
     pulled: |_| Vec::new(),
+    images,
 };
+
+/// The images of the chart's agents and CSI driver (the parts osbx enables), by their values
+/// (`registry` and `repository` beside a `tag`), with the chart's defaults.
+const CHART_IMAGES: &[ChartImage] = &[
+    image("spire-agent.image", "ghcr.io/spiffe/spire-agent", "the SPIRE agent"),
+    image("spire-agent.fsGroupFix.image", "cgr.dev/chainguard/bash", "the agent's fsGroup fix"),
+    image("spire-agent.socketAlternate.image", "cgr.dev/chainguard/bash", "the agent's socket links"),
+    image("spire-agent.hostCert.image", "cgr.dev/chainguard/min-toolkit-debug", "the agent's host certificate reader"),
+    image(
+        "spire-agent.nodeAttestor.tpmDirect.plugin.image",
+        "ghcr.io/spiffe/spire-tpm-plugin-tpm-attestor-agent",
+        "the agent's TPM plugin",
+    ),
+    image(
+        "spire-agent.nodeAttestor.tpmDirect.pubHash.image",
+        "ghcr.io/spiffe/spire-tpm-plugin-get-tpm-pubhash",
+        "the agent's TPM hash reader",
+    ),
+    image(
+        "spire-agent.dynamicRegistration.image",
+        "ghcr.io/spiffe/spire-controller-manager-dynamic-registration/spire-controller-manager-dynamic-registration-agent",
+        "the agent's dynamic registration",
+    ),
+    image("spire-agent.tools.kubectl.image", "registry.k8s.io/kubectl", "the agent's kubectl"),
+    image("spire-agent.tools.busybox.image", "busybox", "the agent's busybox"),
+    image("spiffe-csi-driver.image", "ghcr.io/spiffe/spiffe-csi-driver", "the SPIFFE CSI driver"),
+    image(
+        "spiffe-csi-driver.nodeDriverRegistrar.image",
+        "registry.k8s.io/sig-storage/csi-node-driver-registrar",
+        "the CSI driver's registrar",
+    ),
+    image(
+        "spiffe-csi-driver.selinux.image",
+        "registry.access.redhat.com/ubi10/ubi-minimal",
+        "the CSI driver's SELinux fix",
+    ),
+];
+
+const fn image(path: &'static str, default: &'static str, about: &'static str) -> ChartImage {
+    ChartImage { path, shape: Shape::RegistryRepository, default, about }
+}
+
+/// The agents' and the CSI driver's images onto the mirror and the pull Secrets to their pods,
+/// through the chart's values. `global.spire.image.registry` would put every image on one
+/// registry over the per-image ones the mirror writes: with a mirror, it may not be set.
+fn images(sections: &mut Sections, images: &Images, v: &mut Violations) {
+    let Some(s) = &mut sections.spire else { return };
+    if images.mirror.is_set() {
+        let global = s.values.as_ref().map(|values| &values["global"]["spire"]["image"]["registry"]);
+        if global.and_then(Value::as_str).is_some_and(|r| !r.is_empty()) {
+            v.push(
+                "spire.values.global.spire.image.registry",
+                "overrides the registry of every image the mirror rewrites (images.mirror): remove it",
+            );
+        }
+    }
+    images.mirror.chart_values(&mut s.values, CHART_IMAGES, "spire.values", v);
+    images.chart_pull_secrets(&mut s.values, &["spire-agent.imagePullSecrets", "spiffe-csi-driver.imagePullSecrets"]);
+}
 
 fn validate(sections: &Sections, site: &Site<'_>, v: &mut Violations) {
     let Some(s) = section(sections, site.layer_of(&COMPONENT), v) else { return };
