@@ -40,6 +40,7 @@ pub mod progress;
 pub mod rbac;
 mod readiness;
 mod refs;
+mod registry;
 pub mod render;
 mod repo;
 mod review;

@@ -211,6 +211,18 @@ pub struct ImagesArgs {
     /// Do not expand charts: the rendered pods, the components' and the checks' images only.
     #[arg(long)]
     pub no_charts: bool,
+    /// Ask each image's registry for its manifest (a HEAD, nothing downloaded) and name every
+    /// image it does not hold, with who pulls it: exit 1 when one is missing or refused.
+    #[arg(long, conflicts_with = "resolve")]
+    pub check: bool,
+    /// Read the digest of each image that has none from its registry and print the
+    /// `images.digests` pins to put in the profile (existing pins kept): every image is then
+    /// pulled by its digest.
+    #[arg(long)]
+    pub resolve: bool,
+    /// With --resolve, read every pinned digest again.
+    #[arg(long, requires = "resolve")]
+    pub refresh: bool,
     /// Output format: text, json, skopeo-sync (the source YAML of `skopeo sync --src yaml`) or
     /// crane (a `crane copy SOURCE MIRROR` line per image, with `images.mirror`).
     #[arg(short, long, value_enum, default_value_t)]

@@ -1,11 +1,14 @@
 //! `osbx images`: every image the platform as rendered will pull, and who pulls it.
 
+use std::collections::BTreeMap;
+
 use super::ExitStatus;
 use super::settings::{ImagesSettings, Source};
 use crate::cli::ImagesOutput;
 use crate::images::{Images, Mirrored};
 use crate::printer::Printer;
 use crate::progress::Progress as _;
+use crate::registry::{Answer, Registries};
 use crate::review::ChartMode;
 use crate::review::charts::{Expanders, Helm};
 use crate::{fleet, profile};
@@ -44,6 +47,13 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
         images.merge(own);
     }
     progress.finish();
+    if settings.check {
+        return check(&images, settings.output, &printer);
+    }
+    if let Some(refresh) = settings.resolve {
+        let pins = members.iter().flat_map(|m| m.profile.images.digests.clone()).collect();
+        return resolve(&images, pins, refresh, settings.output, &printer);
+    }
     match settings.output {
         ImagesOutput::Json => printer.json(&images),
         ImagesOutput::Crane => {
@@ -78,4 +88,113 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
         ));
     }
     Ok(if mirrored.outside.is_empty() { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// `--check`: each image's manifest from its registry; the missing and refused ones named with
+/// who pulls them.
+fn check(images: &Images, output: ImagesOutput, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let names: Vec<&str> = images.0.keys().map(String::as_str).collect();
+    let progress = printer.progress();
+    progress.step(&format!("asking the registries for {} manifests", names.len()));
+    let registries = Registries::new(names.iter().copied());
+    let answers = super::session::runtime()?.block_on(registries.manifests(names.iter().copied()));
+    progress.finish();
+    let (mut missing, mut unreachable) = (0, 0);
+    let mut report = serde_json::Map::new();
+    for (image, answer) in &answers {
+        let by: Vec<String> = images.0.get(image).into_iter().flatten().map(ToString::to_string).collect();
+        let (state, detail) = match answer {
+            Answer::Found(digest) => ("found", digest.as_str()),
+            Answer::Missing(why) => ("missing", why.as_str()),
+            Answer::Denied(why) => ("denied", why.as_str()),
+            Answer::Unreachable(why) => ("unreachable", why.as_str()),
+        };
+        match answer {
+            Answer::Found(_) => {}
+            Answer::Missing(_) | Answer::Denied(_) => missing += 1,
+            Answer::Unreachable(_) => unreachable += 1,
+        }
+        if output == ImagesOutput::Json {
+            let key = if state == "found" { "digest" } else { "why" };
+            report.insert(
+                image.clone(),
+                serde_json::json!({"state": state, key: detail, "pulledBy": images.0.get(image)}),
+            );
+        } else if matches!(answer, Answer::Found(_)) {
+            printer.data(&format!("found       {image} {detail}"));
+        } else {
+            printer.data(&format!("{state:<11} {image}: {detail}"));
+            for puller in by {
+                printer.data(&format!("  {puller}"));
+            }
+        }
+    }
+    if output == ImagesOutput::Json {
+        printer.json(&report);
+    }
+    if unreachable > 0 {
+        anyhow::bail!(
+            "{unreachable} of {} images could not be asked for: their registries did not answer",
+            answers.len()
+        );
+    }
+    if missing > 0 {
+        printer.failure(&format!("{missing} of {} images are not in their registries", answers.len()));
+        return Ok(ExitStatus::Failure);
+    }
+    printer.success(&format!("all {} images are in their registries", answers.len()));
+    Ok(ExitStatus::Success)
+}
+
+/// `--resolve`: the digest of each image that names none (and, with `refresh`, of each pinned
+/// one) from its registry, printed with the pins kept as the `images.digests` of a profile.
+fn resolve(
+    images: &Images,
+    mut pins: BTreeMap<String, String>,
+    refresh: bool,
+    output: ImagesOutput,
+    printer: &Printer,
+) -> anyhow::Result<ExitStatus> {
+    // name:tag → its name; an image with a digest of its own (not a pin) is left as it is.
+    let mut wanted: BTreeMap<String, String> = BTreeMap::new();
+    for image in images.0.keys() {
+        let (unpinned, digest) = image.split_once('@').map_or((image.as_str(), None), |(n, d)| (n, Some(d)));
+        let name = unpinned.rsplit_once(':').filter(|(_, t)| !t.contains('/')).map_or(unpinned, |(n, _)| n);
+        let pinned = pins.get(name).is_some_and(|p| Some(p.as_str()) == digest);
+        if digest.is_none() || (refresh && pinned) {
+            wanted.insert(unpinned.to_owned(), name.to_owned());
+        }
+    }
+    if refresh {
+        pins.retain(|name, _| !wanted.values().any(|n| n == name));
+    }
+    let progress = printer.progress();
+    progress.step(&format!("reading {} digests from the registries", wanted.len()));
+    let registries = Registries::new(wanted.keys().map(String::as_str));
+    let answers = super::session::runtime()?.block_on(registries.manifests(wanted.keys().map(String::as_str)));
+    progress.finish();
+    let mut failed = Vec::new();
+    for (image, answer) in &answers {
+        let name = &wanted[image];
+        match answer {
+            Answer::Found(digest) => {
+                if let Some(other) = pins.insert(name.clone(), digest.clone()).filter(|o| o != digest) {
+                    failed.push(format!(
+                        "{name} is pulled at two tags with different digests ({other}, {digest}): pin it by a digest in the image itself"
+                    ));
+                }
+            }
+            Answer::Missing(why) | Answer::Denied(why) => failed.push(format!("{image}: {why}")),
+            Answer::Unreachable(why) => anyhow::bail!("{image}: its registry could not be asked: {why}"),
+        }
+    }
+    for f in &failed {
+        printer.failure(f);
+    }
+    if output == ImagesOutput::Json {
+        printer.json(&serde_json::json!({"images": {"digests": pins}}));
+    } else {
+        printer.data(serde_saphyr::to_string(&serde_json::json!({"images": {"digests": pins}}))?.trim_end());
+    }
+    Ok(if failed.is_empty() { ExitStatus::Success } else { ExitStatus::Failure })
 }

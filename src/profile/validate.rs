@@ -85,12 +85,12 @@ pub(super) fn settle(p: &mut Profile) -> Vec<Violation> {
     for c in components::ALL {
         (c.images)(&mut p.sections, &images, &mut v);
     }
-    if images.mirror.is_set() {
+    if images.rewrites() {
         // The smoke identity the `spire` section defines, written out so its image is rewritten.
         if p.verify.spiffe.is_none() {
             p.verify.spiffe = p.spiffe_smoke();
         }
-        p.verify.mirror(&images.mirror, &mut v);
+        p.verify.mirror(&images, &mut v);
     }
     v.into_vec()
 }

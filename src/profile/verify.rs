@@ -115,15 +115,15 @@ impl Default for SpiffeSmoke {
 
 impl Verify {
     /// Every probe image onto the mirror (`images.mirror`).
-    pub(super) fn mirror(&mut self, mirror: &crate::spec::Mirror, v: &mut crate::spec::Violations) {
-        mirror.rewrite(&mut self.probe_image, "verify.probeImage", v);
-        mirror.rewrite(&mut self.host_probe_image, "verify.hostProbeImage", v);
-        mirror.rewrite(&mut self.workload.docker_image, "verify.workload.dockerImage", v);
+    pub(super) fn mirror(&mut self, images: &crate::spec::Images, v: &mut crate::spec::Violations) {
+        images.rewrite(&mut self.probe_image, "verify.probeImage", v);
+        images.rewrite(&mut self.host_probe_image, "verify.hostProbeImage", v);
+        images.rewrite(&mut self.workload.docker_image, "verify.workload.dockerImage", v);
         if let Some(image) = &mut self.workload.kind_node_image {
-            mirror.rewrite(image, "verify.workload.kindNodeImage", v);
+            images.rewrite(image, "verify.workload.kindNodeImage", v);
         }
         if let Some(spiffe) = &mut self.spiffe {
-            mirror.rewrite(&mut spiffe.image, "verify.spiffe.image", v);
+            images.rewrite(&mut spiffe.image, "verify.spiffe.image", v);
         }
     }
 }

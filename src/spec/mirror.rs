@@ -43,6 +43,12 @@ pub struct Images {
     /// verify's probe pods. Each must exist in every namespace whose pods pull with it (osbx
     /// names them, never creates or copies them).
     pub pull_secrets: Vec<String>,
+    /// Digests pinned by image name as pulled (on the mirror, when there is one), without tag:
+    /// `registry.corp/dockerhub/library/busybox: sha256:…`. Every image of that name osbx
+    /// renders or passes to a chart is pulled by its digest (`name:tag@sha256:…`), so a
+    /// cluster pulls exactly what was reviewed. `osbx images --resolve` reads them from the
+    /// registries and prints this map; pins stay until `--resolve --refresh`.
+    pub digests: BTreeMap<String, String>,
 }
 
 impl Images {
@@ -51,6 +57,132 @@ impl Images {
         self.mirror.validate(v);
         for (i, name) in self.pull_secrets.iter().enumerate() {
             v.dns_subdomain(&format!("images.pullSecrets[{i}]"), name);
+        }
+        for (name, digest) in &self.digests {
+            let at = format!("images.digests.{name:?}");
+            match ImageRef::parse(&format!("{name}@{digest}")) {
+                Ok(_) if name_len(name) == name.len() && !name.contains('@') => {}
+                Ok(_) => v.push(&at, "name the image without its tag or digest"),
+                Err(why) => v.push(&at, why),
+            }
+        }
+    }
+
+    /// Whether settling changes images at all.
+    #[must_use]
+    pub fn rewrites(&self) -> bool {
+        self.mirror.is_set() || !self.digests.is_empty()
+    }
+
+    /// `image` as pulled: onto the mirror, then by its pinned digest.
+    ///
+    /// # Errors
+    /// [`Unmapped`], as [`Mirror::image`].
+    pub fn image(&self, image: &str) -> Result<String, Unmapped> {
+        let mirrored = self.mirror.image(image)?;
+        Ok(self.pin(&mirrored).map_or(mirrored.clone(), |digest| format!("{mirrored}@{digest}")))
+    }
+
+    /// The digest pinned for `image`'s name, when it names none itself.
+    fn pin(&self, image: &str) -> Option<&String> {
+        if image.contains('@') {
+            return None;
+        }
+        self.digests.get(&image[..name_len(image)])
+    }
+
+    /// Rewrite the image in `image` (the profile's field `at`), or say why it cannot be.
+    pub fn rewrite(&self, image: &mut String, at: &str, v: &mut Violations) {
+        match self.image(image) {
+            Ok(pulled) => *image = pulled,
+            Err(u) => v.push(at, format!("{}: {}", u.image, u.why)),
+        }
+    }
+
+    /// Rewrite the image values of a chart in `values` (the values osbx passes to it, the
+    /// profile's own merged in): each of `images` the profile sets is rewritten where it is, each
+    /// it does not is set to the chart's default rewritten (onto the mirror, then by its pinned
+    /// digest); a value nothing changes is not written. `at` names the values in messages
+    /// (`spire.values`).
+    pub fn chart_values(&self, values: &mut Option<Value>, images: &[ChartImage], at: &str, v: &mut Violations) {
+        if !self.rewrites() {
+            return;
+        }
+        let values = values.get_or_insert_with(|| Value::Object(serde_json::Map::new()));
+        for image in images {
+            let field = format!("{at}.{}", image.path);
+            let Ok(default) = ImageRef::parse(image.default) else {
+                v.push(field, format!("{} {:?} is not an image reference", image.about, image.default));
+                continue;
+            };
+            let node = at_path(values, image.path);
+            match image.shape {
+                Shape::Reference => {
+                    let current = node.as_str().filter(|s| !s.is_empty()).unwrap_or(image.default).to_owned();
+                    match self.image(&current) {
+                        Ok(pulled) if pulled == current && node.is_null() => {}
+                        Ok(pulled) => *node = Value::String(pulled),
+                        Err(u) => v.push(field, format!("{} {}: {}", image.about, u.image, u.why)),
+                    }
+                }
+                Shape::Repository { tag } => {
+                    // `repository` and `tag` beside it: the digest goes into the tag.
+                    if !node.is_object() {
+                        *node = Value::Object(serde_json::Map::new());
+                    }
+                    let repository =
+                        node["repository"].as_str().filter(|s| !s.is_empty()).unwrap_or(image.default).to_owned();
+                    let current_tag = node["tag"].as_str().filter(|s| !s.is_empty()).unwrap_or(tag).to_owned();
+                    match self.mirror.image(&repository) {
+                        Ok(mirrored) => {
+                            if mirrored != repository || node.get("repository").is_some() {
+                                node["repository"] = Value::String(mirrored.clone());
+                            }
+                            if let Some(digest) = self.pin(&mirrored).filter(|_| !current_tag.contains('@')) {
+                                node["tag"] = Value::String(format!("{current_tag}@{digest}"));
+                            }
+                            if node.as_object().is_some_and(serde_json::Map::is_empty) {
+                                *node = Value::Null;
+                            }
+                        }
+                        Err(u) => v.push(field, format!("{} {}: {}", image.about, u.image, u.why)),
+                    }
+                }
+                Shape::RegistryRepository => {
+                    if !node.is_object() {
+                        *node = Value::Object(serde_json::Map::new());
+                    }
+                    let registry = node["registry"].as_str().filter(|s| !s.is_empty()).unwrap_or(&default.registry);
+                    let repository =
+                        node["repository"].as_str().filter(|s| !s.is_empty()).unwrap_or(&default.repository);
+                    let name = format!("{registry}/{repository}");
+                    match self.mirror.image(&name) {
+                        Ok(mirrored) => {
+                            if mirrored != name {
+                                // The repository kept as the chart names it, the mirror's path
+                                // in the registry (the charts join them with a `/`).
+                                let (registry, repository) = match mirrored.strip_suffix(&format!("/{repository}")) {
+                                    Some(registry) => (registry.to_owned(), repository.to_owned()),
+                                    None => {
+                                        let (host, rest) = mirrored.split_once('/').unwrap_or((&mirrored, ""));
+                                        (host.to_owned(), rest.to_owned())
+                                    }
+                                };
+                                node["registry"] = Value::String(registry);
+                                node["repository"] = Value::String(repository);
+                            }
+                            // The chart pulls `registry/repository@tag` for a `sha256:` tag.
+                            if let Some(digest) = self.pin(&mirrored) {
+                                node["tag"] = Value::String(digest.clone());
+                            }
+                            if node.as_object().is_some_and(serde_json::Map::is_empty) {
+                                *node = Value::Null;
+                            }
+                        }
+                        Err(u) => v.push(field, format!("{} {}: {}", image.about, u.image, u.why)),
+                    }
+                }
+            }
         }
     }
 
@@ -175,14 +307,6 @@ impl Mirror {
         Ok(format!("{rewritten}{}", &image[name.len()..]))
     }
 
-    /// Rewrite the image in `image` (the profile's field `at`), or say why it cannot be.
-    pub fn rewrite(&self, image: &mut String, at: &str, v: &mut Violations) {
-        match self.image(image) {
-            Ok(mirrored) => *image = mirrored,
-            Err(u) => v.push(at, format!("{}: {}", u.image, u.why)),
-        }
-    }
-
     /// Where the mirrored `image` is copied from: the inverse of [`Mirror::image`] (`None` for
     /// an image under no prefix of the mirror).
     #[must_use]
@@ -196,58 +320,6 @@ impl Mirror {
                 format!("{registry}/{rest}")
             })
         })
-    }
-
-    /// Rewrite the image values of a chart in `values` (the values osbx passes to it, the
-    /// profile's own merged in): each of `images` whose value is set is rewritten, each that is
-    /// not is set to its default rewritten. `at` names the values in messages
-    /// (`spire.values`).
-    pub fn chart_values(&self, values: &mut Option<Value>, images: &[ChartImage], at: &str, v: &mut Violations) {
-        if !self.is_set() {
-            return;
-        }
-        let values = values.get_or_insert_with(|| Value::Object(serde_json::Map::new()));
-        for image in images {
-            let node = at_path(values, image.path);
-            let field = format!("{at}.{}", image.path);
-            match image.shape {
-                Shape::Reference => {
-                    let current = node.as_str().filter(|s| !s.is_empty()).unwrap_or(image.default).to_owned();
-                    match self.image(&current) {
-                        Ok(mirrored) => *node = Value::String(mirrored),
-                        Err(u) => v.push(field, format!("{} {}: {}", image.about, u.image, u.why)),
-                    }
-                }
-                Shape::RegistryRepository => {
-                    let Ok(default) = ImageRef::parse(image.default) else {
-                        v.push(field, format!("{} {:?} is not an image reference", image.about, image.default));
-                        continue;
-                    };
-                    if !node.is_object() {
-                        *node = Value::Object(serde_json::Map::new());
-                    }
-                    let registry = node["registry"].as_str().filter(|s| !s.is_empty()).unwrap_or(&default.registry);
-                    let repository =
-                        node["repository"].as_str().filter(|s| !s.is_empty()).unwrap_or(&default.repository);
-                    match self.image(&format!("{registry}/{repository}")) {
-                        Ok(mirrored) => {
-                            // The repository kept as the chart names it, the mirror's path in the
-                            // registry (the charts join them with a `/`).
-                            let (registry, repository) = match mirrored.strip_suffix(&format!("/{repository}")) {
-                                Some(registry) => (registry.to_owned(), repository.to_owned()),
-                                None => {
-                                    let (host, rest) = mirrored.split_once('/').unwrap_or((&mirrored, ""));
-                                    (host.to_owned(), rest.to_owned())
-                                }
-                            };
-                            node["registry"] = Value::String(registry);
-                            node["repository"] = Value::String(repository);
-                        }
-                        Err(u) => v.push(field, format!("{} {}: {}", image.about, u.image, u.why)),
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -268,8 +340,14 @@ pub struct ChartImage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     /// One string with the registry (`quay.io/kata-containers/kata-deploy`), the tag in another
-    /// value or in the string itself.
+    /// value the chart ignores when the string has a digest, or in the string itself.
     Reference,
+    /// A map with `repository` (registry included) and `tag`, joined by the chart as
+    /// `repository:tag`; `tag` is the chart's default tag.
+    Repository {
+        /// The chart's default tag.
+        tag: &'static str,
+    },
     /// A map with `registry` and `repository` (the tag beside them).
     RegistryRepository,
 }
@@ -361,7 +439,8 @@ mod tests {
     fn entries_are_checked() {
         let check = |entries: &[(&str, &str)]| {
             let mut v = Violations::default();
-            Images { mirror: mirror(entries), pull_secrets: vec!["Bad_Name".into()] }.validate(&mut v);
+            let digests = [("busybox:1.37".to_owned(), "sha256:0123456789abcdef0123456789abcdef".to_owned())].into();
+            Images { mirror: mirror(entries), pull_secrets: vec!["Bad_Name".into()], digests }.validate(&mut v);
             v.into_vec().into_iter().map(|v| format!("{}: {}", v.field, v.message)).collect::<Vec<_>>()
         };
         let found = check(&[
@@ -378,6 +457,7 @@ mod tests {
             "images.mirror.\"quay.io\"",
             "images.mirror.\"gcr.io\": the mirror docker.io is itself",
             "images.pullSecrets[0]",
+            "images.digests.\"busybox:1.37\": name the image without its tag",
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }
@@ -406,7 +486,10 @@ mod tests {
                 about: "busybox",
             },
         ];
-        let m = mirror(&[("docker.io", "registry.corp/hub"), ("*", "registry.corp/all")]);
+        let m = Images {
+            mirror: mirror(&[("docker.io", "registry.corp/hub"), ("*", "registry.corp/all")]),
+            ..Images::default()
+        };
         let mut values = Some(
             serde_json::json!({"a": {"b": {"image": {"registry": "", "repository": "spiffe/other", "tag": "v1"}}}}),
         );
@@ -425,11 +508,76 @@ mod tests {
         );
         // An unmapped default is named by its value path.
         let mut v = Violations::default();
-        mirror(&[("docker.io", "registry.corp/hub")]).chart_values(&mut None, IMAGES, "kata.values", &mut v);
+        let hub_only = Images { mirror: mirror(&[("docker.io", "registry.corp/hub")]), ..Images::default() };
+        hub_only.chart_values(&mut None, IMAGES, "kata.values", &mut v);
         let found = v.into_vec();
         assert!(
             found.iter().any(|f| f.field == "kata.values.image.reference" && f.message.contains("the installer")),
             "{found:?}"
         );
+    }
+
+    /// A pinned digest follows the image wherever osbx names it: after the tag of a whole
+    /// reference, as the reference of a chart that takes `reference@digest`, in the tag of a
+    /// chart that joins `repository:tag`, as the `sha256:` tag of one that joins
+    /// `registry/repository@tag`. An image that names a digest keeps its own.
+    #[test]
+    fn pinned_digests_go_where_each_chart_takes_them() {
+        const D: &str = "sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58";
+        let images = Images {
+            mirror: mirror(&[("*", "registry.corp/all"), ("docker.io", "registry.corp/hub")]),
+            digests: [
+                "registry.corp/hub/library/busybox",
+                "registry.corp/all/quay.io/kata-containers/kata-deploy",
+                "registry.corp/all/ghcr.io/spiffe/spire-agent",
+                "registry.corp/all/example.org/ingress",
+            ]
+            .into_iter()
+            .map(|n| (n.to_owned(), D.to_owned()))
+            .collect(),
+            ..Images::default()
+        };
+        assert_eq!(images.image("busybox:1.37").unwrap(), format!("registry.corp/hub/library/busybox:1.37@{D}"));
+        let own = "busybox:1.37@sha256:0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            images.image(own).unwrap(),
+            "registry.corp/hub/library/busybox:1.37@sha256:0123456789abcdef0123456789abcdef"
+        );
+        const TABLE: &[ChartImage] = &[
+            ChartImage {
+                path: "image.reference",
+                shape: Shape::Reference,
+                default: "quay.io/kata-containers/kata-deploy",
+                about: "a",
+            },
+            ChartImage {
+                path: "agent.image",
+                shape: Shape::RegistryRepository,
+                default: "ghcr.io/spiffe/spire-agent",
+                about: "b",
+            },
+            ChartImage {
+                path: "gateway.image",
+                shape: Shape::Repository { tag: "v1.0.10" },
+                default: "example.org/ingress",
+                about: "c",
+            },
+        ];
+        let mut values = None;
+        let mut v = Violations::default();
+        images.chart_values(&mut values, TABLE, "x", &mut v);
+        assert!(v.into_vec().is_empty());
+        assert_eq!(
+            values.unwrap(),
+            serde_json::json!({
+                "image": {"reference": format!("registry.corp/all/quay.io/kata-containers/kata-deploy@{D}")},
+                "agent": {"image": {"registry": "registry.corp/all/ghcr.io", "repository": "spiffe/spire-agent", "tag": D}},
+                "gateway": {"image": {"repository": "registry.corp/all/example.org/ingress", "tag": format!("v1.0.10@{D}")}},
+            })
+        );
+        // Without a mirror or pins, no chart value is written.
+        let mut values = None;
+        Images::default().chart_values(&mut values, TABLE, "x", &mut Violations::default());
+        assert_eq!(values, None);
     }
 }

@@ -195,6 +195,10 @@ pub(super) struct ImagesSettings {
     pub templates: Option<PathBuf>,
     /// How charts are expanded (as the review expands them).
     pub charts: crate::review::ChartMode,
+    /// Ask the registries for every image's manifest.
+    pub check: bool,
+    /// Pin each image's digest (`Some(true)`: every pin read again).
+    pub resolve: Option<bool>,
     /// Output format.
     pub output: ImagesOutput,
 }
@@ -207,6 +211,8 @@ impl TryFrom<&ImagesArgs> for ImagesSettings {
             source: Source::of(a.fleet.as_deref(), a.profile.profile.as_deref()),
             templates: a.profile.templates.clone(),
             charts: crate::review::ChartMode::of(a.charts.as_deref(), a.no_charts)?,
+            check: a.check,
+            resolve: a.resolve.then_some(a.refresh),
             output: a.output,
         })
     }

@@ -27,7 +27,7 @@ pub(crate) static COMPONENT: Component = Component {
     after_others: true,
     images: |s, images, v| {
         if let Some(a) = &mut s.acceptance {
-            images.mirror.rewrite(&mut a.image, "acceptance.image", v);
+            images.rewrite(&mut a.image, "acceptance.image", v);
         }
     },
     ..Component::without_chart(

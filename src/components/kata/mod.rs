@@ -77,7 +77,7 @@ const CHART_IMAGES: &[ChartImage] = &[
 /// kata-deploy's images onto the mirror and the pull Secrets to its pods, through its values.
 fn images(sections: &mut Sections, images: &Images, v: &mut Violations) {
     let Some(k) = &mut sections.kata else { return };
-    images.mirror.chart_values(&mut k.values, CHART_IMAGES, "kata.values", v);
+    images.chart_values(&mut k.values, CHART_IMAGES, "kata.values", v);
     images.chart_pull_secrets(&mut k.values, &["imagePullSecrets"]);
 }
 

@@ -58,36 +58,58 @@ const CHART_IMAGES: &[ChartImage] = &[
         about: "the controller's snapshot commit Jobs",
     },
     ChartImage {
-        path: "opensandbox-server.server.gateway.image.repository",
-        shape: Shape::Reference,
+        path: "opensandbox-server.server.gateway.image",
+        shape: Shape::Repository { tag: "v1.0.10" },
         default: "sandbox-registry.cn-zhangjiakou.cr.aliyuncs.com/opensandbox/ingress",
         about: "the server's gateway",
     },
 ];
 
+/// The server image's tag in the chart osbx pins (`server.image.tag`), where a pinned digest
+/// goes when the profile names no tag.
+const SERVER_TAG: &str = "v0.2.2";
+
 /// The controller's and the server's images, the images in the server's configuration and the
-/// chart's other images onto the mirror (the profile's own fields where it has them, else the
-/// chart's values); the pull Secrets to both subcharts' pods.
+/// chart's other images onto the mirror and their pinned digests (the profile's own fields
+/// where it has them, else the chart's values); the pull Secrets to both subcharts' pods.
 fn images(sections: &mut Sections, images: &Images, v: &mut Violations) {
     let o = &mut sections.opensandbox;
-    let mirror = &images.mirror;
-    if mirror.is_set() {
-        let controller = o.controller.image.repository.get_or_insert_with(|| format!("{REGISTRY}/controller"));
-        mirror.rewrite(controller, "opensandbox.controller.image.repository", v);
-        let server = o.server.image.get_or_insert_with(|| ImageRef::default());
-        let repository = server.repository.get_or_insert_with(|| format!("{REGISTRY}/server"));
-        mirror.rewrite(repository, "opensandbox.server.image.repository", v);
+    if images.rewrites() {
+        let controller = (format!("{REGISTRY}/controller"), "v0.2.0");
+        split(images, &mut o.controller.image, &controller, "opensandbox.controller.image", v);
+        let mut server = o.server.image.take().unwrap_or_default();
+        split(images, &mut server, &(format!("{REGISTRY}/server"), SERVER_TAG), "opensandbox.server.image", v);
+        o.server.image = (server.repository.is_some() || server.tag.is_some()).then_some(server);
         let config = &mut o.server.config;
-        mirror.rewrite(&mut config.runtime.execd_image, "opensandbox.server.config.runtime.execdImage", v);
+        images.rewrite(&mut config.runtime.execd_image, "opensandbox.server.config.runtime.execdImage", v);
         if let Some(egress) = &mut config.egress {
-            mirror.rewrite(&mut egress.image, "opensandbox.server.config.egress.image", v);
+            images.rewrite(&mut egress.image, "opensandbox.server.config.egress.image", v);
         }
-        mirror.chart_values(&mut o.values, CHART_IMAGES, "opensandbox.values", v);
+        images.chart_values(&mut o.values, CHART_IMAGES, "opensandbox.values", v);
     }
     images.chart_pull_secrets(
         &mut o.values,
         &["opensandbox-controller.imagePullSecrets", "opensandbox-server.imagePullSecrets"],
     );
+}
+
+/// An image the chart names by `repository` and `tag` (`defaults`: the chart's), onto the
+/// mirror, its pinned digest in the tag; a part nothing changes stays unset.
+fn split(images: &Images, image: &mut ImageRef, defaults: &(String, &str), at: &str, v: &mut Violations) {
+    let repository = image.repository.clone().unwrap_or_else(|| defaults.0.clone());
+    let tag = image.tag.clone().unwrap_or_else(|| defaults.1.to_owned());
+    match images.image(&format!("{repository}:{tag}")) {
+        Ok(pulled) => {
+            let (name, rest) = pulled.split_at(pulled.rfind(&format!(":{tag}")).unwrap_or(pulled.len()));
+            if name != repository || image.repository.is_some() {
+                image.repository = Some(name.to_owned());
+            }
+            if rest.len() > tag.len() + 1 {
+                image.tag = Some(rest[1..].to_owned());
+            }
+        }
+        Err(u) => v.push(format!("{at}.repository"), format!("{}: {}", u.image, u.why)),
+    }
 }
 
 /// A sandbox as the controller holds it: created by the server (in `namespaces.sandbox`), from a

@@ -429,8 +429,7 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
 /// Every pool's images onto the mirror: the main container's and each init container's, of
 /// `defaults` and of each pool (the pull Secrets reach the Pools' pods through the template).
 fn images(s: &mut Sections, images: &Images, v: &mut Violations) {
-    let mirror = &images.mirror;
-    if !mirror.is_set() {
+    if !images.rewrites() {
         return;
     }
     let templates = std::iter::once((
@@ -446,11 +445,11 @@ fn images(s: &mut Sections, images: &Images, v: &mut Violations) {
         .map(|(i, p)| (format!("pools.items[{i}]"), &mut p.image, &mut p.init_containers));
     for (at, image, init) in templates.chain(pools) {
         if let Some(image) = image {
-            mirror.rewrite(image, &format!("{at}.image"), v);
+            images.rewrite(image, &format!("{at}.image"), v);
         }
         for (i, container) in init.iter_mut().flatten().enumerate() {
             if let Some(Value::String(image)) = container.get_mut("image") {
-                mirror.rewrite(image, &format!("{at}.initContainers[{i}].image"), v);
+                images.rewrite(image, &format!("{at}.initContainers[{i}].image"), v);
             }
         }
     }

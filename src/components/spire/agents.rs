@@ -80,7 +80,7 @@ fn images(sections: &mut Sections, images: &Images, v: &mut Violations) {
             );
         }
     }
-    images.mirror.chart_values(&mut s.values, CHART_IMAGES, "spire.values", v);
+    images.chart_values(&mut s.values, CHART_IMAGES, "spire.values", v);
     images.chart_pull_secrets(&mut s.values, &["spire-agent.imagePullSecrets", "spiffe-csi-driver.imagePullSecrets"]);
 }
 

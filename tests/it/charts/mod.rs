@@ -19,10 +19,11 @@ mod checks;
 mod dryrun;
 pub(crate) mod helm;
 mod manifest;
+mod mirror;
 mod placement;
 mod server_config;
 mod values;
-mod variants;
+pub(crate) mod variants;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -21,6 +21,7 @@ const EDITS: &[(&str, Edit)] = &[
     ("components off", components_off),
     ("components on", components_on),
     ("extra values", extra_values),
+    ("mirror", mirror),
 ];
 
 /// Every variant: (label, profile document).
@@ -183,6 +184,23 @@ fn extra_values(base: &Value) -> Option<Value> {
         }
     }))
 }
+
+/// Every image from one registry mirror (`images.mirror`: Docker Hub under a path of its own,
+/// every other registry scoped by its host) with a pull Secret.
+fn mirror(base: &Value) -> Option<Value> {
+    Some(with(base, |p| {
+        p["images"] = json!({
+            "mirror": {"docker.io": MIRROR_HUB, "*": MIRROR_ALL},
+            "pullSecrets": [MIRROR_PULL_SECRET],
+        });
+    }))
+}
+
+/// The mirror of the `mirror` variant: Docker Hub's images, every other registry's, the pull
+/// Secret.
+pub const MIRROR_HUB: &str = "mirror.test/hub";
+pub const MIRROR_ALL: &str = "mirror.test/all";
+pub const MIRROR_PULL_SECRET: &str = "mirror-pull";
 
 /// Variants no chart can honour (the chart would put the control plane or the agents where osbx
 /// does not look), each with the field `osbx lint` must name: (label, profile, field).

@@ -11,6 +11,7 @@ mod bench;
 mod fleet;
 mod hostile;
 mod images;
+mod registry;
 mod sources;
 
 use std::path::{Path, PathBuf};

@@ -47,6 +47,19 @@ pub fn built(name: &str) -> PathBuf {
     path
 }
 
+/// The real OCI registry (go-containerregistry's, in memory) on a free loopback port, and its
+/// port.
+pub fn registry() -> (Server, u16) {
+    let mut child = Command::new(built("registry"))
+        .args(["-port", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the registry");
+    let port = read_port(&mut child, "the registry", |line| line.split("serving on port ").nth(1)?.trim().parse().ok());
+    (Server(child), port)
+}
+
 /// A child process killed (and reaped) on drop.
 pub struct Server(Child);
 
@@ -144,15 +157,7 @@ impl ChartSources {
         let (git_server, http) = git_http(&srv, &dir.path().join("git.port"));
 
         // The OCI registry.
-        let mut child = Command::new(built("registry"))
-            .args(["-port", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the registry");
-        let registry_port =
-            read_port(&mut child, "the registry", |line| line.split("serving on port ").nth(1)?.trim().parse().ok());
-        let registry = Server(child);
+        let (registry, registry_port) = registry();
 
         // The OpenSandbox repository: one commit per tag, each holding that tag's charts.
         let opensandbox_git = format!("{http}/git/opensandbox.git");
