@@ -193,7 +193,9 @@ impl Images {
                 let Some(text) = text.as_str().filter(|t| t.contains("containers")) else { continue };
                 let Ok(docs) = serde_saphyr::from_multiple::<Value>(text) else { continue };
                 let mut inner = Vec::new();
-                docs.iter().for_each(|doc| pod_containers(doc, &mut inner));
+                for doc in &docs {
+                    pod_containers(doc, &mut inner);
+                }
                 found.extend(inner.into_iter().map(|(c, image)| (format!("{c} (of the template in {key})"), image)));
             }
         } else {

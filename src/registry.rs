@@ -140,7 +140,8 @@ fn classify(e: &OciDistributionError) -> Answer {
             let mut text = r.to_string();
             let mut source = std::error::Error::source(r);
             while let Some(cause) = source {
-                text.push_str(&format!(": {cause}"));
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
                 source = cause.source();
             }
             Answer::Unreachable(text)

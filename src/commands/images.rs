@@ -48,11 +48,11 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
     }
     progress.finish();
     if settings.check {
-        return check(&images, settings.output, &printer);
+        return check(&images, settings.output, printer);
     }
     if let Some(refresh) = settings.resolve {
         let pins = members.iter().flat_map(|m| m.profile.images.digests.clone()).collect();
-        return resolve(&images, pins, refresh, settings.output, &printer);
+        return resolve(&images, pins, refresh, settings.output, printer);
     }
     match settings.output {
         ImagesOutput::Json => printer.json(&images),
@@ -92,7 +92,7 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
 
 /// `--check`: each image's manifest from its registry; the missing and refused ones named with
 /// who pulls them.
-fn check(images: &Images, output: ImagesOutput, printer: &Printer) -> anyhow::Result<ExitStatus> {
+fn check(images: &Images, output: ImagesOutput, printer: Printer) -> anyhow::Result<ExitStatus> {
     let names: Vec<&str> = images.0.keys().map(String::as_str).collect();
     let progress = printer.progress();
     progress.step(&format!("asking the registries for {} manifests", names.len()));
@@ -153,7 +153,7 @@ fn resolve(
     mut pins: BTreeMap<String, String>,
     refresh: bool,
     output: ImagesOutput,
-    printer: &Printer,
+    printer: Printer,
 ) -> anyhow::Result<ExitStatus> {
     // name:tag → its name; an image with a digest of its own (not a pin) is left as it is.
     let mut wanted: BTreeMap<String, String> = BTreeMap::new();

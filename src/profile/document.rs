@@ -41,7 +41,9 @@ pub struct Profile {
     /// The components' sections (`opensandbox`, `pools`, `kata`, `spire`).
     #[serde(flatten)]
     pub sections: Sections,
-    /// The registry mirror every image is pulled from, and the pull Secrets of every pod.
+    /// The registry mirror every image is pulled from, the pull Secrets of every pod and the
+    /// pinned digests (left out of the profile osbx writes while empty).
+    #[serde(skip_serializing_if = "Images::is_empty")]
     pub images: Images,
     /// Where the Secrets osbx supplies are kept (`sops`: encrypted in git).
     pub secrets: Secrets,

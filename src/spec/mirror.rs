@@ -68,6 +68,12 @@ impl Images {
         }
     }
 
+    /// Whether the section is empty (as it is unless written).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
     /// Whether settling changes images at all.
     #[must_use]
     pub fn rewrites(&self) -> bool {
@@ -161,13 +167,13 @@ impl Images {
                             if mirrored != name {
                                 // The repository kept as the chart names it, the mirror's path
                                 // in the registry (the charts join them with a `/`).
-                                let (registry, repository) = match mirrored.strip_suffix(&format!("/{repository}")) {
-                                    Some(registry) => (registry.to_owned(), repository.to_owned()),
-                                    None => {
+                                let (registry, repository) =
+                                    if let Some(registry) = mirrored.strip_suffix(&format!("/{repository}")) {
+                                        (registry.to_owned(), repository.to_owned())
+                                    } else {
                                         let (host, rest) = mirrored.split_once('/').unwrap_or((&mirrored, ""));
                                         (host.to_owned(), rest.to_owned())
-                                    }
-                                };
+                                    };
                                 node["registry"] = Value::String(registry);
                                 node["repository"] = Value::String(repository);
                             }
@@ -523,26 +529,6 @@ mod tests {
     /// `registry/repository@tag`. An image that names a digest keeps its own.
     #[test]
     fn pinned_digests_go_where_each_chart_takes_them() {
-        const D: &str = "sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58";
-        let images = Images {
-            mirror: mirror(&[("*", "registry.corp/all"), ("docker.io", "registry.corp/hub")]),
-            digests: [
-                "registry.corp/hub/library/busybox",
-                "registry.corp/all/quay.io/kata-containers/kata-deploy",
-                "registry.corp/all/ghcr.io/spiffe/spire-agent",
-                "registry.corp/all/example.org/ingress",
-            ]
-            .into_iter()
-            .map(|n| (n.to_owned(), D.to_owned()))
-            .collect(),
-            ..Images::default()
-        };
-        assert_eq!(images.image("busybox:1.37").unwrap(), format!("registry.corp/hub/library/busybox:1.37@{D}"));
-        let own = "busybox:1.37@sha256:0123456789abcdef0123456789abcdef";
-        assert_eq!(
-            images.image(own).unwrap(),
-            "registry.corp/hub/library/busybox:1.37@sha256:0123456789abcdef0123456789abcdef"
-        );
         const TABLE: &[ChartImage] = &[
             ChartImage {
                 path: "image.reference",
@@ -563,6 +549,26 @@ mod tests {
                 about: "c",
             },
         ];
+        const D: &str = "sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58";
+        let images = Images {
+            mirror: mirror(&[("*", "registry.corp/all"), ("docker.io", "registry.corp/hub")]),
+            digests: [
+                "registry.corp/hub/library/busybox",
+                "registry.corp/all/quay.io/kata-containers/kata-deploy",
+                "registry.corp/all/ghcr.io/spiffe/spire-agent",
+                "registry.corp/all/example.org/ingress",
+            ]
+            .into_iter()
+            .map(|n| (n.to_owned(), D.to_owned()))
+            .collect(),
+            ..Images::default()
+        };
+        assert_eq!(images.image("busybox:1.37").unwrap(), format!("registry.corp/hub/library/busybox:1.37@{D}"));
+        let own = "busybox:1.37@sha256:0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            images.image(own).unwrap(),
+            "registry.corp/hub/library/busybox:1.37@sha256:0123456789abcdef0123456789abcdef"
+        );
         let mut values = None;
         let mut v = Violations::default();
         images.chart_values(&mut values, TABLE, "x", &mut v);

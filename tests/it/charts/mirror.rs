@@ -20,7 +20,9 @@ fn pod_specs(value: &Value, out: &mut Vec<Value>) {
                 for text in map.get("data").and_then(Value::as_object).into_iter().flat_map(|d| d.values()) {
                     let docs: Vec<Value> =
                         text.as_str().and_then(|t| serde_saphyr::from_multiple(t).ok()).unwrap_or_default();
-                    docs.iter().for_each(|d| pod_specs(d, out));
+                    for d in &docs {
+                        pod_specs(d, out);
+                    }
                 }
             }
             map.values().for_each(|v| pod_specs(v, out));
