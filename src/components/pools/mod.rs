@@ -12,15 +12,16 @@ use super::health::{Health, Op, Operand, Term};
 use super::{Component, Sections, Site, kata as kata_component, opensandbox};
 
 mod kata;
+mod images;
 pub(crate) use self::kata::PoolKata;
 use crate::object::{KnownKind, ObjectRef};
 use crate::spec::values::Resources;
-use crate::spec::{Images, Violations};
+use crate::spec::Violations;
 
 /// The table entry of this component.
 pub(crate) static COMPONENT: Component = Component {
     health: &[&HEALTH],
-    images,
+    images: images::images,
     ..Component::without_chart("pools", "the OpenSandbox Pools", "pools", validate, view)
 };
 
@@ -422,35 +423,6 @@ fn validate(s: &Sections, _: &Site<'_>, v: &mut Violations) {
         }
         if let Some(image) = written(pool.image.as_ref()) {
             v.image(&format!("{at}.image"), image);
-        }
-    }
-}
-
-/// Every pool's images onto the mirror: the main container's and each init container's, of
-/// `defaults` and of each pool (the pull Secrets reach the Pools' pods through the template).
-fn images(s: &mut Sections, images: &Images, v: &mut Violations) {
-    if !images.rewrites() {
-        return;
-    }
-    let templates = std::iter::once((
-        "pools.defaults".to_owned(),
-        &mut s.pools.defaults.image,
-        &mut s.pools.defaults.init_containers,
-    ));
-    let pools = s
-        .pools
-        .items
-        .iter_mut()
-        .enumerate()
-        .map(|(i, p)| (format!("pools.items[{i}]"), &mut p.image, &mut p.init_containers));
-    for (at, image, init) in templates.chain(pools) {
-        if let Some(image) = image {
-            images.rewrite(image, &format!("{at}.image"), v);
-        }
-        for (i, container) in init.iter_mut().flatten().enumerate() {
-            if let Some(Value::String(image)) = container.get_mut("image") {
-                images.rewrite(image, &format!("{at}.initContainers[{i}].image"), v);
-            }
         }
     }
 }
