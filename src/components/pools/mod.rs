@@ -11,12 +11,12 @@ use tera::Context;
 use super::health::{Health, Op, Operand, Term};
 use super::{Component, Sections, Site, kata as kata_component, opensandbox};
 
-mod kata;
 mod images;
+mod kata;
 pub(crate) use self::kata::PoolKata;
 use crate::object::{KnownKind, ObjectRef};
-use crate::spec::values::Resources;
 use crate::spec::Violations;
+use crate::spec::values::Resources;
 
 /// The table entry of this component.
 pub(crate) static COMPONENT: Component = Component {

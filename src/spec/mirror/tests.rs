@@ -110,9 +110,8 @@ fn chart_values_are_rewritten_where_the_chart_reads_them() {
         mirror: mirror(&[("docker.io", "registry.corp/hub"), ("*", "registry.corp/all")]),
         ..Images::default()
     };
-    let mut values = Some(
-        serde_json::json!({"a": {"b": {"image": {"registry": "", "repository": "spiffe/other", "tag": "v1"}}}}),
-    );
+    let mut values =
+        Some(serde_json::json!({"a": {"b": {"image": {"registry": "", "repository": "spiffe/other", "tag": "v1"}}}}));
     let mut v = Violations::default();
     m.chart_values(&mut values, IMAGES, "x.values", &mut v);
     assert!(v.into_vec().is_empty());

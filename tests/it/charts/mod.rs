@@ -19,7 +19,7 @@ mod checks;
 mod dryrun;
 pub(crate) mod helm;
 mod manifest;
-mod mirror;
+pub(crate) mod mirror;
 mod placement;
 mod server_config;
 mod values;
@@ -376,6 +376,7 @@ fn the_generated_variants_are_the_listed_ones() {
         "components off",
         "components on",
         "extra values",
+        "mirror",
         "all at once",
     ];
     let without_on: Vec<&str> = every.iter().copied().filter(|e| *e != "components on").collect();
@@ -390,7 +391,7 @@ fn the_generated_variants_are_the_listed_ones() {
     expected.sort();
     actual.sort();
     assert_eq!(actual, expected);
-    assert_eq!(actual.len(), 30);
+    assert_eq!(actual.len(), 34);
 
     let renamed = cases::subjects()
         .iter()

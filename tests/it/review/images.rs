@@ -117,3 +117,53 @@ fn a_fleets_images_name_the_clusters_that_pull_each() {
     let shared = all.as_object().unwrap().keys().find(|i| i.ends_with("/code-interpreter:v1.1.0")).unwrap();
     assert_eq!(clusters(shared), BTreeSet::from(["lab-a".to_owned()]), "lab-b's pools use its own image");
 }
+
+/// With `images.mirror` (the charts tests' `mirror` variant of fresh-cluster), every chart
+/// expanded by osbx from the loopback sources: exit 0 (no chart image left outside the mirror),
+/// every image on the mirror, and the images of the containers equal, one for one, those of
+/// the same variant's render and of its charts as the charts tests' own helm runs and walker find
+/// them; `-o crane` copies each image from its source.
+#[test]
+fn with_a_mirror_the_images_are_exactly_what_the_render_and_the_charts_pull_all_on_it() {
+    use crate::charts::variants::{MIRROR_ALL, MIRROR_HUB, MIRROR_PULL_SECRET};
+    let sources = sources();
+    let mut p = profile(Some(&sources));
+    p["images"] =
+        serde_json::json!({"mirror": {"docker.io": MIRROR_HUB, "*": MIRROR_ALL}, "pullSecrets": [MIRROR_PULL_SECRET]});
+    let case = Case::new(Some(sources), &p);
+    let run = |output: &str| {
+        let mut images = crate::support::osbx();
+        images.args(["images", "-o", output, "-p"]).arg(case.profile_path());
+        case.with_helm(&mut images);
+        images.output().unwrap()
+    };
+    let out = run("json");
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let all: Value = serde_json::from_str(&stdout).unwrap();
+    let map = all.as_object().unwrap();
+    for image in map.keys() {
+        assert!(
+            image.starts_with(&format!("{MIRROR_HUB}/")) || image.starts_with(&format!("{MIRROR_ALL}/")),
+            "{image}"
+        );
+    }
+    let listed: BTreeSet<String> = map
+        .iter()
+        .filter(|(_, by)| by.as_array().unwrap().iter().any(|p| p["kind"] == "container"))
+        .map(|(i, _)| i.clone())
+        .collect();
+    let pulled = crate::charts::mirror::container_images("variant \"mirror\" of profile fresh-cluster");
+    assert_eq!(listed, pulled, "osbx images (left) against the render and the charts' pods (right)");
+    // The copier's list: one line per image, each from its source.
+    let out = run("crane");
+    let (text, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), map.len(), "{text}");
+    assert!(
+        lines.iter().any(|l| *l == format!("crane copy busybox:1.37 {MIRROR_HUB}/library/busybox:1.37")
+            || l.starts_with("crane copy docker.io/library/busybox:1.37 ")),
+        "{text}"
+    );
+}
