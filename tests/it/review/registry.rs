@@ -5,7 +5,10 @@
 //! with who pulls them (exit 1); the found ones carry the digests `crane digest` reads; a
 //! complete mirror passes (exit 0). An image named by a digest must hold that digest. Registry
 //! requests go through `HTTP_PROXY` (a loopback proxy of this test's own, which records the
-//! hosts it was asked for) unless `NO_PROXY` names the registry.
+//! hosts it was asked for) unless `NO_PROXY` names the registry. With the registry's
+//! authentication on (the CNCF Distribution registry, htpasswd), the credentials `crane auth
+//! login` wrote into a Docker config file are used, and never printed; without them, every image
+//! is `denied`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -180,6 +183,86 @@ fn check_names_exactly_the_images_the_mirror_lacks_and_passes_a_complete_one() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(refreshed["images"]["digests"][name(moved)], json!(new_digest), "read again with --refresh");
     assert_ne!(old_digest, new_digest);
+}
+
+/// The Distribution registry with htpasswd authentication (`user`:`password`, bcrypt by
+/// `htpasswd`) on a free loopback port, in memory: its child and its `host:port`.
+fn authenticating_registry(dir: &Path, user: &str, password: &str) -> (super::sources::Server, String) {
+    let out = Command::new("htpasswd").args(["-Bbn", user, password]).output().unwrap();
+    assert!(out.status.success(), "htpasswd: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(dir.join("htpasswd"), &out.stdout).unwrap();
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let host = format!("127.0.0.1:{port}");
+    let config = format!(
+        "version: 0.1\nlog: {{level: warn}}\nstorage: {{inmemory: {{}}}}\nhttp: {{addr: \"{host}\"}}\nauth:\n  htpasswd: {{realm: osbx-test, path: {}}}\n",
+        dir.join("htpasswd").display()
+    );
+    std::fs::write(dir.join("config.yml"), config).unwrap();
+    let child = Command::new(built("distribution"))
+        .arg("serve")
+        .arg(dir.join("config.yml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = super::sources::Server::from(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while TcpStream::connect(&host).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the Distribution registry did not listen on {host} in 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (server, host)
+}
+
+#[test]
+fn check_uses_the_docker_config_s_credentials_and_never_prints_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let password = "s3cret-0f-the-mirror-7d1";
+    let (_registry, host) = authenticating_registry(dir.path(), "osbx", password);
+    let (_, text) = osbx::profile::embedded_text("runc-only").unwrap();
+    let mut profile: Value = serde_saphyr::from_str(&text).unwrap();
+    profile["images"] = json!({"mirror": {"*": format!("{host}/all"), "docker.io": format!("{host}/hub")}});
+    let path = dir.path().join("profile.yaml");
+    std::fs::write(&path, serde_json::to_string_pretty(&profile).unwrap()).unwrap();
+    let (code, listed, stderr) = images(&path, &[], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let all: Vec<String> = listed.as_object().unwrap().keys().cloned().collect();
+
+    // crane logs in (writing the Docker config file) and pushes every image.
+    let docker = dir.path().join("docker");
+    let crane_as_user = |args: &[&str]| {
+        let out =
+            Command::new(built("crane")).args(args).arg("--insecure").env("DOCKER_CONFIG", &docker).output().unwrap();
+        let (stdout, stderr) = outputs(&out);
+        assert!(out.status.success(), "crane {args:?}: {stderr}");
+        stdout
+    };
+    crane_as_user(&["auth", "login", &host, "-u", "osbx", "-p", password]);
+    assert!(std::fs::read_to_string(docker.join("config.json")).unwrap().contains("auths"));
+    for image in &all {
+        let content = dir.path().join("content");
+        std::fs::create_dir_all(&content).unwrap();
+        std::fs::write(content.join("name"), image).unwrap();
+        let layer = dir.path().join("layer.tar");
+        assert!(
+            Command::new("tar").arg("-cf").arg(&layer).arg("-C").arg(&content).arg("name").status().unwrap().success()
+        );
+        crane_as_user(&["append", "-f", layer.to_str().unwrap(), "-t", image.split('@').next().unwrap()]);
+    }
+
+    // With the user's Docker config: every image found; the password nowhere in the output.
+    let mut cmd = crate::support::osbx();
+    cmd.args(["images", "--no-charts", "--check", "-p"]).arg(&path).env("DOCKER_CONFIG", &docker);
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = outputs(&out);
+    let complete = all.iter().all(|i| !i.contains('@'));
+    assert_eq!(out.status.code(), Some(i32::from(!complete)), "{stdout}{stderr}");
+    assert!(stdout.lines().filter(|l| !l.contains('@')).all(|l| !l.starts_with("denied")), "{stdout}");
+    assert!(!stdout.contains(password) && !stderr.contains(password), "the password was printed:\n{stdout}{stderr}");
+    // Without credentials: denied, every one.
+    let (code, report, stderr) = images(&path, &["--check"], &[]);
+    assert_eq!(code, Some(1), "{report:#}{stderr}");
+    assert!(all.iter().all(|i| state_of(&report, i) == "denied"), "{report:#}");
 }
 
 fn state_of(report: &Value, image: &str) -> String {

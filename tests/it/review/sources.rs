@@ -63,6 +63,12 @@ pub fn registry() -> (Server, u16) {
 /// A child process killed (and reaped) on drop.
 pub struct Server(Child);
 
+impl From<Child> for Server {
+    fn from(child: Child) -> Self {
+        Self(child)
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         // Best effort when dropped: kill fails only if the server already exited, and wait then reaps it.
