@@ -39,7 +39,6 @@ use crate::chart::Chart;
 use crate::flux::release::{release_name, release_namespace, release_values};
 use crate::object::Object;
 use source::{Fetch, locate};
-use template::split;
 
 /// Why a chart cannot be expanded.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -235,6 +234,13 @@ pub(crate) struct Charts {
     kube_version: String,
     fetched: Memo<PathBuf>,
     templated: Memo<String>,
+    /// A fetched chart's identity and the keys of given values it does not read, by chart
+    /// directory and values (a fleet's clusters mostly share both; reading a chart's templates
+    /// for each would cost more than the render).
+    described: Mutex<BTreeMap<String, (ChartId, Vec<Vec<String>>)>>,
+    /// helm's output → its objects, before the release namespace is given (the same output is
+    /// parsed once per run).
+    parsed: Mutex<std::collections::HashMap<String, Arc<Vec<(Object, bool)>>>>,
 }
 
 impl Charts {
@@ -249,6 +255,8 @@ impl Charts {
             kube_version,
             fetched: Mutex::new(BTreeMap::new()),
             templated: Mutex::new(BTreeMap::new()),
+            described: Mutex::new(BTreeMap::new()),
+            parsed: Mutex::default(),
         }
     }
 
@@ -265,16 +273,6 @@ impl Charts {
         let (name, namespace) = release_identity(&id, &release.value)?;
         let (fetch, source) = locate(&id, &release.value, side)?;
         let dir = self.fetched(&id, &fetch, &source)?;
-        let meta: Value = std::fs::read_to_string(dir.join("Chart.yaml"))
-            .ok()
-            .and_then(|t| serde_saphyr::from_str(&t).ok())
-            .unwrap_or(Value::Null);
-        let chart = ChartId {
-            name: meta["name"].as_str().unwrap_or_default().to_owned(),
-            version: meta["version"].as_str().map_or_else(|| meta["version"].to_string(), str::to_owned),
-            app_version: meta["appVersion"].as_str().map(str::to_owned),
-            source: format!("{source} {}", fetch.reference()),
-        };
         let (values, missing) = release_values(&release.value, &side.iter().copied());
         if !missing.is_empty() {
             return Err(ChartError::Release {
@@ -282,15 +280,41 @@ impl Charts {
                 reason: format!("its valuesFrom names what the repository does not hold: {}", missing.join(", ")),
             });
         }
-        let unread = Chart::load(&dir).map(|c| c.unread(&values)).unwrap_or_default();
+        let key = format!("{}\0{source} {}\0{values}", dir.display(), fetch.reference());
+        let described = self.described.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned();
+        let (chart, unread) = described.unwrap_or_else(|| {
+            let meta: Value = std::fs::read_to_string(dir.join("Chart.yaml"))
+                .ok()
+                .and_then(|t| serde_saphyr::from_str(&t).ok())
+                .unwrap_or(Value::Null);
+            let chart = ChartId {
+                name: meta["name"].as_str().unwrap_or_default().to_owned(),
+                version: meta["version"].as_str().map_or_else(|| meta["version"].to_string(), str::to_owned),
+                app_version: meta["appVersion"].as_str().map(str::to_owned),
+                source: format!("{source} {}", fetch.reference()),
+            };
+            let unread = Chart::load(&dir).map(|c| c.unread(&values)).unwrap_or_default();
+            let described = (chart, unread);
+            self.described.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, described.clone());
+            described
+        });
         let tests = release.value["spec"]["test"]["enable"] == true;
         let text = self.template(&id, &dir, &name, &namespace, &values, tests)?;
-        let objects = split(&text, &namespace, side).map_err(|message| ChartError::Helm {
-            release: id.clone(),
-            step: "template".into(),
-            chart: dir.display().to_string(),
-            message,
-        })?;
+        let known = self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&text).cloned();
+        let parsed = match known {
+            Some(parsed) => parsed,
+            None => {
+                let parsed = Arc::new(template::parse(&text).map_err(|message| ChartError::Helm {
+                    release: id.clone(),
+                    step: "template".into(),
+                    chart: dir.display().to_string(),
+                    message,
+                })?);
+                self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(text, parsed.clone());
+                parsed
+            }
+        };
+        let objects = template::place(parsed.as_ref().clone(), &namespace, side);
         let upgrade_crds = release.value["spec"]["upgrade"]["crds"].as_str().unwrap_or("Skip").to_owned();
         Ok(Expansion { chart, objects, unread, upgrade_crds })
     }

@@ -69,9 +69,8 @@ pub(super) fn values_file(dir: &Path, text: &str) -> std::io::Result<tempfile::N
     Ok(file)
 }
 
-/// helm's output as objects: each document's `# Source:` says whether it comes from `crds/`;
-/// namespaced objects without a namespace land in the release's, as helm installs them.
-pub(super) fn split(text: &str, namespace: &str, side: &[&Object]) -> Result<Vec<(Object, bool)>, String> {
+/// The objects of helm's output, each with whether it comes from the chart's `crds/`.
+pub(super) fn parse(text: &str) -> Result<Vec<(Object, bool)>, String> {
     let mut out = Vec::new();
     for doc in text.split("\n---") {
         let from_crds = doc
@@ -82,6 +81,12 @@ pub(super) fn split(text: &str, namespace: &str, side: &[&Object]) -> Result<Vec
             out.push((o, from_crds));
         }
     }
+    Ok(out)
+}
+
+/// The release namespace given to each namespaced object without one (a kind is namespaced
+/// by the built-in table or a CRD of the chart's or of `side`).
+pub(super) fn place(mut out: Vec<(Object, bool)>, namespace: &str, side: &[&Object]) -> Vec<(Object, bool)> {
     let crds: Vec<Value> = out
         .iter()
         .map(|(o, _)| &o.value)
@@ -96,7 +101,7 @@ pub(super) fn split(text: &str, namespace: &str, side: &[&Object]) -> Result<Vec
             o.id.namespace = Some(namespace.to_owned());
         }
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -20,40 +20,41 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-#[test]
-fn bench_a_review_costs_little_beyond_helm() {
-    let s = sources();
-    let text = std::fs::read_to_string(root().join("profiles/homelab.yaml")).unwrap();
-    let mut p: Value = serde_saphyr::from_str(&text).unwrap();
-    p["opensandbox"]["source"]["url"] = json!(s.opensandbox_git);
-    let case = Case::new(Some(s.clone()), &p);
-    p["pools"]["items"][0]["capacity"]["poolMax"] = json!(9);
-    case.set_profile(&p);
+/// What an osbx command with charts costs against the helm runs it makes: the median of `rounds`
+/// runs of the command (`args`, its chart cache warm after a first run that must exit with
+/// `code` too), the median of replaying its helm runs by hand (recorded by a shim on `OSBX_HELM`
+/// in one run, each with its values file), and the helm verbs run.
+struct AgainstHelm {
+    total: f64,
+    helm: f64,
+    verbs: Vec<String>,
+}
+
+fn against_helm(case: &Case, args: &[&str], code: i32, rounds: usize) -> AgainstHelm {
     let bin = std::env::var_os("OSBX_BENCH_BIN").map_or_else(|| assert_cmd::cargo::cargo_bin("osbx"), PathBuf::from);
-    let review = |args: &[&str]| -> (f64, Value) {
+    let command = |helm: &std::path::Path| {
         let mut cmd = Command::new(&bin);
-        cmd.args(["diff", "--base=HEAD", "-o", "json", "-p"]).arg(case.profile_path()).arg("--repo").arg(&case.repo);
         cmd.args(args).env("OSBX_COLOR", "never");
-        cmd.env("OSBX_HELM", crate::charts::helm::helm()).env("OSBX_CHART_CACHE", case.scratch().join("chart-cache"));
+        cmd.env("OSBX_HELM", helm).env("OSBX_CHART_CACHE", case.scratch().join("chart-cache"));
+        cmd
+    };
+    let run = || {
         let started = Instant::now();
-        let out = cmd.output().unwrap();
+        let out = command(crate::charts::helm::helm()).output().unwrap();
         let took = started.elapsed().as_secs_f64();
         let (stdout, stderr) = outputs(&out);
-        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-        (took, serde_json::from_str(&stdout).unwrap())
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stdout}{stderr}");
+        took
     };
-    // Fill the cache (the fetch is the network's cost, not the review's).
-    let (_, r) = review(&[]);
-    assert!(r["helm"].is_string(), "{r}");
-    let rounds = 5;
-    let with_charts: Vec<f64> = (0..rounds).map(|_| review(&[]).0).collect();
-    let flux_only: Vec<f64> = (0..rounds).map(|_| review(&["--no-charts"]).0).collect();
+    // Fill the cache (the fetch is the network's cost, not osbx's).
+    run();
+    let total: Vec<f64> = (0..rounds).map(|_| run()).collect();
 
-    // The helm runs the review makes: a shim records each (its arguments, and a copy of the
-    // values file it is given, which osbx deletes after), and they are replayed by hand.
-    let log = case.scratch().join("helm-runs");
+    // The helm runs it makes: a shim records each (its arguments, and a copy of the values file
+    // it is given, which osbx deletes after), and they are replayed by hand.
+    let log = case.scratch().join(format!("helm-runs-{}", args[0]));
     std::fs::create_dir_all(&log).unwrap();
-    let shim = case.scratch().join("helm-shim");
+    let shim = case.scratch().join(format!("helm-shim-{}", args[0]));
     std::fs::write(
         &shim,
         format!(
@@ -64,10 +65,7 @@ fn bench_a_review_costs_little_beyond_helm() {
     )
     .unwrap();
     std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut cmd = Command::new(&bin);
-    cmd.args(["diff", "--base=HEAD", "-o", "json", "-p"]).arg(case.profile_path()).arg("--repo").arg(&case.repo);
-    cmd.env("OSBX_HELM", &shim).env("OSBX_CHART_CACHE", case.scratch().join("chart-cache"));
-    assert_eq!(cmd.output().unwrap().status.code(), Some(1));
+    assert_eq!(command(&shim).output().unwrap().status.code(), Some(code));
     let mut runs: Vec<(Vec<String>, Option<PathBuf>)> = std::fs::read_dir(&log)
         .unwrap()
         .flatten()
@@ -84,7 +82,7 @@ fn bench_a_review_costs_little_beyond_helm() {
         .collect();
     runs.sort();
     let verbs: Vec<String> = runs.iter().map(|(a, _)| a.first().cloned().unwrap_or_default()).collect();
-    assert!(verbs.iter().any(|v| v == "template"), "the review ran helm template: {verbs:?}");
+    assert!(verbs.iter().any(|v| v == "template"), "{args:?} ran helm template: {verbs:?}");
     let by_hand: Vec<f64> = (0..rounds)
         .map(|_| {
             let started = Instant::now();
@@ -99,19 +97,109 @@ fn bench_a_review_costs_little_beyond_helm() {
             started.elapsed().as_secs_f64()
         })
         .collect();
-    let (total, helm, flux) = (median(with_charts), median(by_hand), median(flux_only));
-    let own = (total - helm).max(0.0);
+    AgainstHelm { total: median(total), helm: median(by_hand), verbs }
+}
+
+impl AgainstHelm {
+    /// `osbx … N ms, the K helm runs it makes (verbs) replayed by hand M ms, osbx's own …`.
+    fn line(&self, what: &str) -> String {
+        let own = (self.total - self.helm).max(0.0);
+        format!(
+            "{what} {:.0} ms, the {} helm runs it makes ({}) replayed by hand {:.0} ms, osbx's own {:.0} ms = {:.0}% of the total (target < 20%)",
+            self.total * 1000.0,
+            self.verbs.len(),
+            self.verbs.join(", "),
+            self.helm * 1000.0,
+            own * 1000.0,
+            own / self.total * 100.0
+        )
+    }
+}
+
+/// The homelab profile with its OpenSandbox chart from the loopback git server.
+fn homelab() -> (Case, Value) {
+    let s = sources();
+    let text = std::fs::read_to_string(root().join("profiles/homelab.yaml")).unwrap();
+    let mut p: Value = serde_saphyr::from_str(&text).unwrap();
+    p["opensandbox"]["source"]["url"] = json!(s.opensandbox_git);
+    let case = Case::new(Some(s), &p);
+    (case, p)
+}
+
+#[test]
+fn bench_a_review_costs_little_beyond_helm() {
+    let (case, mut p) = homelab();
+    p["pools"]["items"][0]["capacity"]["poolMax"] = json!(9);
+    case.set_profile(&p);
+    let profile = case.profile_path().display().to_string();
+    let repo = case.repo.display().to_string();
+    let diff = ["diff", "--base=HEAD", "-o", "json", "-p", &profile, "--repo", &repo];
+    let rounds = 5;
+    let review = against_helm(&case, &diff, 1, rounds);
+    let flux_only: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let bin =
+                std::env::var_os("OSBX_BENCH_BIN").map_or_else(|| assert_cmd::cargo::cargo_bin("osbx"), PathBuf::from);
+            let started = Instant::now();
+            let out = Command::new(bin).args(diff).arg("--no-charts").output().unwrap();
+            assert_eq!(out.status.code(), Some(1), "{:?}", outputs(&out));
+            started.elapsed().as_secs_f64()
+        })
+        .collect();
     #[allow(clippy::print_stderr)]
     {
+        eprintln!("review-bench: {}", review.line("homelab with its chart: osbx diff --base"));
         eprintln!(
-            "review-bench: homelab with its chart: osbx diff --base {:.0} ms, the {} helm runs it makes ({}) replayed by hand {:.0} ms, osbx's own {:.0} ms = {:.0}% of the total (target < 20%)",
-            total * 1000.0,
-            runs.len(),
-            verbs.join(", "),
-            helm * 1000.0,
-            own * 1000.0,
-            own / total * 100.0
+            "review-bench: homelab, Flux objects only (--no-charts): {:.0} ms (target < 50 ms)",
+            median(flux_only) * 1000.0
         );
-        eprintln!("review-bench: homelab, Flux objects only (--no-charts): {:.0} ms (target < 50 ms)", flux * 1000.0);
+    }
+}
+
+/// `osbx images` of the homelab profile with its chart (cache warm) against the helm runs it
+/// makes, and of a fleet of it (every tenth cluster its own pool image), with and without the
+/// charts: 1,000 clusters for bench/run (`OSBX_BENCH_BIN`, the release build), 100 in the suite.
+#[test]
+fn bench_images_costs_little_beyond_helm() {
+    let (case, p) = homelab();
+    let profile = case.profile_path().display().to_string();
+    let rounds = 5;
+    let one = against_helm(&case, &["images", "-o", "json", "-p", &profile], 0, rounds);
+    let clusters = if std::env::var_os("OSBX_BENCH_BIN").is_some() { 1000 } else { 100 };
+    let members: Vec<Value> = (0..clusters)
+        .map(|i| {
+            let mut m = json!({"name": format!("c{i:04}")});
+            if i % 10 == 0 {
+                m["overrides"] =
+                    json!({"pools": {"defaults": {"image": format!("registry.example/c{i:04}/code-interpreter:v1")}}});
+            }
+            m
+        })
+        .collect();
+    let fleet = json!({"apiVersion": "osbx.dev/v1alpha1", "kind": "Fleet", "metadata": {"name": "bench"}, "base": "profile.yaml", "clusters": members});
+    let path = case.repo.join("fleet.yaml");
+    std::fs::write(&path, serde_json::to_string(&fleet).unwrap()).unwrap();
+    let _ = p;
+    let fleet_path = path.display().to_string();
+    let fleet_charts = against_helm(&case, &["images", "-o", "json", "--fleet", &fleet_path], 0, 1);
+    let bin = std::env::var_os("OSBX_BENCH_BIN").map_or_else(|| assert_cmd::cargo::cargo_bin("osbx"), PathBuf::from);
+    let started = Instant::now();
+    let out = Command::new(bin).args(["images", "-o", "json", "--no-charts", "--fleet", &fleet_path]).output().unwrap();
+    let no_charts = started.elapsed().as_secs_f64();
+    let (stdout, stderr) = outputs(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(listed.as_object().unwrap().len() >= clusters / 10, "every tenth cluster's own image is listed");
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("images-bench: {}", one.line("homelab with its chart: osbx images"));
+        eprintln!(
+            "images-bench: {}",
+            fleet_charts.line(&format!("{clusters} clusters of homelab with its chart: osbx images --fleet"))
+        );
+        eprintln!(
+            "images-bench: {clusters} clusters of homelab, no charts: osbx images --fleet --no-charts {:.0} ms",
+            no_charts * 1000.0
+        );
     }
 }
