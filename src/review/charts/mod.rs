@@ -224,6 +224,10 @@ impl Expanders {
 
 /// Results computed once per key by whichever caller comes first (the others wait for it).
 type Memo<T> = Mutex<BTreeMap<String, Arc<OnceLock<Result<T, ChartError>>>>>;
+/// A chart's identity and the keys of the given values it does not read.
+type Described = (ChartId, Vec<Vec<String>>);
+/// The objects of helm's output, each with whether it comes from the chart's `crds/`.
+type Parsed = Arc<Vec<(Object, bool)>>;
 
 /// Chart expansion for a review: the helm, the cache, whether it may fetch.
 pub(crate) struct Charts {
@@ -237,10 +241,10 @@ pub(crate) struct Charts {
     /// A fetched chart's identity and the keys of given values it does not read, by chart
     /// directory and values (a fleet's clusters mostly share both; reading a chart's templates
     /// for each would cost more than the render).
-    described: Mutex<BTreeMap<String, (ChartId, Vec<Vec<String>>)>>,
+    described: Mutex<BTreeMap<String, Described>>,
     /// helm's output → its objects, before the release namespace is given (the same output is
     /// parsed once per run).
-    parsed: Mutex<std::collections::HashMap<String, Arc<Vec<(Object, bool)>>>>,
+    parsed: Mutex<std::collections::HashMap<String, Parsed>>,
 }
 
 impl Charts {
@@ -301,18 +305,17 @@ impl Charts {
         let tests = release.value["spec"]["test"]["enable"] == true;
         let text = self.template(&id, &dir, &name, &namespace, &values, tests)?;
         let known = self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&text).cloned();
-        let parsed = match known {
-            Some(parsed) => parsed,
-            None => {
-                let parsed = Arc::new(template::parse(&text).map_err(|message| ChartError::Helm {
-                    release: id.clone(),
-                    step: "template".into(),
-                    chart: dir.display().to_string(),
-                    message,
-                })?);
-                self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(text, parsed.clone());
-                parsed
-            }
+        let parsed = if let Some(parsed) = known {
+            parsed
+        } else {
+            let parsed = Arc::new(template::parse(&text).map_err(|message| ChartError::Helm {
+                release: id.clone(),
+                step: "template".into(),
+                chart: dir.display().to_string(),
+                message,
+            })?);
+            self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(text, parsed.clone());
+            parsed
         };
         let objects = template::place(parsed.as_ref().clone(), &namespace, side);
         let upgrade_crds = release.value["spec"]["upgrade"]["crds"].as_str().unwrap_or("Skip").to_owned();
