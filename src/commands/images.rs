@@ -159,7 +159,7 @@ fn resolve(
     let mut wanted: BTreeMap<String, String> = BTreeMap::new();
     for image in images.0.keys() {
         let (unpinned, digest) = image.split_once('@').map_or((image.as_str(), None), |(n, d)| (n, Some(d)));
-        let name = unpinned.rsplit_once(':').filter(|(_, t)| !t.contains('/')).map_or(unpinned, |(n, _)| n);
+        let name = crate::spec::mirror::name_of(image);
         let pinned = pins.get(name).is_some_and(|p| Some(p.as_str()) == digest);
         if digest.is_none() || (refresh && pinned) {
             wanted.insert(unpinned.to_owned(), name.to_owned());

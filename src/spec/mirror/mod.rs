@@ -257,6 +257,12 @@ fn prefix_host(prefix: &str) -> Option<String> {
     .then(|| host.to_owned())
 }
 
+/// `image`'s name: everything before its tag and digest (what `images.digests` is keyed by).
+#[must_use]
+pub(crate) fn name_of(image: &str) -> &str {
+    &image[..name_len(image)]
+}
+
 /// The length of `image`'s name: everything before its tag and digest.
 fn name_len(image: &str) -> usize {
     let rest = image.split_once('@').map_or(image, |(r, _)| r);

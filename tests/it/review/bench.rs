@@ -15,6 +15,11 @@ use super::sources::helm_command;
 use super::{Case, sources};
 use crate::support::{outputs, root};
 
+/// The osbx to time: `OSBX_BENCH_BIN` (bench/run: the release build), else the test build.
+fn bench_bin() -> PathBuf {
+    std::env::var_os("OSBX_BENCH_BIN").map_or_else(|| assert_cmd::cargo::cargo_bin("osbx"), PathBuf::from)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -31,7 +36,7 @@ struct AgainstHelm {
 }
 
 fn against_helm(case: &Case, args: &[&str], code: i32, rounds: usize) -> AgainstHelm {
-    let bin = std::env::var_os("OSBX_BENCH_BIN").map_or_else(|| assert_cmd::cargo::cargo_bin("osbx"), PathBuf::from);
+    let bin = bench_bin();
     let command = |helm: &std::path::Path| {
         let mut cmd = Command::new(&bin);
         cmd.args(args).env("OSBX_COLOR", "never");
@@ -138,8 +143,7 @@ fn bench_a_review_costs_little_beyond_helm() {
     let review = against_helm(&case, &diff, 1, rounds);
     let flux_only: Vec<f64> = (0..rounds)
         .map(|_| {
-            let bin =
-                std::env::var_os("OSBX_BENCH_BIN").map_or_else(|| assert_cmd::cargo::cargo_bin("osbx"), PathBuf::from);
+            let bin = bench_bin();
             let started = Instant::now();
             let out = Command::new(bin).args(diff).arg("--no-charts").output().unwrap();
             assert_eq!(out.status.code(), Some(1), "{:?}", outputs(&out));
@@ -182,7 +186,7 @@ fn bench_images_costs_little_beyond_helm() {
     let _ = p;
     let fleet_path = path.display().to_string();
     let fleet_charts = against_helm(&case, &["images", "-o", "json", "--fleet", &fleet_path], 0, 1);
-    let bin = std::env::var_os("OSBX_BENCH_BIN").map_or_else(|| assert_cmd::cargo::cargo_bin("osbx"), PathBuf::from);
+    let bin = bench_bin();
     let started = Instant::now();
     let out = Command::new(bin).args(["images", "-o", "json", "--no-charts", "--fleet", &fleet_path]).output().unwrap();
     let no_charts = started.elapsed().as_secs_f64();

@@ -15,17 +15,20 @@ fn pullers<'a>(all: &'a Value, image: &str) -> &'a Vec<Value> {
     all[image].as_array().unwrap_or_else(|| panic!("no {image}"))
 }
 
+/// `osbx images -o OUTPUT` of the case's profile, its charts expanded from the loopback sources.
+fn images_of(case: &Case, output: &str) -> std::process::Output {
+    let mut images = crate::support::osbx();
+    images.args(["images", "-o", output, "-p"]).arg(case.profile_path());
+    case.with_helm(&mut images);
+    images.output().unwrap()
+}
+
 #[test]
 fn images_lists_what_every_chart_installs_beside_the_rendered_pods_and_the_checks() {
     let sources = sources();
     let p = profile(Some(&sources));
     let case = Case::new(Some(sources), &p);
-    let run = |output: &str| {
-        let mut images = crate::support::osbx();
-        images.args(["images", "-o", output, "-p"]).arg(case.profile_path());
-        case.with_helm(&mut images);
-        images.output().unwrap()
-    };
+    let run = |output: &str| images_of(&case, output);
     let out = run("json");
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
@@ -131,12 +134,7 @@ fn with_a_mirror_the_images_are_exactly_what_the_render_and_the_charts_pull_all_
     p["images"] =
         serde_json::json!({"mirror": {"docker.io": MIRROR_HUB, "*": MIRROR_ALL}, "pullSecrets": [MIRROR_PULL_SECRET]});
     let case = Case::new(Some(sources), &p);
-    let run = |output: &str| {
-        let mut images = crate::support::osbx();
-        images.args(["images", "-o", output, "-p"]).arg(case.profile_path());
-        case.with_helm(&mut images);
-        images.output().unwrap()
-    };
+    let run = |output: &str| images_of(&case, output);
     let out = run("json");
     let (stdout, stderr) = outputs(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");

@@ -24,7 +24,17 @@ use crate::support::outputs;
 
 /// `crane ARGS` (plain HTTP to the loopback registry), its stdout.
 fn crane(args: &[&str]) -> String {
-    let out = Command::new(built("crane")).args(args).arg("--insecure").output().unwrap();
+    crane_with(None, args)
+}
+
+/// `crane ARGS` with the Docker config directory `docker` (its credentials), its stdout.
+fn crane_with(docker: Option<&Path>, args: &[&str]) -> String {
+    let mut cmd = Command::new(built("crane"));
+    cmd.args(args).arg("--insecure");
+    if let Some(docker) = docker {
+        cmd.env("DOCKER_CONFIG", docker);
+    }
+    let out = cmd.output().unwrap();
     let (stdout, stderr) = outputs(&out);
     assert!(out.status.success(), "crane {args:?}: {stderr}");
     stdout.trim().to_owned()
@@ -37,14 +47,20 @@ fn push(dir: &Path, image: &str) -> String {
 
 /// Push a one-layer image holding `text` as `image`, and its digest.
 fn push_content(dir: &Path, image: &str, text: &str) -> String {
+    push_as(None, dir, image, text)
+}
+
+/// Push a one-layer image holding `text` as `image` with the Docker config `docker`, and its
+/// digest.
+fn push_as(docker: Option<&Path>, dir: &Path, image: &str, text: &str) -> String {
     let content = dir.join("content");
     std::fs::create_dir_all(&content).unwrap();
     std::fs::write(content.join("name"), text).unwrap();
     let layer = dir.join("layer.tar");
     let status = Command::new("tar").arg("-cf").arg(&layer).arg("-C").arg(&content).arg("name").status().unwrap();
     assert!(status.success());
-    crane(&["append", "-f", layer.to_str().unwrap(), "-t", image]);
-    crane(&["digest", image])
+    crane_with(docker, &["append", "-f", layer.to_str().unwrap(), "-t", image]);
+    crane_with(docker, &["digest", image])
 }
 
 /// `osbx images --no-charts ARGS -p PROFILE`, with `env`: exit code and stdout as JSON.
@@ -230,24 +246,10 @@ fn check_uses_the_docker_config_s_credentials_and_never_prints_them() {
 
     // crane logs in (writing the Docker config file) and pushes every image.
     let docker = dir.path().join("docker");
-    let crane_as_user = |args: &[&str]| {
-        let out =
-            Command::new(built("crane")).args(args).arg("--insecure").env("DOCKER_CONFIG", &docker).output().unwrap();
-        let (stdout, stderr) = outputs(&out);
-        assert!(out.status.success(), "crane {args:?}: {stderr}");
-        stdout
-    };
-    crane_as_user(&["auth", "login", &host, "-u", "osbx", "-p", password]);
+    crane_with(Some(&docker), &["auth", "login", &host, "-u", "osbx", "-p", password]);
     assert!(std::fs::read_to_string(docker.join("config.json")).unwrap().contains("auths"));
     for image in &all {
-        let content = dir.path().join("content");
-        std::fs::create_dir_all(&content).unwrap();
-        std::fs::write(content.join("name"), image).unwrap();
-        let layer = dir.path().join("layer.tar");
-        assert!(
-            Command::new("tar").arg("-cf").arg(&layer).arg("-C").arg(&content).arg("name").status().unwrap().success()
-        );
-        crane_as_user(&["append", "-f", layer.to_str().unwrap(), "-t", image.split('@').next().unwrap()]);
+        push_as(Some(&docker), dir.path(), image.split('@').next().unwrap(), image);
     }
 
     // With the user's Docker config: every image found; the password nowhere in the output.
