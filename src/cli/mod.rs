@@ -223,6 +223,10 @@ pub struct ImagesArgs {
     /// With --resolve, read every pinned digest again.
     #[arg(long, requires = "resolve")]
     pub refresh: bool,
+    /// With --resolve, write the pins into the profile file's `images.digests` (the rest of
+    /// the file, comments included, as it was) instead of printing them.
+    #[arg(long, requires = "resolve", conflicts_with = "fleet")]
+    pub write: bool,
     /// Output format: text, json, skopeo-sync (the source YAML of `skopeo sync --src yaml`) or
     /// crane (a `crane copy SOURCE MIRROR` line per image, with `images.mirror`).
     #[arg(short, long, value_enum, default_value_t)]

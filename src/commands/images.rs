@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use super::ExitStatus;
-use super::settings::{ImagesSettings, Source};
+use anyhow::Context as _;
+
+use super::settings::{ImagesSettings, Resolve, Source};
 use crate::cli::ImagesOutput;
 use crate::images::{Images, Mirrored};
 use crate::printer::Printer;
@@ -50,9 +52,9 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
     if settings.check {
         return check(&images, settings.output, printer);
     }
-    if let Some(refresh) = settings.resolve {
+    if let Some(how) = &settings.resolve {
         let pins = members.iter().flat_map(|m| m.profile.images.digests.clone()).collect();
-        return resolve(&images, pins, refresh, settings.output, printer);
+        return resolve(&images, pins, how, settings.output, printer);
     }
     match settings.output {
         ImagesOutput::Json => printer.json(&images),
@@ -146,15 +148,17 @@ fn check(images: &Images, output: ImagesOutput, printer: Printer) -> anyhow::Res
     Ok(ExitStatus::Success)
 }
 
-/// `--resolve`: the digest of each image that names none (and, with `refresh`, of each pinned
-/// one) from its registry, printed with the pins kept as the `images.digests` of a profile.
+/// `--resolve`: the digest of each image that names none (and, with `--refresh`, of each pinned
+/// one) from its registry, printed with the pins kept as the `images.digests` of a profile, or
+/// (`--write`) written into the profile file when every image resolved.
 fn resolve(
     images: &Images,
     mut pins: BTreeMap<String, String>,
-    refresh: bool,
+    how: &Resolve,
     output: ImagesOutput,
     printer: Printer,
 ) -> anyhow::Result<ExitStatus> {
+    let refresh = how.refresh;
     // name:tag → its name; an image with a digest of its own (not a pin) is left as it is.
     let mut wanted: BTreeMap<String, String> = BTreeMap::new();
     for image in images.0.keys() {
@@ -191,10 +195,40 @@ fn resolve(
     for f in &failed {
         printer.failure(f);
     }
+    if let Some(path) = &how.write {
+        if !failed.is_empty() {
+            printer.failure(&format!("{} left as it was: not every image resolved", path.display()));
+            return Ok(ExitStatus::Failure);
+        }
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {origin}"))?;
+        let edited = crate::profile::pins::with_digests(&origin, &text, &pins)?;
+        if edited == text {
+            printer.success(&format!("{origin}: its {} pins are the digests the registries hold", pins.len()));
+        } else {
+            replace(path, edited.as_bytes()).with_context(|| format!("writing {origin}"))?;
+            printer.success(&format!("{origin}: images.digests written ({} pins)", pins.len()));
+        }
+        return Ok(ExitStatus::Success);
+    }
     if output == ImagesOutput::Json {
         printer.json(&serde_json::json!({"images": {"digests": pins}}));
     } else {
         printer.data(serde_saphyr::to_string(&serde_json::json!({"images": {"digests": pins}}))?.trim_end());
     }
     Ok(if failed.is_empty() { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// Replace the content of the file `path` (a symbolic link's target) whole: a temporary file
+/// beside it with its permissions, synced, renamed over it.
+fn replace(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let path = std::fs::canonicalize(path)?;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let mut tmp = tempfile::Builder::new().prefix(".osbx-").suffix(".osbx-tmp").tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().set_permissions(std::fs::metadata(&path)?.permissions())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(())
 }

@@ -5,6 +5,7 @@
 //! errors are collected and returned together, each as `file:line:column: field: message`.
 
 mod document;
+pub(crate) mod pins;
 mod validate;
 mod verify;
 

@@ -296,11 +296,15 @@ pub(crate) async fn wait_terminated(
             });
         }
         if status.phase.as_deref() == Some("Failed") {
+            // The pod's own reason (its deadline, say) and why its container never ran (the
+            // image that could not be pulled, the sandbox that could not be made).
             let reason = status.reason.clone().unwrap_or_default();
             let message = status.message.clone().unwrap_or_default();
-            return Ok(ProbeEnd::Stuck {
-                diagnosis: format!("pod failed before its container ran: {reason} {message}").trim().to_owned(),
-            });
+            let why = diagnose(cluster, &pod).await;
+            let why = why.split_once("; ").map_or("", |(_phase, rest)| rest);
+            let ended = format!("pod failed before its container ran: {reason} {message}");
+            let diagnosis = if why.is_empty() { ended.trim().to_owned() } else { format!("{}; {why}", ended.trim()) };
+            return Ok(ProbeEnd::Stuck { diagnosis });
         }
         if start.elapsed() >= timeout {
             return Ok(ProbeEnd::Stuck { diagnosis: diagnose(cluster, &pod).await });

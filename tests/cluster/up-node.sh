@@ -100,6 +100,17 @@ mkdir -p "$node/images"
 # --- containerd ----------------------------------------------------------------------------------
 ctrd=$node/containerd
 mkdir -p "$ctrd/root" "$ctrd/state" "$ctrd/opt"
+# Registry hosts: every registry without a hosts.toml of its own is served by a closed port on
+# loopback (`_default`), so that a pull fails here at once, never asking a resolver or a
+# registry beyond the machine (the kubelet pulls an imported image again when it must verify
+# credentials for it, KEP-2535); a test that mirrors a registry onto one on loopback writes
+# its hosts.toml (tests/it/node/mirror.rs).
+mkdir -p "$ctrd/certs.d/_default"
+cat >"$ctrd/certs.d/_default/hosts.toml" <<EOF
+server = "http://127.0.0.1:9"
+[host."http://127.0.0.1:9"]
+  capabilities = ["pull", "resolve"]
+EOF
 cat >"$ctrd/config.toml" <<EOF
 version = 3
 root = '$ctrd/root'
@@ -112,6 +123,9 @@ state = '$ctrd/state'
   path = '$ctrd/opt'
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = 'overlayfs'
+  # Registry hosts (a hosts.toml per registry, read at each pull; above).
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = '$ctrd/certs.d'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = 'osbx.test/pause:1.35'
 [plugins.'io.containerd.cri.v1.runtime']
@@ -271,6 +285,8 @@ detach "$dir/played-spire-controller-manager.log" "$dir/played-spire-controller-
   kv NODE_BRIDGE "$bridge"
   kv CONTAINERD_SOCKET "$ctrd/containerd.sock"
   kv CONTAINERD_TASK_DIR "$ctrd/state/io.containerd.runtime.v2.task/k8s.io"
+  kv CONTAINERD_HOSTS_DIR "$ctrd/certs.d"
+  kv NODE_IMAGES "$node/images"
   kv KUBELET_PORT "$kubelet_port"
   kv KUBELET_ROOT "$kl/root"
   kv PROBE_IMAGE osbx.test/busybox:1.35

@@ -197,22 +197,42 @@ pub(super) struct ImagesSettings {
     pub charts: crate::review::ChartMode,
     /// Ask the registries for every image's manifest.
     pub check: bool,
-    /// Pin each image's digest (`Some(true)`: every pin read again).
-    pub resolve: Option<bool>,
+    /// Pin each image's digest.
+    pub resolve: Option<Resolve>,
     /// Output format.
     pub output: ImagesOutput,
+}
+
+/// `osbx images --resolve`.
+#[derive(Debug, Clone)]
+pub(super) struct Resolve {
+    /// Read every pin again (`--refresh`).
+    pub refresh: bool,
+    /// The profile file to write the pins into (`--write`), instead of printing them.
+    pub write: Option<PathBuf>,
 }
 
 impl TryFrom<&ImagesArgs> for ImagesSettings {
     type Error = anyhow::Error;
 
     fn try_from(a: &ImagesArgs) -> anyhow::Result<Self> {
+        let source = Source::of(a.fleet.as_deref(), a.profile.profile.as_deref());
+        let write = match (&source, a.write) {
+            (_, false) => None,
+            (Source::Profile(ProfileSource::File(path)), true) => Some(path.clone()),
+            (Source::Profile(ProfileSource::Embedded(name)), true) => anyhow::bail!(
+                "--write edits a profile file, and `{name}` is built into osbx: write a profile of your own first (`osbx init`) and name it with -p"
+            ),
+            (Source::Fleet(_), true) => anyhow::bail!(
+                "--write edits one profile file; with --fleet, print the pins and put each cluster's in its profile"
+            ),
+        };
         Ok(Self {
-            source: Source::of(a.fleet.as_deref(), a.profile.profile.as_deref()),
+            source,
             templates: a.profile.templates.clone(),
             charts: crate::review::ChartMode::of(a.charts.as_deref(), a.no_charts)?,
             check: a.check,
-            resolve: a.resolve.then_some(a.refresh),
+            resolve: a.resolve.then_some(Resolve { refresh: a.refresh, write }),
             output: a.output,
         })
     }

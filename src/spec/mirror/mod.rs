@@ -51,7 +51,8 @@ pub struct Images {
     /// `registry.corp/dockerhub/library/busybox: sha256:…`. Every image of that name osbx
     /// renders or passes to a chart is pulled by its digest (`name:tag@sha256:…`), so a
     /// cluster pulls exactly what was reviewed. `osbx images --resolve` reads them from the
-    /// registries and prints this map; pins stay until `--resolve --refresh`.
+    /// registries and prints this map (`--write`: writes it here); pins stay until
+    /// `--resolve --refresh`.
     pub digests: BTreeMap<String, String>,
 }
 

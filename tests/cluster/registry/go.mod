@@ -4,7 +4,6 @@ go 1.26.0
 
 tool (
 	github.com/google/go-containerregistry/cmd/crane
-	github.com/google/go-containerregistry/cmd/registry
 )
 
 require (

@@ -21,15 +21,18 @@
 //! classes, the guest-kernel probe, pools, the Lifecycle API and exec through the API server's
 //! service proxy to the real server with the key read from its Secret, the workload probe in the
 //! layer's probe namespace, SPIFFE issued and denied; its report agrees check by check with
-//! `osbx verify` run from outside on the same node. Held back: a Kata VM (no registry serves
-//! Kata; `kata.guest-kernel` in a VM, `kata.host-kvm` and `kata.vmm-shared-memory` meet QEMU in
-//! `tests/run kata` and the stand-in elsewhere).
+//! `osbx verify` run from outside on the same node. With `images.mirror` (`mirror`): a Pool's
+//! images and verify's probe image pulled by the real containerd from a real registry on
+//! loopback through its registry hosts configuration, under names only the mirror holds. Held
+//! back: a Kata VM (no registry serves Kata; `kata.guest-kernel` in a VM, `kata.host-kvm` and
+//! `kata.vmm-shared-memory` meet QEMU in `tests/run kata` and the stand-in elsewhere).
 //!
 //! One node per machine, shared by the tests of this module, which take turns in the node's lane
 //! (`crate::turns`), beside the end-to-end scenarios and the Kata tier.
 
 mod acceptance;
 mod image;
+mod mirror;
 mod probes;
 mod regression;
 mod runbook;

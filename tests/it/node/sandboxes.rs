@@ -143,8 +143,26 @@ pub(super) async fn apply_pools(client: &kube::Client, profile: &TestProfile, co
     }
 }
 
-/// A Ready pod of `pool` (within 60 s).
+/// A Ready pod of `pool`, once the Pool counts one available (the played controller updates its
+/// status after the pod is Ready; `opensandbox.pools` reads that status), within 60 s.
 pub(super) async fn ready_pod(client: &kube::Client, pool: &str) -> Pod {
+    let start = Instant::now();
+    let pod = ready_pod_only(client, pool).await;
+    let object = json!({"apiVersion": "sandbox.opensandbox.io/v1alpha1", "kind": "Pool",
+                        "metadata": {"name": pool, "namespace": "nd-sbx"}});
+    let (api, name) = crate::cluster::api_for(client, &object).await;
+    loop {
+        let available = api.get(&name).await.ok().and_then(|p| p.data["status"]["available"].as_i64());
+        if available.is_some_and(|n| n >= 1) {
+            return pod;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "Pool {pool} never counted its Ready pod available");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A Ready pod of `pool` (within 60 s).
+async fn ready_pod_only(client: &kube::Client, pool: &str) -> Pod {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "nd-sbx");
     let start = Instant::now();
     let labels = format!("sandbox.opensandbox.io/pool-name={pool}");
@@ -159,7 +177,15 @@ pub(super) async fn ready_pod(client: &kube::Client, pool: &str) -> Pod {
         if let Some(p) = ready {
             return p;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "no pod of pool {pool} became Ready on the node");
+        if start.elapsed() >= Duration::from_secs(60) {
+            let all = pods.list(&ListParams::default()).await.unwrap();
+            let states: Vec<String> = all
+                .items
+                .iter()
+                .map(|p| format!("{}: {:?}", p.metadata.name.clone().unwrap_or_default(), p.status))
+                .collect();
+            panic!("no pod of pool {pool} became Ready on the node; the pods in nd-sbx: {states:#?}");
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

@@ -12,7 +12,7 @@ mod fleet;
 mod hostile;
 mod images;
 mod registry;
-mod sources;
+pub(crate) mod sources;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -19,26 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use super::sources::{built, registry};
+use super::sources::{built, crane, crane_with, registry};
 use crate::support::outputs;
-
-/// `crane ARGS` (plain HTTP to the loopback registry), its stdout.
-fn crane(args: &[&str]) -> String {
-    crane_with(None, args)
-}
-
-/// `crane ARGS` with the Docker config directory `docker` (its credentials), its stdout.
-fn crane_with(docker: Option<&Path>, args: &[&str]) -> String {
-    let mut cmd = Command::new(built("crane"));
-    cmd.args(args).arg("--insecure");
-    if let Some(docker) = docker {
-        cmd.env("DOCKER_CONFIG", docker);
-    }
-    let out = cmd.output().unwrap();
-    let (stdout, stderr) = outputs(&out);
-    assert!(out.status.success(), "crane {args:?}: {stderr}");
-    stdout.trim().to_owned()
-}
 
 /// Push a one-layer image of its own as `image` (its tag), and its digest.
 fn push(dir: &Path, image: &str) -> String {
@@ -65,17 +47,29 @@ fn push_as(docker: Option<&Path>, dir: &Path, image: &str, text: &str) -> String
 
 /// `osbx images --no-charts ARGS -p PROFILE`, with `env`: exit code and stdout as JSON.
 fn images(profile: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Value, String) {
+    let out = images_run(profile, &[&["-o", "json"], args].concat(), env);
+    let (stdout, stderr) = outputs(&out);
+    (out.status.code(), serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}")), stderr)
+}
+
+/// `osbx images --no-charts ARGS -p PROFILE` in text: exit code, stdout, stderr.
+fn images_text(profile: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = images_run(profile, args, &[]);
+    let (stdout, stderr) = outputs(&out);
+    (out.status.code(), stdout, stderr)
+}
+
+/// The `osbx images --no-charts ARGS -p PROFILE` process, anonymous, with no proxy but `env`'s.
+fn images_run(profile: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = crate::support::osbx();
-    cmd.args(["images", "--no-charts", "-o", "json"]).args(args).arg("-p").arg(profile);
+    cmd.args(["images", "--no-charts"]).args(args).arg("-p").arg(profile);
     for var in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"] {
         cmd.env_remove(var);
     }
     // No Docker configuration of the user's: anonymous.
     cmd.env("DOCKER_CONFIG", profile.parent().unwrap().join("no-docker"));
     cmd.envs(env.iter().copied());
-    let out = cmd.output().unwrap();
-    let (stdout, stderr) = outputs(&out);
-    (out.status.code(), serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}")), stderr)
+    cmd.output().unwrap()
 }
 
 /// An HTTP forward proxy on loopback for plain-HTTP targets (absolute-form requests, RFC 9112
@@ -121,10 +115,11 @@ fn check_names_exactly_the_images_the_mirror_lacks_and_passes_a_complete_one() {
     let host = format!("127.0.0.1:{port}");
     let dir = tempfile::tempdir().unwrap();
     let (_, text) = osbx::profile::embedded_text("default").unwrap();
-    let mut profile: Value = serde_saphyr::from_str(&text).unwrap();
-    profile["images"] = json!({"mirror": {"docker.io": format!("{host}/hub"), "*": format!("{host}/all")}});
+    let text = format!(
+        "{text}\n# Our mirror.\nimages:\n  mirror:\n    docker.io: {host}/hub  # Docker Hub\n    \"*\": {host}/all\n\n# The end.\n"
+    );
     let path = dir.path().join("profile.yaml");
-    std::fs::write(&path, serde_json::to_string_pretty(&profile).unwrap()).unwrap();
+    std::fs::write(&path, &text).unwrap();
 
     // Every image the profile pulls, on the mirror.
     let (code, listed, stderr) = images(&path, &[], &[]);
@@ -180,9 +175,22 @@ fn check_names_exactly_the_images_the_mirror_lacks_and_passes_a_complete_one() {
         let digest = crane(&["digest", image]);
         assert_eq!(pins[name(image)], json!(digest), "{image}: {pins:#}");
     }
-    // Pinned in the profile, every image is pulled by its digest, and each is there.
-    profile["images"]["digests"] = pins.clone();
-    std::fs::write(&path, serde_json::to_string_pretty(&profile).unwrap()).unwrap();
+    // Written into the profile (--write): the pins under `images`, the rest of the file as it
+    // was; every image is then pulled by its digest, and each is there.
+    let (code, _, stderr) = images_text(&path, &["--resolve", "--write"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let written = std::fs::read_to_string(&path).unwrap();
+    let (head, tail) = written.split_once("    \"*\": ").unwrap();
+    assert!(text.starts_with(head), "{written}");
+    assert!(tail.ends_with("\n\n# The end.\n"), "{written}");
+    let doc: Value = serde_saphyr::from_str(&written).unwrap();
+    assert_eq!(doc["images"]["digests"], pins, "{written}");
+    let mut without: Value = doc.clone();
+    without["images"].as_object_mut().unwrap().remove("digests");
+    assert_eq!(without, serde_saphyr::from_str::<Value>(&text).unwrap(), "only the pins changed");
+    let (code, _, stderr) = images_text(&path, &["--resolve", "--write"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written, "the same pins again: the file as it was");
     let (code, listed, stderr) = images(&path, &[], &[]);
     assert_eq!(code, Some(0), "{stderr}");
     let pinned: Vec<&String> = listed.as_object().unwrap().keys().collect();
@@ -199,6 +207,18 @@ fn check_names_exactly_the_images_the_mirror_lacks_and_passes_a_complete_one() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(refreshed["images"]["digests"][name(moved)], json!(new_digest), "read again with --refresh");
     assert_ne!(old_digest, new_digest);
+    // A missing image: nothing written (exit 1).
+    let (code, _, stderr) = images_text(&path, &["--resolve", "--refresh", "--write"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let refreshed_text = std::fs::read_to_string(&path).unwrap();
+    assert!(refreshed_text.contains(&new_digest) && !refreshed_text.contains(&old_digest), "{refreshed_text}");
+    let unpinned =
+        refreshed_text.replace(&format!("{host}/hub  # Docker Hub"), &format!("{host}/elsewhere  # Docker Hub"));
+    std::fs::write(&path, &unpinned).unwrap();
+    let (code, _, stderr) = images_text(&path, &["--resolve", "--refresh", "--write"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("left as it was"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), unpinned);
 }
 
 /// The Distribution registry with htpasswd authentication (`user`:`password`, bcrypt by

@@ -7,7 +7,7 @@
 //!   copy at 401a525); the same server's `/static/helm-charts-hardened/` is a Helm repository
 //!   (`index.yaml` + packages made by the real helm) of the SPIRE charts `spire` 0.30.0 and
 //!   `spire-crds` 0.6.0;
-//! - an OCI registry (go-containerregistry's `registry`, from the Go module proxy:
+//! - an OCI registry (go-containerregistry's, `crane registry serve`, from the Go module proxy:
 //!   `tests/cluster/build review`) holding kata-deploy 4.1.0, pushed by `helm push` over plain
 //!   HTTP at `oci://127.0.0.1:PORT/kata-containers/kata-deploy-charts/kata-deploy`.
 //!
@@ -47,17 +47,35 @@ pub fn built(name: &str) -> PathBuf {
     path
 }
 
-/// The real OCI registry (go-containerregistry's, in memory) on a free loopback port, and its
-/// port.
+/// The real OCI registry (go-containerregistry's, `crane registry serve`, in memory) on a free
+/// port of 127.0.0.1, and its port.
 pub fn registry() -> (Server, u16) {
-    let mut child = Command::new(built("registry"))
-        .args(["-port", "0"])
+    let mut child = Command::new(built("crane"))
+        .args(["registry", "serve", "--address", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the registry");
     let port = read_port(&mut child, "the registry", |line| line.split("serving on port ").nth(1)?.trim().parse().ok());
     (Server(child), port)
+}
+
+/// `crane ARGS` (plain HTTP to a loopback registry), its stdout.
+pub fn crane(args: &[&str]) -> String {
+    crane_with(None, args)
+}
+
+/// `crane ARGS` with the Docker config directory `docker` (its credentials), its stdout.
+pub fn crane_with(docker: Option<&Path>, args: &[&str]) -> String {
+    let mut cmd = Command::new(built("crane"));
+    cmd.args(args).arg("--insecure");
+    if let Some(docker) = docker {
+        cmd.env("DOCKER_CONFIG", docker);
+    }
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = outputs(&out);
+    assert!(out.status.success(), "crane {args:?}: {stderr}");
+    stdout.trim().to_owned()
 }
 
 /// A child process killed (and reaped) on drop.
