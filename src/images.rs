@@ -178,30 +178,9 @@ impl Images {
         }
     }
 
-    /// The containers of `object` (wherever its pod templates are: a Pod, a workload, a
-    /// CronJob, a custom resource such as a Pool), each with its image.
+    /// The containers of `object` that pull an image ([`Object::images`]).
     fn containers(&mut self, cluster: &str, layer: &str, chart: Option<&str>, object: &Object) {
-        let kind = object.id.gvk.kind.as_str();
-        if matches!(kind, "Secret" | "CustomResourceDefinition") {
-            return;
-        }
-        let mut found = Vec::new();
-        if kind == "ConfigMap" {
-            // The pod templates a controller creates pods from (kata-deploy's dispatcher reads
-            // its per-node Jobs from one): every value that is YAML with containers in it.
-            for (key, text) in object.value["data"].as_object().into_iter().flatten() {
-                let Some(text) = text.as_str().filter(|t| t.contains("containers")) else { continue };
-                let Ok(docs) = serde_saphyr::from_multiple::<Value>(text) else { continue };
-                let mut inner = Vec::new();
-                for doc in &docs {
-                    pod_containers(doc, &mut inner);
-                }
-                found.extend(inner.into_iter().map(|(c, image)| (format!("{c} (of the template in {key})"), image)));
-            }
-        } else {
-            pod_containers(&object.value, &mut found);
-        }
-        for (container, image) in found {
+        for (container, image) in object.images() {
             let puller = Puller::Container {
                 cluster: cluster.to_owned(),
                 layer: layer.to_owned(),
@@ -238,31 +217,6 @@ impl Images {
             .map(|(registry, images)| (registry, serde_json::json!({"images": images})))
             .collect();
         (out, refused)
-    }
-}
-
-/// Every `(container name, image)` under `value`: the entries with an `image` of each
-/// `initContainers`, `containers` and `ephemeralContainers` list at any depth.
-fn pod_containers(value: &Value, out: &mut Vec<(String, String)>) {
-    const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
-    match value {
-        Value::Object(map) => {
-            for (key, v) in map {
-                if LISTS.contains(&key.as_str())
-                    && let Value::Array(list) = v
-                {
-                    for c in list {
-                        if let Some(image) = c["image"].as_str() {
-                            out.push((c["name"].as_str().unwrap_or_default().to_owned(), image.to_owned()));
-                        }
-                    }
-                } else {
-                    pod_containers(v, out);
-                }
-            }
-        }
-        Value::Array(list) => list.iter().for_each(|v| pod_containers(v, out)),
-        _ => {}
     }
 }
 

@@ -194,6 +194,58 @@ impl Object {
     pub fn new(value: Value) -> Result<Self, NotAnObject> {
         Ok(Self { id: ObjectRef::of(&value)?, value })
     }
+
+    /// The images this object makes a node pull, each with the container that names it:
+    /// wherever its pod templates are (a Pod, a workload, a CronJob, a custom resource such as
+    /// a Pool), and in a ConfigMap the pod templates a controller creates pods from
+    /// (kata-deploy's dispatcher reads its per-node Jobs from one): every value that is YAML
+    /// with containers in it, named `NAME (of the template in KEY)`. Secrets and CRDs hold none.
+    #[must_use]
+    pub(crate) fn images(&self) -> Vec<(String, String)> {
+        let mut found = Vec::new();
+        match self.id.gvk.kind.as_str() {
+            "Secret" | "CustomResourceDefinition" => {}
+            "ConfigMap" => {
+                for (key, text) in self.value["data"].as_object().into_iter().flatten() {
+                    let Some(text) = text.as_str().filter(|t| t.contains("containers")) else { continue };
+                    let Ok(docs) = serde_saphyr::from_multiple::<Value>(text) else { continue };
+                    let mut inner = Vec::new();
+                    for doc in &docs {
+                        pod_containers(doc, &mut inner);
+                    }
+                    found
+                        .extend(inner.into_iter().map(|(c, image)| (format!("{c} (of the template in {key})"), image)));
+                }
+            }
+            _ => pod_containers(&self.value, &mut found),
+        }
+        found
+    }
+}
+
+/// Every `(container name, image)` under `value`: the entries with an `image` of each
+/// `initContainers`, `containers` and `ephemeralContainers` list at any depth.
+fn pod_containers(value: &Value, out: &mut Vec<(String, String)>) {
+    const LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if LISTS.contains(&key.as_str())
+                    && let Value::Array(list) = v
+                {
+                    for c in list {
+                        if let Some(image) = c["image"].as_str() {
+                            out.push((c["name"].as_str().unwrap_or_default().to_owned(), image.to_owned()));
+                        }
+                    }
+                } else {
+                    pod_containers(v, out);
+                }
+            }
+        }
+        Value::Array(list) => list.iter().for_each(|v| pod_containers(v, out)),
+        _ => {}
+    }
 }
 
 /// Apply stages: each is applied, then waited for, before the next.

@@ -293,22 +293,13 @@ fn namespace(change: &Change, sides: &Sides<'_>, out: &mut Vec<String>) {
     }
 }
 
-/// The container images of a chart's workloads: `workload container` → image.
+/// The images a chart's objects pull ([`Object::images`]): `object container` → image.
 fn images(e: &Expansion) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for (o, _) in &e.objects {
-        let pod = match o.id.kind() {
-            "Deployment" | "DaemonSet" | "StatefulSet" | "Job" | "ReplicaSet" => &o.value["spec"]["template"]["spec"],
-            "CronJob" => &o.value["spec"]["jobTemplate"]["spec"]["template"]["spec"],
-            "Pod" => &o.value["spec"],
-            _ => continue,
-        };
-        for c in ["initContainers", "containers"].iter().flat_map(|k| pod[*k].as_array().into_iter().flatten()) {
-            if let (Some(name), Some(image)) = (c["name"].as_str(), c["image"].as_str()) {
-                out.push((format!("{}/{name}", o.id.name), image.to_owned()));
-            }
-        }
-    }
+    let mut out: Vec<(String, String)> = e
+        .objects
+        .iter()
+        .flat_map(|(o, _)| o.images().into_iter().map(|(c, image)| (format!("{}/{c}", o.id.name), image)))
+        .collect();
     out.sort();
     out
 }

@@ -199,3 +199,53 @@ fn pinned_digests_go_where_each_chart_takes_them() {
     Images::default().chart_values(&mut values, TABLE, "x", &mut Violations::default());
     assert_eq!(values, None);
 }
+
+/// Pins without a mirror: only the pinned image's value is written. The values of the images
+/// nothing changes are not there at all — a `null` would remove the chart's own default (helm's
+/// rule) — and what the profile set is kept as it was.
+#[test]
+fn a_pin_without_a_mirror_writes_only_its_own_value() {
+    const TABLE: &[ChartImage] = &[
+        ChartImage {
+            path: "image.reference",
+            shape: Shape::Reference,
+            default: "quay.io/kata-containers/kata-deploy",
+            about: "a",
+        },
+        ChartImage {
+            path: "job.dispatcherImage.reference",
+            shape: Shape::Reference,
+            default: "quay.io/kata-containers/kata-deploy-job-dispatcher",
+            about: "b",
+        },
+        ChartImage {
+            path: "agent.image",
+            shape: Shape::RegistryRepository,
+            default: "ghcr.io/spiffe/spire-agent",
+            about: "c",
+        },
+        ChartImage {
+            path: "gateway.image",
+            shape: Shape::Repository { tag: "v1.0.10" },
+            default: "example.org/ingress",
+            about: "d",
+        },
+    ];
+    const D: &str = "sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58";
+    let images = Images {
+        digests: [("quay.io/kata-containers/kata-deploy".to_owned(), D.to_owned())].into_iter().collect(),
+        ..Images::default()
+    };
+    let mut values = Some(serde_json::json!({"job": {"ttl": 5}, "keep": null}));
+    let mut v = Violations::default();
+    images.chart_values(&mut values, TABLE, "x", &mut v);
+    assert!(v.into_vec().is_empty());
+    assert_eq!(
+        values.unwrap(),
+        serde_json::json!({
+            "image": {"reference": format!("quay.io/kata-containers/kata-deploy@{D}")},
+            "job": {"ttl": 5},
+            "keep": null,
+        })
+    );
+}

@@ -382,6 +382,36 @@ fn a_chart_bump_names_the_chart_its_images_and_what_its_crds_do() {
     assert!(gone.contains("the CRD is deleted, and with it every SandboxSnapshot in the cluster"), "{gone}");
 }
 
+/// Pinning digests (`images.digests`, what `osbx images --resolve` writes) is an image change in
+/// the review: the chart's installer (through kata-deploy's own value, expanded by the real helm)
+/// and the Pools' image (in the rendered Pool) are pulled by the digest from then on.
+#[test]
+fn a_pinned_digest_is_an_image_change_in_the_review() {
+    let s = sources();
+    let mut p = profile(Some(&s));
+    let case = Case::new(Some(s.clone()), &p);
+    let kata = format!("sha256:{}", "a".repeat(64));
+    let pool = format!("sha256:{}", "b".repeat(64));
+    let image = p["pools"]["defaults"]["image"].as_str().unwrap().to_owned();
+    let (name, _tag) = image.rsplit_once(':').unwrap();
+    p["images"] = json!({"digests": {"quay.io/kata-containers/kata-deploy": kata, name: pool}});
+    case.set_profile(&p);
+    let r = case.review_json("HEAD", &[], 1);
+    let hr = notes(&r, "HelmRelease/kata-system/kata-deploy");
+    assert!(hr.contains("images: ") && hr.contains(&format!("quay.io/kata-containers/kata-deploy@{kata}")), "{hr}");
+    let pinned: Vec<&Value> = r["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["object"].as_str().is_some_and(|o| o.starts_with("Pool/")))
+        .collect();
+    assert!(!pinned.is_empty(), "{}", summary(&r));
+    for e in pinned {
+        let diff = e["diff"].as_str().unwrap();
+        assert!(diff.contains(&format!("{image}@{pool}")), "{e}");
+    }
+}
+
 #[test]
 fn a_value_the_new_chart_no_longer_reads_is_named_before_it_merges() {
     let s = sources();
