@@ -300,11 +300,9 @@ pub(crate) async fn wait_terminated(
             // image that could not be pulled, the sandbox that could not be made).
             let reason = status.reason.clone().unwrap_or_default();
             let message = status.message.clone().unwrap_or_default();
-            let why = diagnose(cluster, &pod).await;
-            let why = why.split_once("; ").map_or("", |(_phase, rest)| rest);
-            let ended = format!("pod failed before its container ran: {reason} {message}");
-            let diagnosis = if why.is_empty() { ended.trim().to_owned() } else { format!("{}; {why}", ended.trim()) };
-            return Ok(ProbeEnd::Stuck { diagnosis });
+            let mut parts = vec![format!("pod failed before its container ran: {reason} {message}").trim().to_owned()];
+            parts.extend(causes(cluster, &pod).await);
+            return Ok(ProbeEnd::Stuck { diagnosis: parts.join("; ") });
         }
         if start.elapsed() >= timeout {
             return Ok(ProbeEnd::Stuck { diagnosis: diagnose(cluster, &pod).await });
@@ -392,11 +390,18 @@ pub async fn attempts(cluster: &Cluster, ns: &str, name: &str) -> Result<(Attemp
     Ok((a, pod))
 }
 
-/// Why a pod is not done: the scheduling condition, container waiting states, Warning events.
+/// Why a pod is not done: its phase, then [`causes`].
 pub(crate) async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into());
+    let mut parts = vec![format!("phase {phase}")];
+    parts.extend(causes(cluster, pod).await);
+    parts.join("; ")
+}
+
+/// What holds a pod back: the scheduling condition, container waiting states, Warning events.
+async fn causes(cluster: &Cluster, pod: &Pod) -> Vec<String> {
     let mut parts = Vec::new();
     let status = pod.status.clone().unwrap_or_default();
-    parts.push(format!("phase {}", status.phase.unwrap_or_else(|| "Pending".into())));
     for c in status.conditions.unwrap_or_default() {
         if c.type_ == "PodScheduled" && c.status == "False" {
             parts.push(format!("not scheduled: {}", c.message.unwrap_or_default()));
@@ -432,7 +437,7 @@ pub(crate) async fn diagnose(cluster: &Cluster, pod: &Pod) -> String {
             ));
         }
     }
-    parts.join("; ")
+    parts
 }
 
 /// The last line of a termination message that parses as a JSON object.

@@ -37,16 +37,6 @@ pub enum Shape {
     RegistryRepository,
 }
 
-/// Remove from `value` what is not in `given` and holds nothing: a `null`, or a map left empty.
-fn prune(value: &mut Value, given: Option<&Value>) {
-    let Value::Object(map) = value else { return };
-    map.retain(|key, child| {
-        let was = given.and_then(|g| g.get(key));
-        prune(child, was);
-        was.is_some() || !(child.is_null() || child.as_object().is_some_and(serde_json::Map::is_empty))
-    });
-}
-
 impl Images {
     /// Rewrite the image values of a chart in `values` (the values osbx passes to it, the
     /// profile's own merged in): each of `images` the profile sets is rewritten where it is, each
@@ -57,25 +47,18 @@ impl Images {
         if !self.rewrites() {
             return;
         }
-        let given = values.clone();
-        let mut written = given.clone().unwrap_or_else(|| Value::Object(serde_json::Map::new()));
-        self.rewrite_chart_values(&mut written, images, at, v);
-        // What was looked at and not written goes again: a `null` in values a chart reads removes
-        // the chart's own default (helm's rule), so a leaf osbx left empty must not be there.
-        prune(&mut written, given.as_ref());
-        let empty = written.as_object().is_some_and(serde_json::Map::is_empty);
-        *values = if given.is_none() && empty { None } else { Some(written) };
-    }
-
-    /// [`Self::chart_values`] on the values themselves, leaving `null` where it wrote nothing.
-    fn rewrite_chart_values(&self, values: &mut Value, images: &[ChartImage], at: &str, v: &mut Violations) {
         for image in images {
             let field = format!("{at}.{}", image.path);
             let Ok(default) = ImageRef::parse(image.default) else {
                 v.push(field, format!("{} {:?} is not an image reference", image.about, image.default));
                 continue;
             };
-            let node = at_path(values, image.path);
+            // Read where the value is, written back only when it changes: a value nothing
+            // changes is not created (a `null` in values removes the chart's own default, helm's
+            // rule).
+            let given = values.as_ref().and_then(|root| root.pointer(&format!("/{}", image.path.replace('.', "/"))));
+            let mut value = given.cloned().unwrap_or(Value::Null);
+            let node = &mut value;
             match image.shape {
                 Shape::Reference => {
                     let current = node.as_str().filter(|s| !s.is_empty()).unwrap_or(image.default).to_owned();
@@ -142,6 +125,9 @@ impl Images {
                         Err(u) => v.push(field, format!("{} {}: {}", image.about, u.image, u.why)),
                     }
                 }
+            }
+            if given != Some(&value) && !(given.is_none() && value.is_null()) {
+                *at_path(values.get_or_insert_with(|| Value::Object(serde_json::Map::new())), image.path) = value;
             }
         }
     }

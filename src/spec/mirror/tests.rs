@@ -136,33 +136,45 @@ fn chart_values_are_rewritten_where_the_chart_reads_them() {
     );
 }
 
+/// A digest the tests pin.
+const D: &str = "sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58";
+
+/// A chart's images in each shape: a whole reference, a registry and a repository, a repository
+/// and a tag; and a second reference the pins below leave alone.
+const CHART: &[ChartImage] = &[
+    ChartImage {
+        path: "image.reference",
+        shape: Shape::Reference,
+        default: "quay.io/kata-containers/kata-deploy",
+        about: "a",
+    },
+    ChartImage {
+        path: "agent.image",
+        shape: Shape::RegistryRepository,
+        default: "ghcr.io/spiffe/spire-agent",
+        about: "b",
+    },
+    ChartImage {
+        path: "gateway.image",
+        shape: Shape::Repository { tag: "v1.0.10" },
+        default: "example.org/ingress",
+        about: "c",
+    },
+    ChartImage {
+        path: "job.dispatcherImage.reference",
+        shape: Shape::Reference,
+        default: "quay.io/kata-containers/kata-deploy-job-dispatcher",
+        about: "d",
+    },
+];
+
 /// A pinned digest follows the image wherever osbx names it: after the tag of a whole
 /// reference, as the reference of a chart that takes `reference@digest`, in the tag of a
 /// chart that joins `repository:tag`, as the `sha256:` tag of one that joins
 /// `registry/repository@tag`. An image that names a digest keeps its own.
 #[test]
 fn pinned_digests_go_where_each_chart_takes_them() {
-    const TABLE: &[ChartImage] = &[
-        ChartImage {
-            path: "image.reference",
-            shape: Shape::Reference,
-            default: "quay.io/kata-containers/kata-deploy",
-            about: "a",
-        },
-        ChartImage {
-            path: "agent.image",
-            shape: Shape::RegistryRepository,
-            default: "ghcr.io/spiffe/spire-agent",
-            about: "b",
-        },
-        ChartImage {
-            path: "gateway.image",
-            shape: Shape::Repository { tag: "v1.0.10" },
-            default: "example.org/ingress",
-            about: "c",
-        },
-    ];
-    const D: &str = "sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58";
+    let table: &[ChartImage] = &CHART[..3];
     let images = Images {
         mirror: mirror(&[("*", "registry.corp/all"), ("docker.io", "registry.corp/hub")]),
         digests: [
@@ -184,7 +196,7 @@ fn pinned_digests_go_where_each_chart_takes_them() {
     );
     let mut values = None;
     let mut v = Violations::default();
-    images.chart_values(&mut values, TABLE, "x", &mut v);
+    images.chart_values(&mut values, table, "x", &mut v);
     assert!(v.into_vec().is_empty());
     assert_eq!(
         values.unwrap(),
@@ -196,7 +208,7 @@ fn pinned_digests_go_where_each_chart_takes_them() {
     );
     // Without a mirror or pins, no chart value is written.
     let mut values = None;
-    Images::default().chart_values(&mut values, TABLE, "x", &mut Violations::default());
+    Images::default().chart_values(&mut values, table, "x", &mut Violations::default());
     assert_eq!(values, None);
 }
 
@@ -205,40 +217,13 @@ fn pinned_digests_go_where_each_chart_takes_them() {
 /// rule) — and what the profile set is kept as it was.
 #[test]
 fn a_pin_without_a_mirror_writes_only_its_own_value() {
-    const TABLE: &[ChartImage] = &[
-        ChartImage {
-            path: "image.reference",
-            shape: Shape::Reference,
-            default: "quay.io/kata-containers/kata-deploy",
-            about: "a",
-        },
-        ChartImage {
-            path: "job.dispatcherImage.reference",
-            shape: Shape::Reference,
-            default: "quay.io/kata-containers/kata-deploy-job-dispatcher",
-            about: "b",
-        },
-        ChartImage {
-            path: "agent.image",
-            shape: Shape::RegistryRepository,
-            default: "ghcr.io/spiffe/spire-agent",
-            about: "c",
-        },
-        ChartImage {
-            path: "gateway.image",
-            shape: Shape::Repository { tag: "v1.0.10" },
-            default: "example.org/ingress",
-            about: "d",
-        },
-    ];
-    const D: &str = "sha256:90041f375e30f41aa7e0390075d8a69dc61900771d52fa98d63ee5d03d866a58";
     let images = Images {
         digests: [("quay.io/kata-containers/kata-deploy".to_owned(), D.to_owned())].into_iter().collect(),
         ..Images::default()
     };
     let mut values = Some(serde_json::json!({"job": {"ttl": 5}, "keep": null}));
     let mut v = Violations::default();
-    images.chart_values(&mut values, TABLE, "x", &mut v);
+    images.chart_values(&mut values, CHART, "x", &mut v);
     assert!(v.into_vec().is_empty());
     assert_eq!(
         values.unwrap(),

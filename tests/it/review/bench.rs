@@ -106,9 +106,14 @@ fn against_helm(case: &Case, args: &[&str], code: i32, rounds: usize) -> Against
 }
 
 impl AgainstHelm {
+    /// osbx's own time: the total less the helm runs it made.
+    fn own(&self) -> f64 {
+        (self.total - self.helm).max(0.0)
+    }
+
     /// `osbx … N ms, the K helm runs it makes (verbs) replayed by hand M ms, osbx's own …`.
     fn line(&self, what: &str) -> String {
-        let own = (self.total - self.helm).max(0.0);
+        let own = self.own();
         format!(
             "{what} {:.0} ms, the {} helm runs it makes ({}) replayed by hand {:.0} ms, osbx's own {:.0} ms = {:.0}% of the total (target < 20%)",
             self.total * 1000.0,
@@ -199,7 +204,7 @@ fn bench_images_costs_little_beyond_helm() {
         eprintln!("images-bench: {}", one.line("homelab with its chart: osbx images"));
         // A fleet shares its charts: helm runs once per chart and Kubernetes version, and the
         // rest is rendering each cluster, which the run without charts measures alone.
-        let own = (fleet_charts.total - fleet_charts.helm).max(0.0);
+        let own = fleet_charts.own();
         let n = f64::from(u32::try_from(clusters).unwrap());
         eprintln!(
             "images-bench: {clusters} clusters of homelab with its chart: osbx images --fleet {:.0} ms = the {} helm runs it makes ({}) replayed by hand {:.0} ms + osbx's own {:.0} ms, {:.2} ms a cluster (target < 1 ms)",
