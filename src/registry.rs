@@ -66,7 +66,7 @@ impl Registries {
         };
         let auth = credentials(reference.registry());
         match self.client.fetch_manifest_digest(&reference, &auth).await {
-            Ok(digest) => Answer::Found(digest),
+            Ok(digest) => found(digest),
             Err(e) => classify(&e),
         }
     }
@@ -150,9 +150,31 @@ fn classify(e: &OciDistributionError) -> Answer {
     }
 }
 
+/// A digest the registry sent, if it is one: it is printed, pinned and written into the
+/// profile, and a registry (one a chart names, say) may send anything in its header.
+fn found(digest: String) -> Answer {
+    match crate::spec::syntax::check_image_digest(&digest) {
+        Ok(()) => Answer::Found(digest),
+        Err(why) => Answer::Unreachable(format!("the registry's answer is not a digest: {why}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_digest_is_taken_from_a_registry() {
+        let digest = format!("sha256:{}", "0a".repeat(32));
+        assert_eq!(found(digest.clone()), Answer::Found(digest));
+        for sent in ["", "sha256:abc", "sha256:zz $(id)", "latest", "sha256:0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a\n  x: y"]
+        {
+            assert!(
+                matches!(found(sent.to_owned()), Answer::Unreachable(why) if why.contains("not a digest")),
+                "{sent:?}"
+            );
+        }
+    }
 
     #[test]
     fn loopback_registries_are_asked_over_plain_http() {

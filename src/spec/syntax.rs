@@ -232,7 +232,7 @@ fn check_image_tag(t: &str) -> Result<(), String> {
 
 /// A digest: `algorithm:hex`, the algorithm `[A-Za-z][A-Za-z0-9]*` components joined by
 /// `+`, `.`, `_` or `-`, the hex at least 32 digits.
-fn check_image_digest(d: &str) -> Result<(), String> {
+pub(crate) fn check_image_digest(d: &str) -> Result<(), String> {
     let ok = d.split_once(':').is_some_and(|(algorithm, hex)| {
         algorithm.split(['+', '.', '_', '-']).all(|part| {
             part.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
