@@ -103,6 +103,12 @@ async fn a_pool_and_a_probe_pull_from_the_mirror_alone() {
     let absent = p.clone().set("verify.probeImage", "osbx.test/absent:1.35").set("verify.probeDeadlineSeconds", 15);
     let (_, absent_checks, _) = node.verify(&absent, "kata.guest-kernel", &[]).await;
     delete_pools(&client, &["mirrored", "vm"]).await;
+    // What the node's containerd holds now: the probe's image under the mirror's name only.
+    let ctr = std::process::Command::new(PathBuf::from(node.var("NODE_BIN")).join("ctr"))
+        .args(["--address", node.var("CONTAINERD_SOCKET"), "-n", "k8s.io", "images", "ls", "-q"])
+        .output()
+        .unwrap();
+    let held = String::from_utf8_lossy(&ctr.stdout).into_owned();
 
     let (spec, status) = (pod.spec.unwrap(), pod.status.unwrap());
     assert_eq!(spec.containers[0].image.as_deref(), Some("registry.osbx.test/mirror/sandbox:1.35"));
@@ -123,14 +129,23 @@ async fn a_pool_and_a_probe_pull_from_the_mirror_alone() {
 
     report(&checks);
     assert_check(&checks, "opensandbox.pools", "PASS", &["mirrored: total 1, available 1"]);
-    // The probe's container ran (runc: its kernel is the host's).
+    // The probe's container ran (runc: its kernel is the host's), from the image pulled by the
+    // mirror's name (the node never had it by any other).
     assert_check(&checks, "kata.guest-kernel", "FAIL", &["its kernel is the host's"]);
+    assert!(held.lines().any(|l| l == "registry.osbx.test/mirror/probe:1.35"), "{held}");
+    assert!(!held.lines().any(|l| l.starts_with("osbx.test/probe")), "{held}");
     // The probe names the image it could not pull.
     report(&absent_checks);
     assert_check(
         &absent_checks,
         "kata.guest-kernel",
         "FAIL",
-        &["pod failed before its container ran", "Failed to pull image \"registry.osbx.test/mirror/absent:1.35\""],
+        // Its container's waiting state (ErrImagePull, or ImagePullBackOff quoting it), whichever
+        // the kubelet last wrote.
+        &[
+            "pod failed before its container ran",
+            "failed to pull and unpack image \"registry.osbx.test/mirror/absent:1.35\"",
+            "not found",
+        ],
     );
 }
