@@ -71,6 +71,10 @@ impl std::fmt::Display for Puller {
 #[serde(transparent)]
 pub(crate) struct Images(pub BTreeMap<String, BTreeSet<Puller>>);
 
+/// Where each chart's default values name the images its objects pull: image → `(chart,
+/// dotted value path)` (the value a user sets to move that image, when osbx does not).
+pub(crate) type ChartNames = BTreeMap<String, BTreeSet<(String, String)>>;
+
 /// What a mirror makes of the images: where each is copied from, and those it does not cover.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Mirrored {
@@ -81,9 +85,35 @@ pub(crate) struct Mirrored {
     pub outside: BTreeMap<String, (BTreeSet<Puller>, String)>,
 }
 
+/// The profile fields that would set the chart values `named` (chart, value path) of an image
+/// pulled `by` containers of those charts: `<section>.values.<path>` of the component whose
+/// layer installs the chart, each with the chart (`kata.values.image.reference` (chart
+/// kata-deploy 4.1.0)).
+fn profile_fields(
+    loaded: &LoadedProfile,
+    by: &BTreeSet<Puller>,
+    named: Option<&BTreeSet<(String, String)>>,
+) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for puller in by {
+        let Puller::Container { layer, chart: Some(chart), .. } = puller else { continue };
+        let section =
+            loaded.profile.layers.iter().find(|l| l.name == *layer).and_then(|l| l.renders()).map(|c| c.section);
+        for (_, path) in named.into_iter().flatten().filter(|(c, _)| c == chart) {
+            out.insert(match section {
+                Some(section) => format!("`{section}.values.{path}` (chart {chart})"),
+                // A chart the profile's own layer installs: its values, wherever they are kept.
+                None => format!("the value `{path}` of chart {chart}"),
+            });
+        }
+    }
+    out.into_iter().collect()
+}
+
 impl Mirrored {
-    /// Note where each image `loaded` pulls (`of`, its own images) comes from on its mirror.
-    pub(crate) fn add(&mut self, loaded: &LoadedProfile, of: &Images) {
+    /// Note where each image `loaded` pulls (`of`, its own images) comes from on its mirror;
+    /// `named` says which chart value names an image the mirror does not cover.
+    pub(crate) fn add(&mut self, loaded: &LoadedProfile, of: &Images, named: &ChartNames) {
         let mirror = &loaded.profile.images.mirror;
         if !mirror.is_set() {
             return;
@@ -96,7 +126,17 @@ impl Mirrored {
             match mirror.image(image) {
                 Ok(same) if same == *image => {}
                 Ok(mirrored) => {
-                    let why = format!("not from the mirror (it would be {mirrored})");
+                    let values = profile_fields(loaded, by, named.get(image));
+                    let why = if values.is_empty() {
+                        format!(
+                            "not from the mirror (it would be {mirrored}), and no value of its chart names it: the chart must be changed to take one"
+                        )
+                    } else {
+                        format!(
+                            "not from the mirror (it would be {mirrored}); osbx does not rewrite the chart value that names it: set {} to the copy on your mirror",
+                            values.join(" or ")
+                        )
+                    };
                     self.outside
                         .entry(image.clone())
                         .or_insert_with(|| (BTreeSet::new(), why))
@@ -130,6 +170,8 @@ impl Images {
     /// Add what the profile `loaded`, rendered as `rendered`, pulls; each HelmRelease expanded
     /// by `charts` when given (as the review expands it).
     ///
+    /// Returns where the charts' default values name the images their objects pull.
+    ///
     /// # Errors
     /// A chart that cannot be expanded.
     pub(crate) fn add(
@@ -137,7 +179,8 @@ impl Images {
         loaded: &LoadedProfile,
         rendered: &Rendered,
         charts: Option<&Charts>,
-    ) -> Result<(), ChartError> {
+    ) -> Result<ChartNames, ChartError> {
+        let mut named = ChartNames::new();
         let profile = &loaded.profile;
         let cluster = &profile.cluster.name;
         let objects = rendered.objects();
@@ -149,6 +192,11 @@ impl Images {
                     let chart = format!("{} {}", expansion.chart.name, expansion.chart.version);
                     for (object, _) in &expansion.objects {
                         self.containers(cluster, &o.layer, Some(&chart), object);
+                        for (_, image) in object.images() {
+                            for path in crate::chart::naming(&expansion.defaults, &image) {
+                                named.entry(image.clone()).or_default().insert((chart.clone(), path));
+                            }
+                        }
                     }
                 }
                 continue;
@@ -168,7 +216,7 @@ impl Images {
                 self.0.entry(image.clone()).or_default().insert(Puller::Check { cluster: cluster.clone(), check });
             }
         }
-        Ok(())
+        Ok(named)
     }
 
     /// Add `other`'s images and their pullers.
@@ -283,6 +331,55 @@ mod tests {
         );
     }
 
+    /// A chart's image the mirror does not cover is named with the value of the chart that
+    /// names it (found in the chart's defaults, whichever way the chart splits the reference),
+    /// and what to set it to; an image no value names says the chart must change.
+    #[test]
+    fn an_image_outside_the_mirror_names_the_chart_value_that_would_move_it() {
+        let defaults = serde_json::json!({
+            "image": {"reference": "quay.io/kata-containers/kata-deploy", "tag": ""},
+            "monitor": {"image": {"registry": "quay.io", "repository": "kata-containers/kata-monitor"}},
+            "helper": "docker.io/library/busybox:1.37",
+            "other": {"image": "quay.io/kata-containers/kata-deploy-other"},
+            "list": ["quay.io/kata-containers/kata-deploy"],
+        });
+        assert_eq!(crate::chart::naming(&defaults, "quay.io/kata-containers/kata-deploy:4.1.0"), ["image.reference"]);
+        assert_eq!(
+            crate::chart::naming(&defaults, &format!("quay.io/kata-containers/kata-monitor@sha256:{}", "0".repeat(64))),
+            ["monitor.image.repository"]
+        );
+        assert_eq!(crate::chart::naming(&defaults, "busybox:1.37"), ["helper"]);
+        assert!(crate::chart::naming(&defaults, "ghcr.io/spiffe/spire-agent:1.13.3").is_empty());
+
+        let (_, text) = crate::profile::embedded_text("fresh-cluster").unwrap();
+        let text = format!("{text}\nimages:\n  mirror:\n    \"*\": mirror.corp/all\n");
+        let loaded = crate::profile::parse("p.yaml", text).unwrap();
+        let by = |layer: &str| Puller::Container {
+            cluster: "c".into(),
+            layer: layer.into(),
+            chart: Some("kata-deploy 4.1.0".into()),
+            object: "DaemonSet/kube-system/kata-deploy".into(),
+            container: "kube-kata".into(),
+        };
+        let mut of = Images::default();
+        for image in ["quay.io/kata-containers/kata-deploy:4.1.0", "quay.io/unnamed/thing:1"] {
+            of.0.entry(image.to_owned()).or_default().insert(by("kata"));
+        }
+        let mut named = ChartNames::new();
+        named
+            .entry("quay.io/kata-containers/kata-deploy:4.1.0".into())
+            .or_default()
+            .insert(("kata-deploy 4.1.0".into(), "image.reference".into()));
+        let mut mirrored = Mirrored::default();
+        mirrored.add(&loaded, &of, &named);
+        let (pullers, why) = &mirrored.outside["quay.io/kata-containers/kata-deploy:4.1.0"];
+        assert!(pullers.contains(&by("kata")));
+        assert!(why.contains("set `kata.values.image.reference` (chart kata-deploy 4.1.0)"), "{why}");
+        assert!(why.contains("it would be mirror.corp/all/quay.io/kata-containers/kata-deploy:4.1.0"), "{why}");
+        let (_, why) = &mirrored.outside["quay.io/unnamed/thing:1"];
+        assert!(why.contains("no value of its chart names it"), "{why}");
+    }
+
     /// Every pod spec under `value` (a map with `containers`).
     fn pod_specs<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
         match value {
@@ -315,7 +412,7 @@ mod tests {
                 );
             }
             let mut mirrored = Mirrored::default();
-            mirrored.add(&loaded, &all);
+            mirrored.add(&loaded, &all, &ChartNames::new());
             assert!(mirrored.outside.is_empty(), "{name}: {:?}", mirrored.outside);
             assert_eq!(mirrored.sources.len(), all.0.len(), "{name}: every image has its source");
             for o in rendered.objects() {

@@ -1,8 +1,9 @@
 //! Asking registries about images, without pulling them: a `HEAD` of each image's manifest (a
 //! `GET` only when the registry sends no digest header), through `oci-client`, with the user's
-//! Docker credentials as `crane` and `skopeo` read them (`$DOCKER_CONFIG/config.json`, else
+//! Docker credentials as `crane` reads them (`$DOCKER_CONFIG/config.json`, else
 //! `~/.docker/config.json`, credential helpers included, via `docker_credential`), anonymous
-//! where there are none. A credential is sent to its registry only and never printed.
+//! where there are none; an identity token is refused ([`auth_of`]). A credential is sent to its
+//! registry (and the token service it names) only and never printed.
 //!
 //! Loopback registries (`localhost`, `127.0.0.0/8`, `[::1]`) are asked over plain HTTP, as
 //! Docker and containerd treat them; every other over HTTPS. `HTTPS_PROXY`, `HTTP_PROXY` and
@@ -64,7 +65,10 @@ impl Registries {
             Ok(r) => r,
             Err(e) => return Answer::Missing(format!("not an image reference: {e}")),
         };
-        let auth = credentials(reference.registry());
+        let auth = match credentials(reference.registry()) {
+            Ok(auth) => auth,
+            Err(why) => return Answer::Denied(why),
+        };
         match self.client.fetch_manifest_digest(&reference, &auth).await {
             Ok(digest) => found(digest),
             Err(e) => classify(&e),
@@ -93,7 +97,10 @@ fn loopback(host: &str) -> bool {
 }
 
 /// The user's credentials for `registry` from their Docker configuration, else anonymous.
-fn credentials(registry: &str) -> RegistryAuth {
+///
+/// # Errors
+/// Why osbx cannot use what the configuration holds: an identity token.
+fn credentials(registry: &str) -> Result<RegistryAuth, String> {
     // Docker Hub's entry is keyed by its v1 URL.
     let keys: Vec<String> = if matches!(registry, "docker.io" | "index.docker.io" | "registry-1.docker.io") {
         vec!["https://index.docker.io/v1/".into(), "docker.io".into(), "index.docker.io".into()]
@@ -101,15 +108,27 @@ fn credentials(registry: &str) -> RegistryAuth {
         vec![registry.to_owned(), format!("https://{registry}")]
     };
     for key in keys {
-        match docker_credential::get_credential(&key) {
-            Ok(docker_credential::DockerCredential::UsernamePassword(user, password)) => {
-                return RegistryAuth::Basic(user, password);
-            }
-            Ok(docker_credential::DockerCredential::IdentityToken(token)) => return RegistryAuth::Bearer(token),
-            Err(_) => {}
+        if let Ok(credential) = docker_credential::get_credential(&key) {
+            return auth_of(registry, credential);
         }
     }
-    RegistryAuth::Anonymous
+    Ok(RegistryAuth::Anonymous)
+}
+
+/// What osbx sends for a credential of the Docker configuration. An identity token (what
+/// `az acr login` and some OIDC logins write) is an OAuth2 refresh token, to be exchanged at the
+/// registry's token service for an access token; `oci-client` sends only a password or an access
+/// token, and a refresh token sent as an access token would go to every request of the registry's
+/// API. So it is refused, with the login that works instead.
+fn auth_of(registry: &str, credential: docker_credential::DockerCredential) -> Result<RegistryAuth, String> {
+    match credential {
+        docker_credential::DockerCredential::UsernamePassword(user, password) => {
+            Ok(RegistryAuth::Basic(user, password))
+        }
+        docker_credential::DockerCredential::IdentityToken(_) => Err(format!(
+            "the Docker configuration holds an identity token (an OAuth2 refresh token) for {registry}, which osbx cannot exchange; log in with a user name and a password or access token instead (`docker login {registry}`; for Azure Container Registry, `az acr login --name <registry> --expose-token` and `docker login {registry} -u 00000000-0000-0000-0000-000000000000 --password-stdin` with that token)"
+        )),
+    }
 }
 
 /// A client error as an answer: what the registry said, never what was sent to it.
@@ -174,6 +193,21 @@ mod tests {
                 "{sent:?}"
             );
         }
+    }
+
+    /// A user name and password are sent as Basic credentials; an identity token (a refresh
+    /// token) is never sent as an access token: the image is denied, naming the login that works,
+    /// and the token is not in the message.
+    #[test]
+    fn an_identity_token_is_refused_not_sent_as_an_access_token() {
+        use docker_credential::DockerCredential;
+        let basic = auth_of("registry.corp", DockerCredential::UsernamePassword("ci".into(), "s3cret".into()));
+        assert!(matches!(basic, Ok(RegistryAuth::Basic(u, p)) if u == "ci" && p == "s3cret"));
+        let token = auth_of("corp.azurecr.io", DockerCredential::IdentityToken("eyJ-refresh".into()));
+        let why = token.expect_err("an identity token is refused");
+        assert!(why.contains("identity token") && why.contains("corp.azurecr.io"), "{why}");
+        assert!(why.contains("docker login corp.azurecr.io"), "{why}");
+        assert!(!why.contains("eyJ-refresh"), "the token is never printed: {why}");
     }
 
     #[test]

@@ -44,8 +44,8 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
             c.for_version(&member.profile.cluster.kubernetes_version)
         });
         let mut own = Images::default();
-        own.add(member, &rendered, expander)?;
-        mirrored.add(member, &own);
+        let named = own.add(member, &rendered, expander)?;
+        mirrored.add(member, &own, &named);
         images.merge(own);
     }
     progress.finish();
@@ -85,7 +85,7 @@ pub(super) fn run(settings: &ImagesSettings, printer: Printer) -> anyhow::Result
     for (image, (by, why)) in &mirrored.outside {
         let pullers: Vec<String> = by.iter().map(ToString::to_string).collect();
         printer.failure(&format!(
-            "{image}: {why}; pulled by {}. osbx rewrites the images of the charts it knows through their values: set the value of this chart that names it (in the section's `values`) to the image on your mirror",
+            "{image}: {why}; pulled by {}. osbx rewrites the images of the charts it knows through the values it knows for them",
             pullers.join("; ")
         ));
     }

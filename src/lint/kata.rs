@@ -57,13 +57,26 @@ fn reopened(l: &mut Linter<'_>, k: &kata::Kata) {
     let values = k.chart_values(&demands);
     let mut found: Vec<(String, String)> = Vec::new();
     let pools_allowed = |class: &str| demands.allowed_on(class);
-    for (name, shim_values) in values["shims"].as_object().into_iter().flatten() {
-        if name == "disableAll" || shim_values["enabled"] != true {
+    for (name, enabled_by) in enabled_shims(&values["shims"], &extra["shims"]) {
+        let shim_values = &values["shims"][name.as_str()];
+        let allowed = pools_allowed(&kata::runtime_class(&name));
+        let at = format!("kata.values.shims.{name}");
+        if !k.shims.contains(&name) {
+            // osbx gave it no drop-in: the shim's own defaults (or the extra values' drop-in) hold.
+            let why = if shim::by_name(&name).is_none() {
+                Some(format!(
+                    "shim {name} is enabled by {enabled_by}, and osbx knows no hypervisor table for it, so it renders no drop-in: the shim's defaults enable what they enable"
+                ))
+            } else {
+                drop_in_opens(&name, shim_values["dropIn"].as_str().unwrap_or_default(), &allowed)
+                    .map(|why| format!("shim {name} is enabled by {enabled_by}, not by kata.shims: {why}"))
+            };
+            if let Some(why) = why {
+                found.push((enabled_by, why));
+            }
             continue;
         }
-        let allowed = pools_allowed(&kata::runtime_class(name));
-        let at = format!("kata.values.shims.{name}");
-        if extra["shims"][name].get("allowedHypervisorAnnotations").is_some() {
+        if extra["shims"][name.as_str()].get("allowedHypervisorAnnotations").is_some() {
             let extra_names: Vec<String> = shim_values["allowedHypervisorAnnotations"]
                 .as_array()
                 .into_iter()
@@ -81,8 +94,8 @@ fn reopened(l: &mut Linter<'_>, k: &kata::Kata) {
                 ));
             }
         }
-        if extra["shims"][name].get("dropIn").is_some()
-            && let Some(why) = drop_in_opens(name, shim_values["dropIn"].as_str().unwrap_or_default(), &allowed)
+        if extra["shims"][name.as_str()].get("dropIn").is_some()
+            && let Some(why) = drop_in_opens(&name, shim_values["dropIn"].as_str().unwrap_or_default(), &allowed)
         {
             found.push((format!("{at}.dropIn"), format!("shim {name}: {why}")));
         }
@@ -111,6 +124,37 @@ fn reopened(l: &mut Linter<'_>, k: &kata::Kata) {
             "remove the value (osbx renders enable_annotations = [] for every class), or allow a name for one pool with pools.items[].kata.allowedAnnotations",
         );
     }
+}
+
+/// The shims kata-deploy 4.1.0 enables with `shims` (osbx's values, `extra` merged over them),
+/// each with the value that enables it: `enabled: true`, or, with `disableAll` false, every shim
+/// of the chart whose `enabled` is not `false` (the chart's `isShimEnabled`: null follows
+/// `disableAll`).
+fn enabled_shims(shims: &Value, extra: &Value) -> Vec<(String, String)> {
+    let disable_all = shims["disableAll"].as_bool().unwrap_or(false);
+    let mut names: BTreeSet<String> =
+        shims.as_object().into_iter().flatten().map(|(n, _)| n.clone()).filter(|n| n != "disableAll").collect();
+    if !disable_all {
+        names.extend(shim::SHIMS.iter().map(|s| s.name.to_owned()));
+    }
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let enabled = &shims[name.as_str()]["enabled"];
+            let by = if *enabled == Value::Bool(true) {
+                if extra[name.as_str()].get("enabled").is_some() {
+                    format!("kata.values.shims.{name}.enabled")
+                } else {
+                    "kata.shims".to_owned()
+                }
+            } else if enabled.is_null() && !disable_all {
+                "kata.values.shims.disableAll".to_owned()
+            } else {
+                return None;
+            };
+            Some((name, by))
+        })
+        .collect()
 }
 
 /// Why a drop-in for a class on `shim` re-opens hypervisor annotations beyond `allowed`, if it

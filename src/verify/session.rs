@@ -39,6 +39,13 @@ pub(crate) enum VerifyError {
     /// The overall time limit passed; what the run created was removed.
     #[error("the verify run did not finish within {0:?}")]
     TimedOut(Duration),
+    /// A serving run found no verdict to give: the checks it runs itself select none, and no
+    /// report of the layer's Job or CronJob at this revision and criteria exists yet (or any
+    /// more). Silence is not a PASS.
+    #[error(
+        "no verdict: the checks this pod runs select none, and no report of the acceptance Job or CronJob at revision {0} exists yet"
+    )]
+    NoVerdict(String),
 }
 
 /// A run whose probe namespace exists.
@@ -95,7 +102,9 @@ impl Session {
             let super::sweep::Swept { removed, live_runs } =
                 super::sweep::sweep(cluster, &run, &extra_namespaces).await;
             swept.extend(removed);
-            swept.extend(checks::sweep_sandboxes(cluster, profile, &live_runs).await);
+            if settings.probe_namespace.is_none() {
+                swept.extend(checks::sweep_sandboxes(cluster, profile, &live_runs).await);
+            }
             run.create_namespace(cluster).await?;
         }
         let ctx = Ctx {
@@ -171,7 +180,14 @@ pub(crate) fn operations(
     let mut out = Vec::new();
     if !reach.read_only {
         out.extend(probe::run_operations(&extra_namespaces(profile), reach.probes.as_deref()));
-        out.extend(checks::sweeping_sandboxes(profile));
+        // A run given its probe namespace (the acceptance layer's Job and CronJob) sweeps no
+        // earlier run's sandboxes: RBAC cannot keep a `deletecollection` to the runs' label, so
+        // that permission would delete every user's sandboxes. A run's sandboxes expire without
+        // it: it creates them with a 600 s timeout, the server sets their `spec.expireTime` from
+        // it, and the OpenSandbox controller deletes a BatchSandbox at that time.
+        if reach.probes.is_none() {
+            out.extend(checks::sweeping_sandboxes(profile));
+        }
     }
     for check in checks::catalogue(profile, flux_objects.to_vec(), selection) {
         if check.ids().iter().any(|id| selection.selects(id)) {

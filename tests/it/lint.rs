@@ -331,3 +331,113 @@ fn a_build_pool_without_block_backed_empty_dirs_is_a_warning() {
     let (_, f) = lint(&rendered(BASE.to_owned()), &[]);
     assert!(!f.iter().any(|f| f["id"] == "kata.build-storage"), "no build pool: {f:#?}");
 }
+
+/// The Kata annotation rules (issue 52, item 4): `kata.advisory` warns on a kata-deploy pin
+/// below 4.3.0, naming the advisory and what the layer renders to close it, and is quiet at
+/// 4.3.0; `kata.annotations-reopened` is an error for chart values that re-open
+/// `io.katacontainers.*` (a shim's `allowedHypervisorAnnotations`, a drop-in replaced, a shim
+/// enabled through the chart's values without osbx's drop-in, `disableAll: false`), located at
+/// the value; `kata.allowed-annotation` says what a pool's allowed name opens; a pool carrying a
+/// kata annotation it is not allowed, or naming one twice, is refused at load.
+#[test]
+fn kata_annotation_rules() {
+    let with_kata = |kata: &str| {
+        BASE.replace("layers:\n", "layers:\n  - {name: kata, component: kata}\n")
+            .replace("      runtime: kata\n", "      runtime: kata\n      runtimeClassName: kata-clh-runtime-rs\n")
+            + kata
+    };
+    let only = |f: &[Value], id: &str| -> Vec<Value> { f.iter().filter(|f| f["id"] == id).cloned().collect() };
+
+    let (code, f) = lint(&with_kata("kata: {shims: [clh-runtime-rs]}\n"), &[]);
+    assert_eq!(code, Some(0), "a warning only: {f:#?}");
+    let advisory = only(&f, "kata.advisory");
+    assert_eq!(advisory.len(), 1, "{f:#?}");
+    assert_eq!(advisory[0]["severity"], "warning");
+    assert_eq!(advisory[0]["field"], "kata.chart.version");
+    let text = advisory[0]["message"].as_str().unwrap();
+    for part in ["kata-deploy 4.1.0 is below 4.3.0", "CVSS 7.9", "enable_annotations = []", "osbx-kata-annotations"] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+    assert!(only(&f, "kata.annotations-reopened").is_empty(), "{f:#?}");
+    // At the fixed release, no advisory (4.3.0 is not a version osbx knows the shims of: the
+    // shim list is not checked against it).
+    let (_, f) = lint(
+        &with_kata(
+            "kata:\n  shims: [clh-runtime-rs]\n  chart: {url: oci://ghcr.io/kata-containers/kata-deploy-charts/kata-deploy, version: 4.3.0}\n",
+        ),
+        &[],
+    );
+    assert!(only(&f, "kata.advisory").is_empty(), "{f:#?}");
+
+    let reopened = |values: &str, field: &str, says: &str| {
+        let (code, f) = lint(&with_kata(&format!("kata:\n  shims: [clh-runtime-rs]\n  values:\n{values}")), &[]);
+        assert_eq!(code, Some(1), "an error: {f:#?}");
+        let found = only(&f, "kata.annotations-reopened");
+        let e = found.iter().find(|e| e["field"] == field).unwrap_or_else(|| panic!("no {field} in {found:#?}"));
+        assert_eq!(e["severity"], "error", "{e}");
+        assert!(e["message"].as_str().unwrap().contains(says), "{says}: {e}");
+        assert!(e["line"].as_u64().is_some_and(|l| l > 20), "located in the profile: {e}");
+    };
+    reopened(
+        "    shims:\n      clh-runtime-rs: {allowedHypervisorAnnotations: [kernel_params]}\n",
+        "kata.values.shims.clh-runtime-rs.allowedHypervisorAnnotations",
+        "[\"kernel_params\"] re-open",
+    );
+    reopened(
+        "    shims:\n      clh-runtime-rs: {dropIn: \"[runtime]\\nenable_debug = true\\n\"}\n",
+        "kata.values.shims.clh-runtime-rs.dropIn",
+        "sets no [hypervisor.clh] enable_annotations",
+    );
+    reopened(
+        "    shims:\n      clh-runtime-rs: {dropIn: \"[hypervisor.clh]\\nenable_annotations = [\\\"default_memory\\\"]\\n\"}\n",
+        "kata.values.shims.clh-runtime-rs.dropIn",
+        "enables hypervisor annotations [\"default_memory\"]",
+    );
+    reopened(
+        "    shims:\n      qemu: {enabled: true}\n",
+        "kata.values.shims.qemu.enabled",
+        "shim qemu is enabled by kata.values.shims.qemu.enabled, not by kata.shims",
+    );
+    reopened(
+        "    shims: {disableAll: false}\n",
+        "kata.values.shims.disableAll",
+        "shim qemu-runtime-rs is enabled by kata.values.shims.disableAll",
+    );
+    // A shim enabled through the values with a drop-in that closes it is quiet.
+    let (code, f) = lint(
+        &with_kata(
+            "kata:\n  shims: [clh-runtime-rs]\n  values:\n    shims:\n      qemu: {enabled: true, dropIn: \"[hypervisor.qemu]\\nenable_annotations = []\\n\"}\n",
+        ),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{f:#?}");
+    assert!(only(&f, "kata.annotations-reopened").is_empty(), "{f:#?}");
+
+    // A pool allowed a name: what it opens, at the name.
+    let allowed = with_kata("kata: {shims: [clh-runtime-rs]}\n").replace(
+        "      runtimeClassName: kata-clh-runtime-rs\n",
+        "      runtimeClassName: kata-clh-runtime-rs\n      kata: {allowedAnnotations: [io.katacontainers.config.hypervisor.default_memory]}\n",
+    );
+    let (code, f) = lint(&allowed, &[]);
+    assert_eq!(code, Some(0), "{f:#?}");
+    let w = only(&f, "kata.allowed-annotation");
+    assert_eq!(w.len(), 1, "{f:#?}");
+    assert_eq!(w[0]["field"], "pools.items[1].kata.allowedAnnotations[0]", "{}", w[0]);
+    let text = w[0]["message"].as_str().unwrap();
+    assert!(text.contains("pool vm may set io.katacontainers.config.hypervisor.default_memory"), "{text}");
+    assert!(text.contains("RuntimeClass kata-clh-runtime-rs's Kata configuration enables default_memory"), "{text}");
+
+    // Refused at load: a kata annotation the pool is not allowed, a name twice.
+    let carrying = with_kata("kata: {shims: [clh-runtime-rs]}\n").replace(
+        "      runtimeClassName: kata-clh-runtime-rs\n",
+        "      runtimeClassName: kata-clh-runtime-rs\n      annotations: {io.katacontainers.config.hypervisor.kernel_params: quiet}\n",
+    );
+    let (code, _) = lint(&carrying, &[]);
+    assert_eq!(code, Some(1), "a pool carrying a kata annotation it is not allowed is invalid");
+    let twice = with_kata("kata: {shims: [clh-runtime-rs]}\n").replace(
+        "      runtimeClassName: kata-clh-runtime-rs\n",
+        "      runtimeClassName: kata-clh-runtime-rs\n      kata: {allowedAnnotations: [io.katacontainers.config.hypervisor.default_memory, io.katacontainers.config.hypervisor.default_memory]}\n",
+    );
+    let (code, _) = lint(&twice, &[]);
+    assert_eq!(code, Some(1), "a name allowed twice is invalid");
+}

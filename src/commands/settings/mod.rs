@@ -227,6 +227,12 @@ impl TryFrom<&ImagesArgs> for ImagesSettings {
                 "--write edits one profile file; with --fleet, print the pins and put each cluster's in its profile"
             ),
         };
+        if (a.check || a.resolve) && matches!(a.output, ImagesOutput::Crane | ImagesOutput::SkopeoSync) {
+            anyhow::bail!(
+                "-o {} lists the copies to make; --check and --resolve print text or json",
+                if a.output == ImagesOutput::Crane { "crane" } else { "skopeo-sync" }
+            );
+        }
         Ok(Self {
             source,
             templates: a.profile.templates.clone(),

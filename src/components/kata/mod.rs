@@ -385,6 +385,20 @@ fn validate(s: &Sections, site: &Site<'_>, v: &mut Violations) {
             }
         }
     }
+    // Every enabled shim gets the drop-in that closes io.katacontainers.* annotations in its
+    // hypervisor table: a shim osbx knows no table for would be enabled open.
+    for (i, shim) in k.shims.iter().enumerate() {
+        let named_above = known_shims(&k.chart.version).is_some_and(|known| !known.contains(&shim.as_str()));
+        if shim::by_name(shim).is_none() && !named_above {
+            v.push(
+                format!("kata.shims[{i}]"),
+                format!(
+                    "osbx knows no hypervisor table for shim {shim:?}, so it cannot render the drop-in that sets enable_annotations = [] for it ({}); enable a shim osbx knows",
+                    annotations::ADVISORY
+                ),
+            );
+        }
+    }
     if !k.shims.contains(&k.default_shim) {
         v.push(
             "kata.defaultShim",

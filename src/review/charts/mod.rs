@@ -178,6 +178,8 @@ pub(crate) struct Expansion {
     pub objects: Vec<(Object, bool)>,
     /// The key paths of the release's values that the chart does not read.
     pub unread: Vec<Vec<String>>,
+    /// The chart's own default values (its `values.yaml`).
+    pub defaults: Arc<Value>,
     /// `spec.upgrade.crds` (`Skip` unless set): what an upgrade does to the chart's `crds/`.
     pub upgrade_crds: String,
 }
@@ -225,7 +227,8 @@ impl Expanders {
 /// Results computed once per key by whichever caller comes first (the others wait for it).
 type Memo<T> = Mutex<BTreeMap<String, Arc<OnceLock<Result<T, ChartError>>>>>;
 /// A chart's identity and the keys of the given values it does not read.
-type Described = (ChartId, Vec<Vec<String>>);
+/// A chart's identity, the release values it does not read, and its default values.
+type Described = (ChartId, Vec<Vec<String>>, Arc<Value>);
 /// The objects of helm's output, each with whether it comes from the chart's `crds/`.
 type Parsed = Arc<Vec<(Object, bool)>>;
 
@@ -286,7 +289,7 @@ impl Charts {
         }
         let key = format!("{}\0{source} {}\0{values}", dir.display(), fetch.reference());
         let described = self.described.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned();
-        let (chart, unread) = described.unwrap_or_else(|| {
+        let (chart, unread, defaults) = described.unwrap_or_else(|| {
             let meta: Value = std::fs::read_to_string(dir.join("Chart.yaml"))
                 .ok()
                 .and_then(|t| serde_saphyr::from_str(&t).ok())
@@ -297,8 +300,10 @@ impl Charts {
                 app_version: meta["appVersion"].as_str().map(str::to_owned),
                 source: format!("{source} {}", fetch.reference()),
             };
-            let unread = Chart::load(&dir).map(|c| c.unread(&values)).unwrap_or_default();
-            let described = (chart, unread);
+            let loaded = Chart::load(&dir).ok();
+            let unread = loaded.as_ref().map(|c| c.unread(&values)).unwrap_or_default();
+            let defaults = Arc::new(loaded.map_or(Value::Null, Chart::into_values));
+            let described = (chart, unread, defaults);
             self.described.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, described.clone());
             described
         });
@@ -319,7 +324,7 @@ impl Charts {
         };
         let objects = template::place(parsed.as_ref().clone(), &namespace, side);
         let upgrade_crds = release.value["spec"]["upgrade"]["crds"].as_str().unwrap_or("Skip").to_owned();
-        Ok(Expansion { chart, objects, unread, upgrade_crds })
+        Ok(Expansion { chart, objects, unread, defaults, upgrade_crds })
     }
 }
 
@@ -340,6 +345,21 @@ fn release_identity(id: &str, release: &Value) -> Result<(String, String), Chart
         "the release name helm-controller derives from metadata.name"
     };
     crate::refs::release_name(&name).map_err(|why| refused(name_field, why))?;
+    // Expanded as installed here only when helm-controller would install it here: not while it
+    // is suspended (nothing installed, upgraded or rolled back until resumed; what the cluster
+    // holds is not in git), not into another cluster (`spec.kubeConfig`).
+    if !matches!(spec["suspend"], Value::Null | Value::Bool(false)) {
+        return Err(refused(
+            "spec.suspend",
+            "suspended: helm-controller installs and upgrades nothing of it until it is resumed, and what the cluster holds of it is not in git".to_owned(),
+        ));
+    }
+    if !spec["kubeConfig"].is_null() {
+        return Err(refused(
+            "spec.kubeConfig",
+            "it installs into another cluster, not the one under review".to_owned(),
+        ));
+    }
     let namespace = release_namespace(release);
     let namespace_field = if set("targetNamespace") { "spec.targetNamespace" } else { "metadata.namespace" };
     crate::refs::namespace(&namespace).map_err(|why| refused(namespace_field, why))?;
@@ -428,6 +448,11 @@ mod tests {
             release_identity("x", &bad),
             Err(ChartError::Refused { field, .. }) if field.contains("derives from metadata.name")
         ));
+        // Not installed here: suspended, or into another cluster.
+        assert_eq!(refused(json!({"suspend": true})), "spec.suspend");
+        assert_eq!(refused(json!({"suspend": "yes"})), "spec.suspend");
+        assert_eq!(refused(json!({"kubeConfig": {"secretRef": {"name": "remote"}}})), "spec.kubeConfig");
+        assert!(release_identity("x", &hr(json!({"suspend": false}))).is_ok());
         let bad_ns = json!({"metadata": {"name": "r", "namespace": "--kubeconfig=/x"}, "spec": {"releaseName": "r"}});
         assert!(matches!(
             release_identity("x", &bad_ns),

@@ -11,7 +11,13 @@ fn obj(v: Value) -> Object {
 
 fn expansion(objects: Vec<(Object, bool)>, upgrade_crds: &str) -> Expansion {
     let chart = ChartId { name: "c".into(), version: "1".into(), app_version: None, source: "s".into() };
-    Expansion { chart, objects, unread: Vec::new(), upgrade_crds: upgrade_crds.into() }
+    Expansion {
+        chart,
+        objects,
+        unread: Vec::new(),
+        defaults: std::sync::Arc::new(serde_json::Value::Null),
+        upgrade_crds: upgrade_crds.into(),
+    }
 }
 
 fn crd(versions: &[(&str, bool)]) -> Object {

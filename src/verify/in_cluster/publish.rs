@@ -139,7 +139,8 @@ impl Published {
             criteria: criteria.to_owned(),
             started: stamp(started),
             time: stamp(k8s_openapi::jiff::Timestamp::now()),
-            ready: all_passed(results),
+            // A run of no check is no verdict: never Ready.
+            ready: !results.is_empty() && all_passed(results),
             summary: report::summary(results),
             checks: results.to_vec(),
         }
@@ -342,6 +343,30 @@ mod tests {
         assert_eq!(scheduled.to_string(), r#"Job "acc-deep-1" of the CronJob "acc-deep""#);
         // A name read back from the cluster is escaped, never a terminal's control sequence.
         assert_eq!(Writer::Pod { name: "x\u{1b}[2Jy\n".into() }.to_string(), r#"pod "x\u{1b}[2Jy\n""#);
+    }
+
+    /// A run of no check is no verdict: its report is never Ready (a serving pod with nothing to
+    /// run and no Job report yet is an error, never a green report).
+    #[test]
+    fn a_report_of_no_check_is_not_ready() {
+        let publishing = super::Publishing {
+            report: crate::object::ObjectRef {
+                gvk: crate::object::Gvk::new("", "v1", "ConfigMap"),
+                namespace: Some("osbx-acceptance".into()),
+                name: "osbx-acceptance-report".into(),
+            },
+            revision: "0123456789abcdef".into(),
+            writer: Writer::Pod { name: "acc-serve-x".into() },
+        };
+        let none = super::Published::of("r", &publishing, "c", std::time::SystemTime::now(), &[]);
+        assert!(!none.ready, "a report of no check must not be Ready");
+        let pass = crate::verify::CheckResult {
+            id: "nodes.ready".into(),
+            started_ms: 0,
+            duration_ms: 0,
+            verdict: crate::verify::Verdict::pass("1 node(s)"),
+        };
+        assert!(super::Published::of("r", &publishing, "c", std::time::SystemTime::now(), &[pass]).ready);
     }
 
     /// A Warning Event says what failed, why and the fix, within an Event's bound.

@@ -188,6 +188,9 @@ async fn run(
             deep.checks.into_iter().filter(|c| !results.iter().any(|r| r.id == c.id)).collect();
         results.extend(deep);
     }
+    if results.is_empty() {
+        return Err(VerifyError::NoVerdict(runs.publish.revision.clone()));
+    }
     Ok((id, results))
 }
 

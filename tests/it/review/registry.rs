@@ -197,6 +197,8 @@ fn check_names_exactly_the_images_the_mirror_lacks_and_passes_a_complete_one() {
     assert!(pinned.iter().all(|i| i.contains("@sha256:")), "{pinned:?}");
     let (code, report, stderr) = images(&path, &["--check"], &[]);
     assert_eq!(code, Some(0), "{report:#}{stderr}");
+    a_pin_the_registry_lacks_is_missing(&path, &doc);
+    std::fs::write(&path, &written).unwrap();
     // A tag that moves: the pin stays until asked to refresh.
     let moved = all.iter().find(|i| !i.contains('@')).unwrap();
     let new_digest = push_content(dir.path(), moved, "a new build");
@@ -219,6 +221,23 @@ fn check_names_exactly_the_images_the_mirror_lacks_and_passes_a_complete_one() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("left as it was"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), unpinned);
+}
+
+/// A pin the registry does not hold (its tag is there, that digest is not): that image alone is
+/// missing. `doc` is the profile at `path` with every image pinned; the file is left mispinned.
+fn a_pin_the_registry_lacks_is_missing(path: &Path, doc: &Value) {
+    let (first, _) = doc["images"]["digests"].as_object().unwrap().iter().next().unwrap();
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let mut mispinned = doc.clone();
+    mispinned["images"]["digests"][first] = json!(wrong);
+    std::fs::write(path, serde_saphyr::to_string(&mispinned).unwrap()).unwrap();
+    let (code, report, stderr) = images(path, &["--check"], &[]);
+    assert_eq!(code, Some(1), "{report:#}{stderr}");
+    for (image, answer) in report.as_object().unwrap() {
+        let ours = image.starts_with(&format!("{first}@")) || image.starts_with(&format!("{first}:"));
+        assert_eq!(answer["state"] == "missing", ours, "{image}: {report:#}");
+        assert_eq!(image.ends_with(&wrong), ours, "{image}");
+    }
 }
 
 /// The Distribution registry with htpasswd authentication (`user`:`password`, bcrypt by

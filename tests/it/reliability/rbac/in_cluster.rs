@@ -40,8 +40,21 @@ fn in_cluster_verify(revision: &str) -> Vec<String> {
 /// Whether the bound identity may `verb` `resource` (`name`) in `namespace` (`None`: across
 /// the cluster), as the real API server's authorizer answers.
 async fn may(client: &kube::Client, verb: &str, resource: &str, namespace: Option<&str>, name: Option<&str>) -> bool {
+    may_in(client, "", verb, resource, namespace, name).await
+}
+
+/// [`may`] for a resource of API group `group`.
+async fn may_in(
+    client: &kube::Client,
+    group: &str,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> bool {
     let spec = SubjectAccessReviewSpec {
         resource_attributes: Some(ResourceAttributes {
+            group: Some(group.into()),
             verb: Some(verb.into()),
             resource: Some(resource.into()),
             namespace: namespace.map(str::to_owned),
@@ -95,6 +108,13 @@ async fn the_in_cluster_roles_are_enough_to_verify_and_publish_and_each_permissi
     }
     assert!(!may(client, "create", "pods", None, None).await, "pods anywhere");
     assert!(!may(client, "list", "secrets", None, None).await, "Secrets anywhere");
+    // No user's sandbox deleted: the in-cluster run leaves its sandboxes to expire.
+    for verb in ["delete", "deletecollection"] {
+        assert!(
+            !may_in(client, "sandbox.opensandbox.io", verb, "batchsandboxes", Some("rb-sbx"), None).await,
+            "{verb}"
+        );
+    }
     // Flux's objects, the nodes, the Pools, the API key's Secret, discovery and reviews: one by one.
     assert!(atoms.len() > 15, "{atoms:?}");
 
@@ -116,4 +136,41 @@ async fn the_in_cluster_roles_are_enough_to_verify_and_publish_and_each_permissi
     let checks = published["checks"].as_array().unwrap();
     assert!(checks.iter().any(|c| c["id"] == "opensandbox.pools"), "{published}");
     assert!(checks.iter().all(|c| !c["id"].as_str().unwrap().starts_with("opensandbox.exec")), "{published}");
+
+    // The serving pod's identity (`--serving`), alone: it reads what its checks read and
+    // publishes its report; it creates no pod anywhere, no namespace, reads no other Secret and
+    // deletes nothing.
+    let serving = world.rbac(&["--for", "verify", "--in-cluster", "--serving"]).await;
+    for obj in &serving {
+        apply(client, obj).await;
+    }
+    for binding in objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("RoleBinding"))) {
+        let (api, name) = cluster::api_for(client, binding).await;
+        api.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
+    let start = Instant::now();
+    while may(client, "create", "pods", Some(PROBES), None).await {
+        assert!(start.elapsed() < Duration::from_secs(10), "the Job's bindings are still in effect");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(may(client, "patch", "configmaps", Some(NS), Some("rb-acceptance-report")).await, "its report");
+    assert!(may(client, "list", "nodes", None, None).await, "what its checks read (nodes.ready)");
+    for ns in ["kube-system", NS, PROBES, "rb-system", "rb-sbx", "rb-spire", "default"] {
+        assert!(!may(client, "create", "pods", Some(ns), None).await, "serving: pods in {ns}");
+        for verb in ["delete", "deletecollection"] {
+            assert!(!may(client, verb, "pods", Some(ns), None).await, "serving: {verb} pods in {ns}");
+            assert!(!may(client, verb, "configmaps", Some(ns), None).await, "serving: {verb} configmaps in {ns}");
+        }
+        assert!(!may(client, "get", "secrets", Some(ns), Some("some-other-secret")).await, "serving: a Secret in {ns}");
+        assert!(!may(client, "create", "serviceaccounts", Some(ns), None).await, "serving: a ServiceAccount in {ns}");
+    }
+    for verb in ["create", "delete"] {
+        assert!(!may(client, verb, "namespaces", None, Some(PROBES)).await, "serving: {verb} namespaces");
+    }
+    assert!(!may(client, "create", "pods", None, None).await, "serving: pods anywhere");
+    assert!(!may(client, "list", "secrets", None, None).await, "serving: Secrets anywhere");
+    assert!(
+        !may_in(client, "sandbox.opensandbox.io", "create", "batchsandboxes", Some("rb-sbx"), None).await,
+        "serving: sandboxes"
+    );
 }
