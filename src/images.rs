@@ -97,8 +97,13 @@ fn profile_fields(
     let mut out = BTreeSet::new();
     for puller in by {
         let Puller::Container { layer, chart: Some(chart), .. } = puller else { continue };
-        let section =
-            loaded.profile.layers.iter().find(|l| l.name == *layer).and_then(|l| l.renders()).map(|c| c.section);
+        let section = loaded
+            .profile
+            .layers
+            .iter()
+            .find(|l| l.name == *layer)
+            .and_then(crate::profile::LayerSpec::renders)
+            .map(|c| c.section);
         for (_, path) in named.into_iter().flatten().filter(|(c, _)| c == chart) {
             out.insert(match section {
                 Some(section) => format!("`{section}.values.{path}` (chart {chart})"),

@@ -76,9 +76,10 @@ impl Fault {
                     .await
                     .unwrap();
                 if broken {
+                    // In effect: the Pool counts none available, and its new pod cannot pull.
                     let deadline = Instant::now() + Duration::from_secs(60);
-                    while available(client).await != Some(0) {
-                        assert!(Instant::now() < deadline, "the Pool never counted its pod gone");
+                    while available(client).await != Some(0) || !pulls_nothing(&pods, &lp).await {
+                        assert!(Instant::now() < deadline, "the Pool's new pod never failed to pull its image");
                         tokio::time::sleep(Duration::from_millis(250)).await;
                     }
                 } else {
@@ -87,6 +88,22 @@ impl Fault {
             }
         }
     }
+}
+
+/// Whether a pod `lp` selects waits on its image (`ErrImagePull`, `ImagePullBackOff`).
+async fn pulls_nothing(pods: &Api<Pod>, lp: &ListParams) -> bool {
+    let Ok(list) = pods.list(lp).await else { return false };
+    list.items.iter().any(|p| {
+        p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                    .is_some_and(|r| matches!(r, "ErrImagePull" | "ImagePullBackOff"))
+            })
+        })
+    })
 }
 
 /// The Pool `vm`'s `status.available`.
@@ -189,6 +206,7 @@ async fn a_regression_with_the_platform_unchanged_shows_and_clears_within_two_in
         "image": image, "namespace": NS, "name": "acc", "probeNamespace": PROBES,
         "interval": format!("{}s", INTERVAL.as_secs()), "deepInterval": null,
         "only": ["nodes.ready", "kata.runtimeclass", "opensandbox.pools"]}));
+    crate::cluster::install_crds(&client, "opensandbox").await;
     apply_pools(&client, &profile, 1).await;
     ready_pod(&client, "vm").await;
     let (objects, revision) = rendered(&profile);
