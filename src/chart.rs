@@ -132,35 +132,6 @@ pub(crate) fn leaves(values: &Value) -> Vec<Vec<String>> {
     out
 }
 
-/// The dotted paths of `values` whose string names `image`'s repository: the whole reference,
-/// `registry/repository`, or the repository alone (`library/x` also as `x`), as charts split an
-/// image into `reference`, `repository`, `registry` and `tag` values.
-#[must_use]
-pub(crate) fn naming(values: &Value, image: &str) -> Vec<String> {
-    let Ok(r) = crate::spec::syntax::ImageRef::parse(image) else { return Vec::new() };
-    let mut names = vec![image.to_owned(), format!("{}/{}", r.registry, r.repository), r.repository.clone()];
-    if let Some(short) = r.repository.strip_prefix("library/") {
-        names.push(short.to_owned());
-    }
-    let mut out = Vec::new();
-    for path in leaves(values) {
-        let mut at = values;
-        for key in &path {
-            at = &at[key.as_str()];
-        }
-        let Some(text) = at.as_str() else { continue };
-        let bare = text.split_once('@').map_or(text, |(name, _)| name);
-        let bare = match bare.rsplit_once(':') {
-            Some((name, tag)) if !tag.contains('/') => name,
-            _ => bare,
-        };
-        if names.iter().any(|n| n == text || n == bare) {
-            out.push(path.join("."));
-        }
-    }
-    out
-}
-
 impl Chart {
     /// The key paths of `values` the chart does not read (dead configuration).
     #[must_use]

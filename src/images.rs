@@ -85,6 +85,32 @@ pub(crate) struct Mirrored {
     pub outside: BTreeMap<String, (BTreeSet<Puller>, String)>,
 }
 
+/// The dotted paths of `values` whose string names `image`'s repository: the whole reference,
+/// `registry/repository`, or the repository alone (`library/x` also as `x`), as charts split an
+/// image into `reference`, `repository`, `registry` and `tag` values.
+#[must_use]
+fn naming(values: &Value, image: &str) -> Vec<String> {
+    let Ok(r) = ImageRef::parse(image) else { return Vec::new() };
+    let mut names = vec![image.to_owned(), format!("{}/{}", r.registry, r.repository), r.repository.clone()];
+    if let Some(short) = r.repository.strip_prefix("library/") {
+        names.push(short.to_owned());
+    }
+    let mut out = Vec::new();
+    for path in crate::chart::leaves(values) {
+        let mut at = values;
+        for key in &path {
+            at = &at[key.as_str()];
+        }
+        let Some(text) = at.as_str() else { continue };
+        let bare = text.split_once('@').map_or(text, |(name, _)| name);
+        let bare = bare.rsplit_once(':').filter(|(_, tag)| !tag.contains('/')).map_or(bare, |(name, _)| name);
+        if names.iter().any(|n| n == text || n == bare) {
+            out.push(path.join("."));
+        }
+    }
+    out
+}
+
 /// The profile fields that would set the chart values `named` (chart, value path) of an image
 /// pulled `by` containers of those charts: `<section>.values.<path>` of the component whose
 /// layer installs the chart, each with the chart (`kata.values.image.reference` (chart
@@ -198,7 +224,7 @@ impl Images {
                     for (object, _) in &expansion.objects {
                         self.containers(cluster, &o.layer, Some(&chart), object);
                         for (_, image) in object.images() {
-                            for path in crate::chart::naming(&expansion.defaults, &image) {
+                            for path in naming(&expansion.defaults, &image) {
                                 named.entry(image.clone()).or_default().insert((chart.clone(), path));
                             }
                         }
@@ -348,13 +374,13 @@ mod tests {
             "other": {"image": "quay.io/kata-containers/kata-deploy-other"},
             "list": ["quay.io/kata-containers/kata-deploy"],
         });
-        assert_eq!(crate::chart::naming(&defaults, "quay.io/kata-containers/kata-deploy:4.1.0"), ["image.reference"]);
+        assert_eq!(naming(&defaults, "quay.io/kata-containers/kata-deploy:4.1.0"), ["image.reference"]);
         assert_eq!(
-            crate::chart::naming(&defaults, &format!("quay.io/kata-containers/kata-monitor@sha256:{}", "0".repeat(64))),
+            naming(&defaults, &format!("quay.io/kata-containers/kata-monitor@sha256:{}", "0".repeat(64))),
             ["monitor.image.repository"]
         );
-        assert_eq!(crate::chart::naming(&defaults, "busybox:1.37"), ["helper"]);
-        assert!(crate::chart::naming(&defaults, "ghcr.io/spiffe/spire-agent:1.13.3").is_empty());
+        assert_eq!(naming(&defaults, "busybox:1.37"), ["helper"]);
+        assert!(naming(&defaults, "ghcr.io/spiffe/spire-agent:1.13.3").is_empty());
 
         let (_, text) = crate::profile::embedded_text("fresh-cluster").unwrap();
         let text = format!("{text}\nimages:\n  mirror:\n    \"*\": mirror.corp/all\n");
