@@ -71,9 +71,9 @@ impl std::fmt::Display for Puller {
 #[serde(transparent)]
 pub(crate) struct Images(pub BTreeMap<String, BTreeSet<Puller>>);
 
-/// Where each chart's default values name the images its objects pull: image → `(chart,
-/// dotted value path)` (the value a user sets to move that image, when osbx does not).
-pub(crate) type ChartNames = BTreeMap<String, BTreeSet<(String, String)>>;
+/// Each expanded chart's default values (`name version` → its `values.yaml`): where an image a
+/// mirror does not cover is named ([`naming`], asked only for those images).
+pub(crate) type ChartNames = BTreeMap<String, std::sync::Arc<Value>>;
 
 /// What a mirror makes of the images: where each is copied from, and those it does not cover.
 #[derive(Debug, Clone, Default)]
@@ -111,15 +111,11 @@ fn naming(values: &Value, image: &str) -> Vec<String> {
     out
 }
 
-/// The profile fields that would set the chart values `named` (chart, value path) of an image
-/// pulled `by` containers of those charts: `<section>.values.<path>` of the component whose
-/// layer installs the chart, each with the chart (`kata.values.image.reference` (chart
-/// kata-deploy 4.1.0)).
-fn profile_fields(
-    loaded: &LoadedProfile,
-    by: &BTreeSet<Puller>,
-    named: Option<&BTreeSet<(String, String)>>,
-) -> Vec<String> {
+/// The profile fields that would set the chart values naming `image` (found in `named`, the
+/// charts' defaults) for the containers `by` of those charts: `<section>.values.<path>` of the
+/// component whose layer installs the chart, each with the chart (`kata.values.image.reference`
+/// (chart kata-deploy 4.1.0)).
+fn profile_fields(loaded: &LoadedProfile, image: &str, by: &BTreeSet<Puller>, named: &ChartNames) -> Vec<String> {
     let mut out = BTreeSet::new();
     for puller in by {
         let Puller::Container { layer, chart: Some(chart), .. } = puller else { continue };
@@ -130,7 +126,8 @@ fn profile_fields(
             .find(|l| l.name == *layer)
             .and_then(crate::profile::LayerSpec::renders)
             .map(|c| c.section);
-        for (_, path) in named.into_iter().flatten().filter(|(c, _)| c == chart) {
+        let Some(defaults) = named.get(chart) else { continue };
+        for path in naming(defaults, image) {
             out.insert(match section {
                 Some(section) => format!("`{section}.values.{path}` (chart {chart})"),
                 // A chart the profile's own layer installs: its values, wherever they are kept.
@@ -157,7 +154,7 @@ impl Mirrored {
             match mirror.image(image) {
                 Ok(same) if same == *image => {}
                 Ok(mirrored) => {
-                    let values = profile_fields(loaded, by, named.get(image));
+                    let values = profile_fields(loaded, image, by, named);
                     let why = if values.is_empty() {
                         format!(
                             "not from the mirror (it would be {mirrored}), and no value of its chart names it: the chart must be changed to take one"
@@ -201,7 +198,7 @@ impl Images {
     /// Add what the profile `loaded`, rendered as `rendered`, pulls; each HelmRelease expanded
     /// by `charts` when given (as the review expands it).
     ///
-    /// Returns where the charts' default values name the images their objects pull.
+    /// Returns the expanded charts' default values.
     ///
     /// # Errors
     /// A chart that cannot be expanded.
@@ -223,12 +220,8 @@ impl Images {
                     let chart = format!("{} {}", expansion.chart.name, expansion.chart.version);
                     for (object, _) in &expansion.objects {
                         self.containers(cluster, &o.layer, Some(&chart), object);
-                        for (_, image) in object.images() {
-                            for path in naming(&expansion.defaults, &image) {
-                                named.entry(image.clone()).or_default().insert((chart.clone(), path));
-                            }
-                        }
                     }
+                    named.insert(chart, expansion.defaults.clone());
                 }
                 continue;
             }
@@ -397,10 +390,7 @@ mod tests {
             of.0.entry(image.to_owned()).or_default().insert(by("kata"));
         }
         let mut named = ChartNames::new();
-        named
-            .entry("quay.io/kata-containers/kata-deploy:4.1.0".into())
-            .or_default()
-            .insert(("kata-deploy 4.1.0".into(), "image.reference".into()));
+        named.insert("kata-deploy 4.1.0".into(), std::sync::Arc::new(defaults.clone()));
         let mut mirrored = Mirrored::default();
         mirrored.add(&loaded, &of, &named);
         let (pullers, why) = &mirrored.outside["quay.io/kata-containers/kata-deploy:4.1.0"];
