@@ -33,6 +33,39 @@ pub(crate) fn is_flux(gvk: &Gvk) -> bool {
     gvk.group.ends_with(GROUP_SUFFIX)
 }
 
+/// Why a Kustomization or HelmRelease is not reconciled into the cluster it sits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotHere {
+    /// `spec.suspend` anything but absent or `false`: its controller applies and prunes nothing
+    /// until it is resumed (another value is refused, not guessed at).
+    Suspended,
+    /// `spec.kubeConfig`: it is applied to another cluster.
+    Remote,
+}
+
+impl NotHere {
+    /// Whether `spec` (a Kustomization's or HelmRelease's) is not reconciled here, and why.
+    #[must_use]
+    pub(crate) fn of(spec: &serde_json::Value) -> Option<Self> {
+        if !matches!(spec["suspend"], serde_json::Value::Null | serde_json::Value::Bool(false)) {
+            Some(Self::Suspended)
+        } else if spec["kubeConfig"].is_null() {
+            None
+        } else {
+            Some(Self::Remote)
+        }
+    }
+
+    /// The field that says so.
+    #[must_use]
+    pub(crate) fn field(self) -> &'static str {
+        match self {
+            Self::Suspended => "spec.suspend",
+            Self::Remote => "spec.kubeConfig",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

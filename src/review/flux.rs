@@ -221,26 +221,29 @@ fn followable(k: &Object, repository: Repository<'_>) -> Result<(), FluxError> {
         }
     }
     // kustomize-controller applies (and prunes) nothing of a suspended Kustomization: what the
-    // cluster holds of it stays as last applied, which git does not say. A value other than
-    // `false` is refused too (the API server would refuse it; the review does not guess).
-    if !matches!(spec["suspend"], Value::Null | Value::Bool(false)) {
-        return Err(unfollowed(
-            "spec.suspend",
-            "suspended: kustomize-controller applies nothing of it, nor prunes, until it is resumed, and what the cluster holds of it is not in git".to_owned(),
-        ));
-    }
-    // A kubeConfig applies the build to another cluster, not this one.
-    let remote = &spec["kubeConfig"];
-    if !remote.is_null() {
-        let holder = [("secretRef", "Secret"), ("configMapRef", "ConfigMap")].into_iter().find_map(|(field, kind)| {
-            remote[field]["name"].as_str().map(|name| {
-                format!(" (the kubeconfig of {kind} {}/{name})", k.id.namespace.as_deref().unwrap_or_default())
-            })
-        });
-        return Err(unfollowed(
-            "spec.kubeConfig",
-            format!("it applies to another cluster{}, not the one under review", holder.unwrap_or_default()),
-        ));
+    // cluster holds of it stays as last applied, which git does not say. A kubeConfig applies
+    // the build to another cluster, not this one.
+    match crate::flux::NotHere::of(spec) {
+        Some(why @ crate::flux::NotHere::Suspended) => {
+            return Err(unfollowed(
+                why.field(),
+                "suspended: kustomize-controller applies nothing of it, nor prunes, until it is resumed, and what the cluster holds of it is not in git".to_owned(),
+            ));
+        }
+        Some(why @ crate::flux::NotHere::Remote) => {
+            let remote = &spec["kubeConfig"];
+            let holder =
+                [("secretRef", "Secret"), ("configMapRef", "ConfigMap")].into_iter().find_map(|(field, kind)| {
+                    remote[field]["name"].as_str().map(|name| {
+                        format!(" (the kubeconfig of {kind} {}/{name})", k.id.namespace.as_deref().unwrap_or_default())
+                    })
+                });
+            return Err(unfollowed(
+                why.field(),
+                format!("it applies to another cluster{}, not the one under review", holder.unwrap_or_default()),
+            ));
+        }
+        None => {}
     }
     let source = &spec["sourceRef"];
     let kind = source["kind"].as_str().unwrap_or_default();

@@ -348,17 +348,14 @@ fn release_identity(id: &str, release: &Value) -> Result<(String, String), Chart
     // Expanded as installed here only when helm-controller would install it here: not while it
     // is suspended (nothing installed, upgraded or rolled back until resumed; what the cluster
     // holds is not in git), not into another cluster (`spec.kubeConfig`).
-    if !matches!(spec["suspend"], Value::Null | Value::Bool(false)) {
-        return Err(refused(
-            "spec.suspend",
-            "suspended: helm-controller installs and upgrades nothing of it until it is resumed, and what the cluster holds of it is not in git".to_owned(),
-        ));
-    }
-    if !spec["kubeConfig"].is_null() {
-        return Err(refused(
-            "spec.kubeConfig",
-            "it installs into another cluster, not the one under review".to_owned(),
-        ));
+    if let Some(why) = crate::flux::NotHere::of(spec) {
+        let reason = match why {
+            crate::flux::NotHere::Suspended => {
+                "suspended: helm-controller installs and upgrades nothing of it until it is resumed, and what the cluster holds of it is not in git"
+            }
+            crate::flux::NotHere::Remote => "it installs into another cluster, not the one under review",
+        };
+        return Err(refused(why.field(), reason.to_owned()));
     }
     let namespace = release_namespace(release);
     let namespace_field = if set("targetNamespace") { "spec.targetNamespace" } else { "metadata.namespace" };
