@@ -228,7 +228,8 @@ pub struct ImagesArgs {
     #[arg(long, requires = "resolve", conflicts_with = "fleet")]
     pub write: bool,
     /// Output format: text, json, skopeo-sync (the source YAML of `skopeo sync --src yaml`) or
-    /// crane (a `crane copy SOURCE MIRROR` line per image, with `images.mirror`).
+    /// crane (a `crane copy SOURCE MIRROR` line per image, with `images.mirror`); --check and
+    /// --resolve print text or json only.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: ImagesOutput,
 }

@@ -491,3 +491,18 @@ fn verify_refuses_an_unknown_check_id_and_an_empty_selection() {
     refused(&["verify", "--only", "kata", "--skip", "kata"], "--only and --skip select none of this profile's checks");
     refused(&["apply", "--verify", "--only", "opensandbox.lifecyle"], "--only \"opensandbox.lifecyle\": ");
 }
+
+/// `-o crane` and `-o skopeo-sync` list copies to make: with `--check` or `--resolve` (which
+/// print text or JSON) they are refused before any registry is asked (exit 2, saying why).
+#[test]
+fn images_refuses_a_copier_output_with_check_or_resolve() {
+    for mode in ["--check", "--resolve"] {
+        for output in ["crane", "skopeo-sync"] {
+            let out = osbx().args(["images", "--no-charts", mode, "-o", output, "-p", "default"]).output().unwrap();
+            let (stdout, stderr) = outputs(&out);
+            assert_eq!(out.status.code(), Some(2), "{mode} -o {output}: {stdout}{stderr}");
+            assert!(stderr.contains(&format!("-o {output} lists the copies to make")), "{stderr}");
+            assert!(stdout.is_empty(), "{stdout}");
+        }
+    }
+}
