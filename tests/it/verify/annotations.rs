@@ -144,7 +144,17 @@ async fn the_policy_denies_annotated_sandbox_pods_and_kata_annotations_proves_it
         &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "osbx-verify-probe", "labels": labels}}),
     )
     .await;
-    let probe = dry_run(&client, "osbx-verify-probe", "vm-big", json!({MEMORY: "8192"})).await.unwrap_err();
+    // The second binding (probe namespaces) syncs on its own: the wait above proved only the first.
+    let start = Instant::now();
+    let probe = loop {
+        match dry_run(&client, "osbx-verify-probe", "vm-big", json!({MEMORY: "8192"})).await {
+            Err(e) => break e,
+            Ok(()) => {
+                assert!(start.elapsed() < Duration::from_secs(30), "the probe namespaces' binding never took effect");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
     assert!(probe.contains(POLICY), "verify's probe namespaces are covered: {probe}");
 
     // Updates: a pod made before the policy stays updatable with the annotation it has (a
