@@ -45,6 +45,18 @@ pub fn not_proven(what: &str) {
     writeln!(file, "{what}").unwrap_or_else(|e| panic!("OSBX_TEST_NOTES {}: {e}", Path::new(&notes).display()));
 }
 
+/// [`not_proven`] said before a test spends its run on what it can prove: without `tests/run`
+/// (no `OSBX_TEST_NOTES`) the test would fail at its end anyway, so it fails now, saying the same;
+/// under `tests/run` it does nothing (the test says it at its end).
+///
+/// # Panics
+/// When `OSBX_TEST_NOTES` is not set.
+pub fn not_provable_here_unless_noted(what: &str) {
+    if std::env::var_os("OSBX_TEST_NOTES").is_none() {
+        not_proven(what);
+    }
+}
+
 /// Run a stop script from a `Drop` and check it: its failure fails the test, unless the test is
 /// already panicking (then it is printed: a panic inside that unwinding would abort the binary).
 ///

@@ -93,12 +93,19 @@ async fn the_host_kvm_check_reads_this_hosts_kvm() {
 /// known (no verdict: ERROR), no `/dev/kvm` (FAIL). The view's `/dev/kvm` is the kernel's KVM
 /// device: on a machine without any KVM it does not open, and [`expected`] says FAIL for those
 /// hosts: the branches that need `KVM_CREATE_VM` are then unreachable here, and the test says so
-/// in `tests/run`'s summary ([`not_proven`]; a plain `cargo test` fails instead), never passing
-/// silently on what it could not reach.
+/// in `tests/run`'s summary ([`not_proven`]; a plain `cargo test` fails instead, at once), never
+/// passing silently on what it could not reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verdict_of_the_host_kvm_check_from_prepared_hosts() {
-    let _turn = turns::take(Need::Kata).await;
     let here = Host::this_machine();
+    let unproven = (!here.kvm_opens).then(|| format!(
+        "kata::host::every_verdict_of_the_host_kvm_check_from_prepared_hosts: kata.host-kvm's PVM, Intel, AMD, vhost-vsock and no-known-module verdicts need KVM_CREATE_VM, and this machine's /dev/kvm does not answer ({}); only the `no /dev/kvm` and `/dev/kvm does not answer` verdicts were proven",
+        here.describe()
+    ));
+    if let Some(what) = &unproven {
+        crate::support::not_provable_here_unless_noted(what);
+    }
+    let _turn = turns::take(Need::Kata).await;
     let intel = || Some(Module::nested("kvm_intel", "Y"));
     let cases: Vec<(&str, Host)> = vec![
         ("PVM", Host::with(Some(Module::nested("kvm_pvm", "N")), false)),
@@ -121,11 +128,8 @@ async fn every_verdict_of_the_host_kvm_check_from_prepared_hosts() {
     eprintln!("kata-tier: kata-clh, Intel without vhost-vsock");
     prepare(&world, &shim, &host);
     holds(&world, &host, false).await;
-    if !here.kvm_opens {
-        not_proven(&format!(
-            "kata::host::every_verdict_of_the_host_kvm_check_from_prepared_hosts: kata.host-kvm's PVM, Intel, AMD, vhost-vsock and no-known-module verdicts need KVM_CREATE_VM, and this machine's /dev/kvm does not answer ({}); only the `no /dev/kvm` and `/dev/kvm does not answer` verdicts were proven",
-            here.describe()
-        ));
+    if let Some(what) = unproven {
+        not_proven(&what);
     }
 }
 
@@ -225,8 +229,9 @@ async fn pods_that_never_ran_are_diagnosed_from_their_sandbox_events() {
 /// On a machine without KVM the test of every verdict does not pass silently: run again (the
 /// same test binary, the same plane) in a private mount namespace whose `/dev/kvm` is a
 /// character device no driver answers (it does not open, as on a host without KVM), it fails
-/// naming what it could not prove when run alone, and under `tests/run` (`OSBX_TEST_NOTES`)
-/// passes on what it proved and leaves the line `tests/run` prints after its summary.
+/// naming what it could not prove when run alone (before its cases: they could not make it pass),
+/// and under `tests/run` (`OSBX_TEST_NOTES`) passes on what it proved and leaves the line
+/// `tests/run` prints after its summary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verdict_on_a_host_without_kvm_says_what_it_could_not_prove() {
     let _turn = turns::take(Need::Kata).await;
@@ -260,6 +265,7 @@ async fn every_verdict_on_a_host_without_kvm_says_what_it_could_not_prove() {
     assert!(!out.status.success(), "{test} passed on a host without KVM:\n{stdout}\n{stderr}");
     assert!(stderr.contains(&format!("not proven on this machine: {test}: {why}")), "{stderr}");
     assert!(stderr.contains("/dev/kvm present but does not open"), "{stderr}");
+    assert!(!stderr.contains("kata-tier: kata-qemu"), "it said so before running its cases: {stderr}");
     let out = run(Some(notes.clone())).await.unwrap();
     let (stdout, stderr) = crate::support::outputs(&out);
     assert!(out.status.success(), "{test} under tests/run on a host without KVM:\n{stdout}\n{stderr}");

@@ -76,6 +76,19 @@ async fn dry_run(client: &kube::Client, ns: &str, pool: &str, annotations: Value
         .map_err(|e| e.to_string())
 }
 
+/// The denial of [`dry_run`]'s pod, once the API server has the policy and the binding that
+/// covers `ns` in effect (it compiles and syncs them asynchronously); fails after 30 s.
+async fn denied_in_time(client: &kube::Client, ns: &str, pool: &str, annotations: Value) -> String {
+    let start = Instant::now();
+    loop {
+        if let Err(denied) = dry_run(client, ns, pool, annotations.clone()).await {
+            return denied;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "the policy never took effect in {ns}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_policy_denies_annotated_sandbox_pods_and_kata_annotations_proves_it() {
     let plane = tokio::task::spawn_blocking(OwnPlane::start).await.unwrap();
@@ -124,11 +137,7 @@ async fn the_policy_denies_annotated_sandbox_pods_and_kata_annotations_proves_it
         apply(&client, o).await;
     }
     // The API server compiles the policy and syncs the bindings asynchronously.
-    let start = Instant::now();
-    while dry_run(&client, "ka-sbx", "vm", json!({KERNEL: "x"})).await.is_ok() {
-        assert!(start.elapsed() < Duration::from_secs(30), "the policy never took effect");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    denied_in_time(&client, "ka-sbx", "vm", json!({KERNEL: "x"})).await;
     let denied = dry_run(&client, "ka-sbx", "vm", json!({KERNEL: "agent.debug_console"})).await.unwrap_err();
     assert!(denied.contains(POLICY) && denied.contains(KERNEL), "{denied}");
     dry_run(&client, "ka-sbx", "vm", json!({})).await.expect("a pool's own pod is admitted");
@@ -144,17 +153,8 @@ async fn the_policy_denies_annotated_sandbox_pods_and_kata_annotations_proves_it
         &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "osbx-verify-probe", "labels": labels}}),
     )
     .await;
-    // The second binding (probe namespaces) syncs on its own: the wait above proved only the first.
-    let start = Instant::now();
-    let probe = loop {
-        match dry_run(&client, "osbx-verify-probe", "vm-big", json!({MEMORY: "8192"})).await {
-            Err(e) => break e,
-            Ok(()) => {
-                assert!(start.elapsed() < Duration::from_secs(30), "the probe namespaces' binding never took effect");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
+    // The second binding (the probe namespaces') syncs on its own: the wait above proved the first.
+    let probe = denied_in_time(&client, "osbx-verify-probe", "vm-big", json!({MEMORY: "8192"})).await;
     assert!(probe.contains(POLICY), "verify's probe namespaces are covered: {probe}");
 
     // Updates: a pod made before the policy stays updatable with the annotation it has (a
