@@ -136,7 +136,7 @@ pub(crate) fn operations(profile: &Profile, layers: &[Layer], opts: &Options) ->
         };
         out.extend(session::operations(profile, &flux_objects, &selection, &reach));
         if let Some(acceptance) = acceptance {
-            out.extend(publish::operations(&acceptance.report()));
+            out.extend(publish::operations(&acceptance.report(), !opts.serving));
         }
     }
     if opts.purpose.covers(Purpose::Status) {

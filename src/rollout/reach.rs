@@ -97,8 +97,9 @@ pub(crate) fn operations(
     let mut ops: Vec<Operation> = vec![Operation::Review];
     ops.extend(flux::operations(profile, flux));
     if let Some((acceptance, _)) = profile.acceptance() {
-        // The report, and the Job whose uid a trusted report names.
-        ops.push(Operation::Get(crate::cluster::operation::Objects::Named(acceptance.report())));
+        // The Job's report (beside the report), and the Job whose uid a trusted report names.
+        let verdicts = crate::verify::in_cluster::publish::verdicts(&acceptance.report());
+        ops.push(Operation::Get(crate::cluster::operation::Objects::Named(verdicts)));
         ops.push(Operation::Get(crate::cluster::operation::Objects::Named(acceptance.job())));
         return ops;
     }

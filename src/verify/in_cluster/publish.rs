@@ -67,6 +67,25 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// The key of the [`verdicts`] ConfigMap a run of every selected check writes, and the kind
+    /// of run its field manager names (`None`: another run, which writes none).
+    fn deep_key(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Self::Job { .. } => Some((OF_JOB, "job")),
+            Self::Scheduled { .. } => Some((SCHEDULED, "scheduled")),
+            Self::Pod { .. } | Self::Unnamed => None,
+        }
+    }
+
+    /// Whether it runs every selected check (the Job, the CronJob), so publishes to the
+    /// [`verdicts`] ConfigMap.
+    #[must_use]
+    pub(crate) fn is_deep(&self) -> bool {
+        self.deep_key().is_some()
+    }
+}
+
 /// As the gate and the run say it: the names quoted and escaped (a report is read back from the
 /// cluster, where whoever may patch the ConfigMap may write anything).
 impl std::fmt::Display for Writer {
@@ -161,32 +180,53 @@ fn unnamed() -> Writer {
 /// The key of the report ConfigMap holding the last run's report, whoever wrote it.
 const LATEST: &str = "report.json";
 
-/// The key holding the last report of a Job's run: the serving pod's runs, which publish to the
-/// same ConfigMap under a field manager of their own, leave it alone.
+/// The key of the [`verdicts`] ConfigMap holding the last report of a Job's run.
 const OF_JOB: &str = "job.json";
 
-/// The key holding the last report of a run of the layer's CronJob (as [`OF_JOB`], under a
-/// field manager of its own).
+/// The key of the [`verdicts`] ConfigMap holding the last report of a run of the layer's
+/// CronJob (beside [`OF_JOB`], under a field manager of its own).
 const SCHEDULED: &str = "scheduled.json";
 
-/// What publishing to `report` does: read it (`--serve` starts from the last report), apply it,
-/// and create Events in its namespace.
+/// The ConfigMap beside `report` that holds the reports of the runs of every selected check (the
+/// Job's and the CronJob's): `<report>-verdicts`. Only their identity may write it; the serving
+/// pod, which publishes its own runs to `report`, may only read it. The verdict `osbx rollout`
+/// gates on is then never in a ConfigMap that a long-running pod listening on the network may
+/// patch.
 #[must_use]
-pub(crate) fn operations(report: &ObjectRef) -> Vec<Operation> {
+pub(crate) fn verdicts(report: &ObjectRef) -> ObjectRef {
+    ObjectRef {
+        gvk: report.gvk.clone(),
+        namespace: report.namespace.clone(),
+        name: format!("{}-verdicts", report.name),
+    }
+}
+
+/// What publishing to `report` does: read it (`--serve` starts from the last report), apply it,
+/// and create Events in its namespace; a run of every selected check (`deep`: the Job's, the
+/// CronJob's) also applies its report to the [`verdicts`] ConfigMap, which any other run only
+/// reads (the serving pod takes the other checks' verdicts from it).
+#[must_use]
+pub(crate) fn operations(report: &ObjectRef, deep: bool) -> Vec<Operation> {
+    let verdicts = verdicts(report);
     vec![
         Operation::Get(Objects::Named(report.clone())),
         Operation::Apply { object: report.clone(), creates: true },
         Operation::Create(KnownKind::EVENT.gvk(), report.namespace.clone()),
+        if deep {
+            Operation::Apply { object: verdicts, creates: true }
+        } else {
+            Operation::Get(Objects::Named(verdicts))
+        },
     ]
 }
 
-/// Whether this identity may publish to `report`, asked before a run starts (preflight names a
-/// missing permission).
+/// Whether this identity may publish to `report` (a run of every selected check: `deep`), asked
+/// before a run starts (preflight names a missing permission).
 ///
 /// # Errors
 /// [`PreflightError`] naming what is missing.
-pub(crate) async fn review(cluster: &Cluster, report: &ObjectRef) -> Result<(), PreflightError> {
-    preflight::review(cluster, &operations(report), "publishing the report").await
+pub(crate) async fn review(cluster: &Cluster, report: &ObjectRef, deep: bool) -> Result<(), PreflightError> {
+    preflight::review(cluster, &operations(report, deep), "publishing the report").await
 }
 
 /// Publish `published` to the ConfigMap `report`, and an Event for each check that did not pass.
@@ -198,7 +238,7 @@ pub(crate) async fn publish(cluster: &Cluster, report: &ObjectRef, published: &P
     let subject = format!("ConfigMap/{namespace}/{}", report.name);
     let api = |e| ClusterError::Api { subject: subject.clone(), error: e };
     let text = serde_json::to_string_pretty(published).unwrap_or_default();
-    let mut body = json!({
+    let body = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": report.name, "namespace": namespace,
                      "labels": {"app.kubernetes.io/name": crate::mark::OSBX, "app.kubernetes.io/component": "acceptance-report"}},
@@ -211,22 +251,25 @@ pub(crate) async fn publish(cluster: &Cluster, report: &ObjectRef, published: &P
             "junit.xml": report::junit(&published.checks),
         },
     });
-    // A Job's run also writes the key the gate reads, as a field manager of its own: a serving
-    // pod's apply (without that key) then does not remove it.
-    let manager = match published.writer {
-        Writer::Job { .. } => {
-            body["data"][OF_JOB] = json!(text);
-            format!("{}-job", crate::mark::FIELD_MANAGER)
-        }
-        Writer::Scheduled { .. } => {
-            body["data"][SCHEDULED] = json!(text);
-            format!("{}-scheduled", crate::mark::FIELD_MANAGER)
-        }
-        Writer::Pod { .. } | Writer::Unnamed => crate::mark::FIELD_MANAGER.to_owned(),
-    };
-    let params = PatchParams::apply(&manager).force();
     let maps = Api::<ConfigMap>::namespaced(cluster.client.clone(), namespace);
+    let params = PatchParams::apply(crate::mark::FIELD_MANAGER).force();
     let written = maps.patch(&report.name, &params, &Patch::Apply(&body)).await.map_err(api)?;
+    // A run of every selected check also writes its key of the verdicts ConfigMap, as a field
+    // manager of its own: the other kind's apply (without that key) then does not remove it.
+    if let Some((key, kind)) = published.writer.deep_key() {
+        let verdicts = verdicts(report);
+        let subject = format!("ConfigMap/{namespace}/{}", verdicts.name);
+        let body = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": verdicts.name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/name": crate::mark::OSBX, "app.kubernetes.io/component": "acceptance-verdicts"}},
+            "data": {key: text},
+        });
+        let params = PatchParams::apply(&format!("{}-{kind}", crate::mark::FIELD_MANAGER)).force();
+        maps.patch(&verdicts.name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(|e| ClusterError::Api { subject, error: e })?;
+    }
     let events = Api::<Event>::namespaced(cluster.client.clone(), namespace);
     for failed in published.checks.iter().filter(|c| matches!(c.verdict.outcome, Outcome::Fail | Outcome::Error)) {
         let message = event_message(failed);
@@ -273,12 +316,13 @@ pub(crate) async fn read(cluster: &Cluster, report: &ObjectRef) -> Result<Option
     read_key(cluster, report, LATEST).await
 }
 
-/// The report a Job's run last published to `report` (`None`: none yet).
+/// The report a Job's run last published beside `report` (in its [`verdicts`]; `None`: none
+/// yet).
 ///
 /// # Errors
 /// [`ClusterError`] when it cannot be read.
 pub(crate) async fn read_of_job(cluster: &Cluster, report: &ObjectRef) -> Result<Option<Published>, ClusterError> {
-    read_key(cluster, report, OF_JOB).await
+    read_key(cluster, &verdicts(report), OF_JOB).await
 }
 
 /// The newest report of a run that ran every selected check (the Job's, or a run of the
@@ -292,7 +336,7 @@ pub(crate) async fn read_deep(
     revision: &str,
     criteria: &str,
 ) -> Result<Option<Published>, ClusterError> {
-    let Some(map) = cluster.get(report).await? else { return Ok(None) };
+    let Some(map) = cluster.get(&verdicts(report)).await? else { return Ok(None) };
     Ok(newest_of(&map, revision, criteria))
 }
 
@@ -369,6 +413,30 @@ mod tests {
         assert!(super::Published::of("r", &publishing, "c", std::time::SystemTime::now(), &[pass]).ready);
     }
 
+    /// Only a run of every selected check writes the verdicts ConfigMap; any other run's
+    /// identity only reads it, and it sits beside the report.
+    #[test]
+    fn only_the_deep_runs_write_the_verdicts() {
+        let report = crate::object::ObjectRef {
+            gvk: crate::object::Gvk::new("", "v1", "ConfigMap"),
+            namespace: Some("acc".into()),
+            name: "acc-report".into(),
+        };
+        let verdicts = super::verdicts(&report);
+        assert_eq!((verdicts.namespace.as_deref(), verdicts.name.as_str()), (Some("acc"), "acc-report-verdicts"));
+        let writes = |deep| {
+            super::operations(&report, deep)
+                .into_iter()
+                .any(|o| matches!(o, super::Operation::Apply { object, .. } if object == verdicts))
+        };
+        assert!(writes(true) && !writes(false));
+        assert!(super::operations(&report, false).contains(&super::Operation::Get(super::Objects::Named(verdicts))));
+        let job = Writer::Job { name: "acc".into(), uid: "u".into(), pod: "p".into() };
+        let scheduled = Writer::Scheduled { cron_job: "c".into(), job: "j".into(), pod: "p".into() };
+        assert!(job.is_deep() && scheduled.is_deep());
+        assert!(!Writer::Pod { name: "acc-serve-x".into() }.is_deep() && !Writer::Unnamed.is_deep());
+    }
+
     /// A Warning Event says what failed, why and the fix, within an Event's bound.
     #[test]
     fn an_event_says_why_a_check_failed() {
@@ -396,10 +464,8 @@ mod tests {
                                "time": time, "ready": true, "summary": "Ready", "checks": []})
             .to_string()
         };
-        let map = |job: Option<String>, scheduled: Option<String>| {
-            serde_json::json!({"data": {"job.json": job, "scheduled.json": scheduled,
-                                        "report.json": report("serve", "r1", "c1", "2026-12-06T23:59:00Z")}})
-        };
+        // The verdicts ConfigMap (a serving pod's report is never in it).
+        let map = |job: Option<String>, scheduled: Option<String>| serde_json::json!({"data": {"job.json": job, "scheduled.json": scheduled}});
         let run = |m: &serde_json::Value| super::newest_of(m, "r1", "c1").map(|p| p.run);
         let job = report("job", "r1", "c1", "2026-12-06T10:00:00Z");
         let later = report("cron", "r1", "c1", "2026-12-06T16:00:00Z");

@@ -822,17 +822,22 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
     done(&mut guard);
 }
 
-/// The canary's report ConfigMap's `key` (`report.json`: the last run's; `job.json`: the last
-/// Job run's).
+/// The ConfigMap of the canary's report holding `key` (`report.json`, the last run's: the
+/// report; `job.json`, the last Job run's: the verdicts beside it).
+fn map_of(key: &str) -> String {
+    let report = format!("{}-report", super::acceptance::NAME);
+    if key == "report.json" { report } else { format!("{report}-verdicts") }
+}
+
+/// The canary's `key` (see [`map_of`]).
 async fn published(client: &Client, key: &str) -> Value {
-    let name = format!("{}-report", super::acceptance::NAME);
-    let map = Api::<ConfigMap>::namespaced(client.clone(), super::acceptance::NS).get(&name).await.unwrap();
+    let map = Api::<ConfigMap>::namespaced(client.clone(), super::acceptance::NS).get(&map_of(key)).await.unwrap();
     serde_json::from_str(&map.data.unwrap()[key]).unwrap()
 }
 
 /// Write `report` as the canary's `key`, as another writer would.
 async fn forge(client: &Client, key: &str, report: &Value) {
-    let name = format!("{}-report", super::acceptance::NAME);
+    let name = map_of(key);
     let patch = json!({"data": {key: report.to_string()}});
     Api::<ConfigMap>::namespaced(client.clone(), super::acceptance::NS)
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))

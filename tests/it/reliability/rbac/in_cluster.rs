@@ -34,6 +34,11 @@ fn in_cluster_verify(revision: &str) -> Vec<String> {
         PROBES,
         "--skip",
         NEEDS_THE_SERVER,
+        // As the layer's Job runs (its pod's downward API): a run of every selected check.
+        "--job-name",
+        "rb-acceptance",
+        "--job-uid",
+        "6f1c2a9e-0000-4000-8000-000000000001",
     ])
 }
 
@@ -132,6 +137,12 @@ async fn the_in_cluster_roles_are_enough_to_verify_and_publish_and_each_permissi
     let report = reports.get("rb-acceptance-report").await.unwrap();
     let data = report.data.unwrap_or_default();
     let published: Value = serde_json::from_str(&data["report.json"]).unwrap();
+    // A Job's run (the downward API's names, as the rendered Job gives them): its report also
+    // beside the report, where the gate reads it.
+    let verdicts = reports.get("rb-acceptance-report-verdicts").await.unwrap().data.unwrap_or_default();
+    let of_job: Value = serde_json::from_str(&verdicts["job.json"]).unwrap();
+    assert_eq!(of_job["run"], published["run"], "{of_job}");
+    assert!(!data.contains_key("job.json"), "{data:?}");
     assert_eq!((published["revision"].as_str(), published["ready"].as_bool()), (Some("r1"), Some(true)), "{published}");
     let checks = published["checks"].as_array().unwrap();
     assert!(checks.iter().any(|c| c["id"] == "opensandbox.pools"), "{published}");
@@ -154,6 +165,12 @@ async fn the_in_cluster_roles_are_enough_to_verify_and_publish_and_each_permissi
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(may(client, "patch", "configmaps", Some(NS), Some("rb-acceptance-report")).await, "its report");
+    // The Job's and the CronJob's reports, which the gate trusts: read, never written.
+    let verdicts = Some("rb-acceptance-report-verdicts");
+    assert!(may(client, "get", "configmaps", Some(NS), verdicts).await, "the other checks' verdicts");
+    for verb in ["patch", "update", "delete"] {
+        assert!(!may(client, verb, "configmaps", Some(NS), verdicts).await, "serving: {verb} the Job's report");
+    }
     assert!(may(client, "list", "nodes", None, None).await, "what its checks read (nodes.ready)");
     for ns in ["kube-system", NS, PROBES, "rb-system", "rb-sbx", "rb-spire", "default"] {
         assert!(!may(client, "create", "pods", Some(ns), None).await, "serving: pods in {ns}");
