@@ -98,7 +98,7 @@ pub(super) async fn verify(
     printer: Printer,
 ) -> anyhow::Result<ExitStatus> {
     if let Some(publishing) = &settings.publish {
-        publish::review(cluster, &publishing.report, publishing.writer.is_deep()).await?;
+        publish::review(cluster, publishing).await?;
     }
     let started = std::time::SystemTime::now();
     let flux_objects = checked_flux_objects(prepared, settings.publish.is_some());

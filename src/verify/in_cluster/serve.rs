@@ -82,7 +82,7 @@ pub(crate) async fn serve(
     ended: &(dyn Fn(RunEnd<'_>) + Sync),
     stop: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    publish::review(runs.cluster, &runs.publish.report, false).await?;
+    publish::review(runs.cluster, &runs.publish).await?;
     let listener = tokio::net::TcpListener::bind(serve.addr)
         .await
         .map_err(|source| ServeError::Bind { addr: serve.addr, source })?;
