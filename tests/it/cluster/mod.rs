@@ -345,7 +345,8 @@ pub fn restart_apiserver_in(dir: &std::path::Path, kubeconfig: &std::path::Path,
             if ok {
                 return;
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "the API server did not come back");
+            // A plane's first start takes up to 83 s on CI's busy machine (its log, 2026-12-07).
+            assert!(start.elapsed() < Duration::from_secs(180), "the API server did not come back in 180 s");
             std::thread::sleep(Duration::from_millis(200));
         }
     }

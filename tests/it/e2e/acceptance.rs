@@ -81,8 +81,11 @@ async fn kubelet(client: Client, kubeconfig: PathBuf, dir: PathBuf, runs: Arc<Mu
                 continue;
             }
             let run = run_pod(&client, &kubeconfig, &dir.join(&uid), &pod, job_uid).await;
-            end_pod(&pods, &pod, run.code).await;
+            // Recorded once its process has exited, before its pod's status says so (what waits
+            // for the Job sees the run).
+            let code = run.code;
             runs.lock().unwrap().push(run);
+            end_pod(&pods, &pod, code).await;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -267,6 +270,24 @@ impl Kubelet {
     /// The runs so far, in order.
     pub(super) fn runs(&self) -> Vec<Run> {
         self.runs.lock().unwrap().clone()
+    }
+
+    /// The runs once there are at least `count`: a run publishes its report before its process
+    /// exits, so what has read the report may be ahead of the run's end (at most two minutes).
+    pub(super) async fn runs_at_least(&self, count: usize) -> Vec<Run> {
+        let start = std::time::Instant::now();
+        loop {
+            let runs = self.runs();
+            if runs.len() >= count {
+                return runs;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "{count} runs expected, {} ended: {runs:#?}",
+                runs.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 

@@ -217,7 +217,10 @@ impl FleetWorld {
     async fn rollout(&self, extra: &[&str]) -> Output {
         self.grant().await;
         let only: &[&str] = if extra.contains(&"--only") { &[] } else { &["--only", GATE] };
-        let timeout: &[&str] = if extra.contains(&"--timeout") { &[] } else { &["--timeout", "60s"] };
+        // A cluster that checks itself waits for its Job's run too: a longer limit, which a wave
+        // that passes never reaches (under a load average of 27 here, its waves took about 50 s each).
+        let limit = if self.in_cluster { "180s" } else { "60s" };
+        let timeout: &[&str] = if extra.contains(&"--timeout") { &[] } else { &["--timeout", limit] };
         self.run(&[only, timeout, extra].concat()).await
     }
 
@@ -780,6 +783,7 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
     // holds the layer, and the gate names the check from the cluster's report; nothing goes on.
     let client = cluster::client_for(&w.planes[0].kubeconfig).await;
     super::acceptance::cordoned_node(&client).await;
+    let canary_runs = kubelets[0].runs().len();
     bump_pool(w, 17);
     // The gate reads the run's failure and answers without waiting for Flux's verdict on the
     // layer (with a limit longer than the layer's `timeout`).
@@ -809,11 +813,14 @@ async fn an_in_cluster_gate_reads_each_clusters_own_verdict_and_creates_nothing(
         [("canary".into(), "failed".into()), ("second".into(), "pending".into()), ("rest".into(), "pending".into())]
     );
     let canary = &r["waves"][0]["results"][0];
-    let seen = format!("{canary}\nruns: {:#?}\n{}", kubelets[0].runs(), super::acceptance::state(&client).await);
+    // The gate answered on the run's report, published before its process ended: its end next.
+    let runs = kubelets[0].runs_at_least(canary_runs + 1).await;
+    let seen = format!("{canary}\nruns: {runs:#?}\n{}", super::acceptance::state(&client).await);
     assert_eq!(canary["failure"]["check"], "nodes.ready", "{seen}");
     let why = canary["failure"]["diagnosis"].as_str().unwrap_or_default();
     assert!(why.contains(super::acceptance::CORDONED), "{seen}");
-    assert_eq!(kubelets[0].runs().last().map(|r| r.code), Some(1), "the canary's own run failed");
+    assert_eq!(runs.len(), canary_runs + 1, "the failed run is never retried: {seen}");
+    assert_eq!(runs.last().map(|r| r.code), Some(1), "the canary's own run failed");
     bench("rollout", "in_cluster_failed_canary_wall", took.as_secs_f64());
     trusts_only_this_waves_run(w, &kubelets, &client).await;
     drop(kubelets);
@@ -909,7 +916,8 @@ async fn trusts_only_this_waves_run(w: &mut FleetWorld, kubelets: &[super::accep
     let mut earlier = now.clone();
     earlier["writer"]["uid"] = json!(runs_before_uid(kubelets));
     forge(client, "job.json", &earlier).await;
-    let out = w.rollout(&["-o", "json"]).await;
+    // It waits out its limit for the report it trusts.
+    let out = w.rollout(&["-o", "json", "--timeout", "60s"]).await;
     let r = report_exited(&out, 1);
     let canary = &r["waves"][0]["results"][0];
     assert_eq!(canary["failure"]["check"], "acceptance.report", "{canary:#}");
