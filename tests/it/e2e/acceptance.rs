@@ -275,19 +275,8 @@ impl Kubelet {
     /// The runs once there are at least `count`: a run publishes its report before its process
     /// exits, so what has read the report may be ahead of the run's end (at most two minutes).
     pub(super) async fn runs_at_least(&self, count: usize) -> Vec<Run> {
-        let start = std::time::Instant::now();
-        loop {
-            let runs = self.runs();
-            if runs.len() >= count {
-                return runs;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "{count} runs expected, {} ended: {runs:#?}",
-                runs.len()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let what = format!("{count} runs to end");
+        wait_for(&what, Duration::from_secs(120), || async { Some(self.runs()).filter(|r| r.len() >= count) }).await
     }
 }
 
